@@ -1,0 +1,4 @@
+//! tokio-timing-wheel
+#![forbid(unsafe_code)]
+#![allow(dead_code)]
+mod wheel;

@@ -1,0 +1,253 @@
+//! The pure hierarchical timing wheel: synchronous, no Tokio inside.
+//!
+//! Time is a `u64` tick count that only the caller moves forward, with
+//! [`Wheel::advance`]. Deadlines are absolute ticks. An entry with deadline
+//! `when` sits at the level and slot that [`level::level_for`] and
+//! [`level::slot_for`] compute from `when` and the wheel's `elapsed` tick;
+//! when a coarse slot comes due its entries are filed again from their own
+//! deadlines, so nothing ever fires early. Entries whose deadline has been
+//! reached wait, in order, in the `due` list until [`Wheel::pop_due`] hands
+//! them out.
+//!
+//! Firing order is deadline order; entries with the same deadline tick fire in
+//! the order they were filed (set or moved), and an entry filed with a
+//! deadline already reached counts as due at the moment it is filed.
+
+mod entry;
+mod level;
+
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+
+use hashbrown::{DefaultHashBuilder, HashTable};
+use slab::Slab;
+
+use self::entry::{Entry, List, NIL};
+use self::level::{level_for, slot_for, Level, NUM_LEVELS};
+
+/// The wheel is full: it cannot index more than `u32::MAX - 1` entries.
+#[derive(Debug)]
+pub(crate) struct AtCapacity<K, V>(pub(crate) K, pub(crate) V);
+
+/// A hierarchical timing wheel of keyed entries.
+pub(crate) struct Wheel<K, V> {
+    entries: Slab<Entry<K, V>>,
+    /// Key index: slab indices, hashed and compared by the entry's key, so
+    /// each key is stored once.
+    index: HashTable<u32>,
+    hasher: DefaultHashBuilder,
+    levels: Box<[Level]>,
+    /// Entries whose deadline has been reached, oldest first.
+    due: List,
+    /// The tick the wheel has advanced to.
+    elapsed: u64,
+}
+
+/// Where an entry is linked, derived from its deadline and `elapsed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Due,
+    Slot { level: usize, slot: usize },
+}
+
+impl<K: Eq + Hash, V> Wheel<K, V> {
+    /// An empty wheel at tick 0.
+    pub(crate) fn new() -> Self {
+        Wheel {
+            entries: Slab::new(),
+            index: HashTable::new(),
+            hasher: DefaultHashBuilder::default(),
+            levels: (0..NUM_LEVELS).map(Level::new).collect(),
+            due: List::EMPTY,
+            elapsed: 0,
+        }
+    }
+
+    /// The tick the wheel has advanced to.
+    pub(crate) fn elapsed(&self) -> u64 {
+        self.elapsed
+    }
+
+    /// Entries pending, due ones included.
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Sets `key` to fire at tick `when`, or, if it is already pending,
+    /// replaces its value and deadline and returns the old value.
+    pub(crate) fn insert(&mut self, key: K, value: V, when: u64) -> Result<Option<V>, AtCapacity<K, V>> {
+        if let Some(idx) = self.find(&key) {
+            self.unlink(idx);
+            let entry = &mut self.entries[idx as usize];
+            entry.when = when;
+            let old = std::mem::replace(&mut entry.value, value);
+            self.link(idx);
+            return Ok(Some(old));
+        }
+        if self.entries.len() >= NIL as usize {
+            return Err(AtCapacity(key, value));
+        }
+        let hash = self.hasher.hash_one(&key);
+        let idx = self.entries.insert(Entry::new(key, value, when)) as u32;
+        let (entries, hasher) = (&self.entries, &self.hasher);
+        self.index
+            .insert_unique(hash, idx, |&i| hasher.hash_one(&entries[i as usize].key));
+        self.link(idx);
+        Ok(None)
+    }
+
+    /// Moves the deadline of `key` to `when`. Returns `false`, and does
+    /// nothing, when `key` is not pending.
+    pub(crate) fn reschedule(&mut self, key: &K, when: u64) -> bool {
+        let Some(idx) = self.find(key) else {
+            return false;
+        };
+        self.unlink(idx);
+        self.entries[idx as usize].when = when;
+        self.link(idx);
+        true
+    }
+
+    /// Removes `key`, returning its key and value if it was pending.
+    pub(crate) fn remove(&mut self, key: &K) -> Option<(K, V)> {
+        let hash = self.hasher.hash_one(key);
+        let entries = &self.entries;
+        let found = self
+            .index
+            .find_entry(hash, |&i| entries[i as usize].key == *key)
+            .ok()?;
+        let (idx, _) = found.remove();
+        self.unlink(idx);
+        let entry = self.entries.remove(idx as usize);
+        Some((entry.key, entry.value))
+    }
+
+    /// Moves the wheel to tick `now`: every entry whose deadline is at or
+    /// before `now` joins the due list, in deadline order. Moving backwards
+    /// does nothing.
+    pub(crate) fn advance(&mut self, now: u64) {
+        while let Some((level, slot, start)) = self.next_slot() {
+            if start > now {
+                break;
+            }
+            debug_assert!(start > self.elapsed, "start={start} elapsed={}", self.elapsed);
+            self.elapsed = start;
+            let mut list = self.levels[level].take_slot(slot);
+            while let Some(idx) = list.pop_front(&mut self.entries) {
+                self.link(idx);
+            }
+        }
+        self.elapsed = self.elapsed.max(now);
+    }
+
+    /// Takes the oldest due entry: its key, value and deadline tick.
+    pub(crate) fn pop_due(&mut self) -> Option<(K, V, u64)> {
+        let idx = self.due.pop_front(&mut self.entries)?;
+        let entry = self.entries.remove(idx as usize);
+        let hash = self.hasher.hash_one(&entry.key);
+        match self.index.find_entry(hash, |&i| i == idx) {
+            Ok(found) => {
+                found.remove();
+            }
+            Err(_) => debug_assert!(false, "due entry {idx} missing from the key index"),
+        }
+        Some((entry.key, entry.value, entry.when))
+    }
+
+    /// Whether entries are waiting in the due list.
+    pub(crate) fn has_due(&self) -> bool {
+        !self.due.is_empty()
+    }
+
+    /// The tick at which [`advance`](Self::advance) next has work to do:
+    /// `elapsed` if entries are due, else the start of the next occupied slot
+    /// (which, for a coarse slot, is a cascade rather than a firing).
+    pub(crate) fn next_expiration(&self) -> Option<u64> {
+        if self.has_due() {
+            return Some(self.elapsed);
+        }
+        self.next_slot().map(|(_, _, start)| start)
+    }
+
+    /// Removes every entry, due or not, into `out`, in no particular order.
+    pub(crate) fn drain_into(&mut self, out: &mut Vec<(K, V)>) {
+        out.reserve(self.entries.len());
+        out.extend(self.entries.drain().map(|e| (e.key, e.value)));
+        self.index.clear();
+        self.due = List::EMPTY;
+        for level in self.levels.iter_mut() {
+            level.clear();
+        }
+    }
+
+    /// The lowest level's next occupied slot: lower levels always come due
+    /// before higher ones, since a level's current revolution lies inside the
+    /// current slot of the level above.
+    fn next_slot(&self) -> Option<(usize, usize, u64)> {
+        self.levels.iter().enumerate().find_map(|(level, lvl)| {
+            lvl.next_occupied(self.elapsed)
+                .map(|(start, slot)| (level, slot, start))
+        })
+    }
+
+    fn find(&self, key: &K) -> Option<u32> {
+        let hash = self.hasher.hash_one(key);
+        self.index
+            .find(hash, |&i| self.entries[i as usize].key == *key)
+            .copied()
+    }
+
+    fn place(&self, when: u64) -> Place {
+        if when <= self.elapsed {
+            Place::Due
+        } else {
+            let level = level_for(self.elapsed, when);
+            Place::Slot {
+                level,
+                slot: slot_for(when, level),
+            }
+        }
+    }
+
+    /// Appends an unlinked entry to the list its deadline belongs in.
+    fn link(&mut self, idx: u32) {
+        match self.place(self.entries[idx as usize].when) {
+            Place::Due => self.due.push_back(&mut self.entries, idx),
+            Place::Slot { level, slot } => {
+                let lvl = &mut self.levels[level];
+                lvl.slot_mut(slot).push_back(&mut self.entries, idx);
+                lvl.mark(slot);
+            }
+        }
+    }
+
+    /// Unlinks an entry from the list it is in.
+    fn unlink(&mut self, idx: u32) {
+        match self.place(self.entries[idx as usize].when) {
+            Place::Due => self.due.unlink(&mut self.entries, idx),
+            Place::Slot { level, slot } => {
+                let lvl = &mut self.levels[level];
+                lvl.slot_mut(slot).unlink(&mut self.entries, idx);
+                lvl.mark(slot);
+            }
+        }
+    }
+}
+
+impl<K, V> fmt::Debug for Wheel<K, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Wheel")
+            .field("len", &self.entries.len())
+            .field("elapsed", &self.elapsed)
+            .field("due", &!self.due.is_empty())
+            .field("levels", &self.levels)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,294 @@
+use std::collections::{BTreeMap, HashMap};
+
+use proptest::prelude::*;
+
+use super::Wheel;
+
+fn fire_all<V>(wheel: &mut Wheel<u32, V>, now: u64) -> Vec<(u32, V, u64)> {
+    wheel.advance(now);
+    std::iter::from_fn(|| wheel.pop_due()).collect()
+}
+
+#[test]
+fn fires_at_every_level_boundary_and_never_early() {
+    for when in [
+        1u64,
+        63,
+        64,
+        65,
+        4095,
+        4096,
+        4097,
+        262_143,
+        262_144,
+        262_145,
+        1 << 24,
+        (1 << 30) + 7,
+        1 << 36,
+        (1 << 42) - 1,
+        u64::MAX - 1,
+        u64::MAX,
+    ] {
+        let mut wheel = Wheel::<u32, u32>::new();
+        wheel.insert(1u32, 10u32, when).unwrap();
+        assert!(
+            fire_all(&mut wheel, when - 1).is_empty(),
+            "when={when} fired early"
+        );
+        assert_eq!(fire_all(&mut wheel, when), vec![(1, 10, when)], "when={when}");
+        assert!(wheel.is_empty());
+    }
+}
+
+#[test]
+fn cascades_step_down_one_level_at_a_time() {
+    let mut wheel = Wheel::new();
+    let when = 3 * 262_144 + 5 * 4096 + 7 * 64 + 9;
+    wheel.insert(1u32, (), when).unwrap();
+    let mut stops = Vec::new();
+    while let Some(next) = wheel.next_expiration() {
+        stops.push(next);
+        wheel.advance(next);
+        if wheel.pop_due().is_some() {
+            break;
+        }
+    }
+    assert_eq!(
+        stops,
+        vec![3 * 262_144, 3 * 262_144 + 5 * 4096, when - 9, when]
+    );
+}
+
+#[test]
+fn equal_deadlines_fire_in_the_order_they_were_set() {
+    let mut wheel = Wheel::new();
+    // Filed from different levels: key 1 long before, key 2 later, key 0 last.
+    wheel.insert(1u32, (), 5000).unwrap();
+    wheel.advance(4000);
+    wheel.insert(2, (), 5000).unwrap();
+    wheel.advance(4990);
+    wheel.insert(0, (), 5000).unwrap();
+    let keys: Vec<u32> = fire_all(&mut wheel, 6000).into_iter().map(|e| e.0).collect();
+    assert_eq!(keys, vec![1, 2, 0]);
+}
+
+#[test]
+fn past_deadlines_are_due_at_once() {
+    let mut wheel = Wheel::new();
+    wheel.advance(1000);
+    wheel.insert(1u32, (), 3).unwrap();
+    wheel.insert(2, (), 1000).unwrap();
+    assert_eq!(wheel.next_expiration(), Some(1000));
+    let keys: Vec<u32> = fire_all(&mut wheel, 1000).into_iter().map(|e| e.0).collect();
+    assert_eq!(keys, vec![1, 2]);
+}
+
+#[test]
+fn replace_reschedule_and_remove() {
+    let mut wheel = Wheel::new();
+    assert_eq!(wheel.insert(7u32, "a", 100).unwrap(), None);
+    assert_eq!(wheel.insert(7, "b", 200).unwrap(), Some("a"));
+    assert_eq!(wheel.len(), 1);
+    assert!(fire_all(&mut wheel, 150).is_empty());
+    assert!(wheel.reschedule(&7, 300));
+    assert!(!wheel.reschedule(&8, 300));
+    assert!(fire_all(&mut wheel, 299).is_empty());
+    assert_eq!(wheel.remove(&7), Some((7, "b")));
+    assert_eq!(wheel.remove(&7), None);
+    assert!(fire_all(&mut wheel, 10_000).is_empty());
+    assert_eq!(wheel.next_expiration(), None);
+}
+
+#[test]
+fn removing_a_due_entry_takes_it_back() {
+    let mut wheel = Wheel::new();
+    wheel.insert(1u32, (), 10).unwrap();
+    wheel.insert(2u32, (), 10).unwrap();
+    wheel.advance(10);
+    assert!(wheel.has_due());
+    assert_eq!(wheel.remove(&1), Some((1, ())));
+    assert_eq!(wheel.pop_due(), Some((2, (), 10)));
+    assert_eq!(wheel.pop_due(), None);
+}
+
+#[test]
+fn a_wheel_that_ran_for_ages_still_fires_on_time() {
+    let mut wheel = Wheel::new();
+    // Just before a top-level revolution boundary of a 1 ms wheel that has
+    // run for 2^40 ms (about 35 years).
+    let start = (1u64 << 42) - 3;
+    wheel.advance(start);
+    wheel.insert(1u32, (), start + 5).unwrap(); // across the boundary
+    wheel.insert(2, (), start + 1).unwrap();
+    assert!(fire_all(&mut wheel, start).is_empty());
+    assert_eq!(fire_all(&mut wheel, start + 1), vec![(2, (), start + 1)]);
+    assert!(fire_all(&mut wheel, start + 4).is_empty());
+    assert_eq!(fire_all(&mut wheel, start + 5), vec![(1, (), start + 5)]);
+}
+
+#[test]
+fn drain_empties_everything() {
+    let mut wheel = Wheel::new();
+    for k in 0..100u32 {
+        wheel.insert(k, k, u64::from(k) * 1000).unwrap();
+    }
+    wheel.advance(5000);
+    let mut out = Vec::new();
+    wheel.drain_into(&mut out);
+    out.sort_unstable();
+    assert_eq!(out, (0..100).map(|k| (k, k)).collect::<Vec<_>>());
+    assert!(wheel.is_empty());
+    assert_eq!(wheel.next_expiration(), None);
+    // Still usable afterwards.
+    wheel.insert(1, 1, 6000).unwrap();
+    assert_eq!(fire_all(&mut wheel, 6000), vec![(1, 1, 6000)]);
+}
+
+/// The reference model: pending timers keyed by (effective deadline, order
+/// filed), where a deadline already reached when filed counts as "now".
+#[derive(Default)]
+struct Model {
+    elapsed: u64,
+    seq: u64,
+    by_key: HashMap<u32, (u64, u64)>,
+    queue: BTreeMap<(u64, u64), (u32, u32, u64)>,
+}
+
+impl Model {
+    fn file(&mut self, key: u32, value: u32, when: u64) {
+        self.remove(key);
+        self.seq += 1;
+        let order = (when.max(self.elapsed), self.seq);
+        self.by_key.insert(key, order);
+        self.queue.insert(order, (key, value, when));
+    }
+
+    fn reschedule(&mut self, key: u32, when: u64) {
+        if let Some(&order) = self.by_key.get(&key) {
+            let (_, value, _) = self.queue[&order];
+            self.file(key, value, when);
+        }
+    }
+
+    fn remove(&mut self, key: u32) -> Option<u32> {
+        let order = self.by_key.remove(&key)?;
+        self.queue.remove(&order).map(|(_, v, _)| v)
+    }
+
+    fn advance(&mut self, now: u64) -> Vec<(u32, u32, u64)> {
+        self.elapsed = self.elapsed.max(now);
+        let mut fired = Vec::new();
+        while let Some(entry) = self.queue.first_entry() {
+            if entry.key().0 > self.elapsed {
+                break;
+            }
+            let (key, value, when) = entry.remove();
+            self.by_key.remove(&key);
+            fired.push((key, value, when));
+        }
+        fired
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Insert(u32, u32, u64),
+    InsertAt(u32, u32, u64),
+    Reschedule(u32, u64),
+    Remove(u32),
+    Advance(u64),
+    AdvanceToNext,
+}
+
+/// Distances that reach every level, past the top of a 36-bit wheel, and to
+/// the end of time.
+fn distance() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        4 => 0..70u64,
+        3 => 0..5_000u64,
+        2 => 0..300_000u64,
+        2 => 0..(1u64 << 26),
+        1 => 0..(1u64 << 40),
+        1 => (1u64 << 36)..(1u64 << 62),
+        1 => Just(u64::MAX),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let key = 0..24u32;
+    prop_oneof![
+        4 => (key.clone(), any::<u32>(), distance()).prop_map(|(k, v, d)| Op::Insert(k, v, d)),
+        1 => (key.clone(), any::<u32>(), distance()).prop_map(|(k, v, w)| Op::InsertAt(k, v, w)),
+        2 => (key.clone(), distance()).prop_map(|(k, d)| Op::Reschedule(k, d)),
+        1 => key.prop_map(Op::Remove),
+        3 => distance().prop_map(Op::Advance),
+        2 => Just(Op::AdvanceToNext),
+    ]
+}
+
+fn check(start: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let mut wheel = Wheel::<u32, u32>::new();
+    let mut model = Model::default();
+    prop_assert!(fire_all(&mut wheel, start).is_empty());
+    model.advance(start);
+    for op in ops {
+        let elapsed = wheel.elapsed();
+        prop_assert_eq!(elapsed, model.elapsed);
+        match op {
+            Op::Insert(k, v, d) => {
+                let when = elapsed.saturating_add(d);
+                let old = wheel.insert(k, v, when).unwrap();
+                let expected = model.remove(k);
+                prop_assert_eq!(old, expected);
+                model.file(k, v, when);
+            }
+            Op::InsertAt(k, v, when) => {
+                let old = wheel.insert(k, v, when).unwrap();
+                prop_assert_eq!(old, model.remove(k));
+                model.file(k, v, when);
+            }
+            Op::Reschedule(k, d) => {
+                let when = elapsed.saturating_add(d);
+                let moved = wheel.reschedule(&k, when);
+                prop_assert_eq!(moved, model.by_key.contains_key(&k));
+                model.reschedule(k, when);
+            }
+            Op::Remove(k) => {
+                prop_assert_eq!(wheel.remove(&k).map(|(_, v)| v), model.remove(k));
+            }
+            Op::Advance(d) => {
+                let now = elapsed.saturating_add(d);
+                prop_assert_eq!(fire_all(&mut wheel, now), model.advance(now));
+            }
+            Op::AdvanceToNext => {
+                if let Some(next) = wheel.next_expiration() {
+                    let earliest = model.queue.keys().next().map(|o| o.0);
+                    prop_assert!(earliest.is_some(), "next={next} with nothing pending");
+                    prop_assert!(next <= earliest.unwrap(), "next={next} earliest={earliest:?}");
+                    prop_assert_eq!(fire_all(&mut wheel, next), model.advance(next));
+                } else {
+                    prop_assert!(model.queue.is_empty());
+                }
+            }
+        }
+        prop_assert_eq!(wheel.len(), model.by_key.len());
+    }
+    // Everything left fires at the end of time, in order.
+    prop_assert_eq!(fire_all(&mut wheel, u64::MAX), model.advance(u64::MAX));
+    prop_assert!(wheel.is_empty());
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// The wheel against a `BTreeMap` model, from tick 0 and from a wheel
+    /// that has been running for a long time.
+    #[test]
+    fn matches_the_model(
+        start in prop_oneof![Just(0u64), 0..(1u64 << 50)],
+        ops in prop::collection::vec(op(), 1..300),
+    ) {
+        check(start, ops)?;
+    }
+}
