@@ -1,4 +1,90 @@
-//! tokio-timing-wheel
+//! A shared, fast, loss-free timer for Tokio: a hierarchical timing wheel
+//! owned by one task, fed by commands over one ordered channel, handing
+//! expired timers back as a stream.
+//!
+//! ```
+//! use std::time::Duration;
+//! use futures::StreamExt;
+//! use tokio_timing_wheel::TimingWheel;
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), tokio_timing_wheel::Error> {
+//! // Idle connections: each gets a deadline, a heartbeat pushes it back,
+//! // a checkout takes it back, and the stream yields the idle ones.
+//! let (wheel, mut expired) = TimingWheel::<u32, &str>::new();
+//! wheel.set_timer(1, "conn 1", Duration::from_secs(30)).await?;
+//! wheel.set_timer(2, "conn 2", Duration::from_secs(30)).await?;
+//! wheel.move_timer(1, Duration::from_secs(60)).await?;
+//! assert_eq!(wheel.remove_timer(2).await?, None.or(Some("conn 2")));
+//!
+//! while let Some(e) = expired.next().await {
+//!     let (id, conn) = e.into_parts();
+//!     assert_eq!((id, conn), (1, "conn 1")); // close it
+//!     break;
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # How it works
+//!
+//! - A pure, synchronous wheel (no Tokio inside) keeps timers in a slab,
+//!   linked by index into 64-slot levels with an occupancy bitmap each, so
+//!   the next deadline is found without a scan. Deadlines are absolute ticks,
+//!   rounded up; a coarse slot that comes due re-files its timers by their own
+//!   deadlines. Eleven levels cover every `u64` tick, so no delay is too long
+//!   and nothing wraps around.
+//! - One driver task owns the wheel. [`TimingWheel`] handles send it commands
+//!   over one bounded channel, so one task's commands apply in the order it
+//!   issued them; deadlines are stamped by the caller. The driver sleeps on
+//!   one `tokio::time::Sleep` until the next deadline (or the next cascade of
+//!   a coarse slot) and does not wake at all when nothing is pending. Since it
+//!   uses `tokio::time`, `tokio::time::pause` and `advance` drive it.
+//! - Expired timers go to the [`Expirations`] stream's queue without waiting
+//!   for the consumer, so a slow consumer never stalls the wheel and a
+//!   consumer may set timers from inside its loop without deadlock.
+//!
+//! # Guarantees
+//!
+//! - **Never early, at most a tick late**: a timer fires no earlier than its
+//!   deadline and within one tick after it, plus the time the runtime takes
+//!   to schedule the driver.
+//! - **Ordered**: timers fire in deadline order; equal deadline ticks in the
+//!   order they were set (a `move_timer` counts as setting). A deadline
+//!   already past, or `Duration::ZERO`, fires at once.
+//! - **Accounted for**: every timer a call accepted ends exactly once: it
+//!   fires on the stream, or is removed, cancelled, replaced by a later set of
+//!   the same key, drained, or returned by [`TimingWheel::stop`].
+//! - **Any delay**: every `Duration` up to `Duration::MAX` is accepted
+//!   without a panic; deadlines years out still fire on time.
+//! - **Lifecycle**: when every handle is dropped, pending timers still fire
+//!   into the stream, then it ends. When the stream is dropped, later
+//!   expirations are discarded and new timers are refused
+//!   ([`Error::is_receiver_dropped`]). If the runtime shuts down, the stream
+//!   ends and every call fails with [`Error::is_closed`]; nothing hangs.
 #![forbid(unsafe_code)]
-#![allow(dead_code)]
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    rust_2018_idioms,
+    unreachable_pub
+)]
+#![doc(test(no_crate_inject, attr(deny(warnings, rust_2018_idioms))))]
+
+mod builder;
+mod clock;
+mod command;
+mod driver;
+mod error;
+mod expired;
+mod handle;
+mod stats;
+mod stream;
 mod wheel;
+
+pub use builder::{Builder, DEFAULT_COMMAND_CAPACITY, DEFAULT_TICK};
+pub use error::Error;
+pub use expired::Expired;
+pub use handle::TimingWheel;
+pub use stats::Stats;
+pub use stream::Expirations;

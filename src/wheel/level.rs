@@ -200,7 +200,10 @@ mod tests {
         level.occupied = 1 << 9;
         assert_eq!(level.next_occupied(3 * 64), Some((9 * 64, 9)));
         // A later revolution keeps its base.
-        assert_eq!(level.next_occupied(4096 * 7 + 5), Some((4096 * 7 + 9 * 64, 9)));
+        assert_eq!(
+            level.next_occupied(4096 * 7 + 5),
+            Some((4096 * 7 + 9 * 64, 9))
+        );
     }
 
     #[test]

@@ -64,6 +64,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
     }
 
     /// The tick the wheel has advanced to.
+    #[cfg(test)]
     pub(crate) fn elapsed(&self) -> u64 {
         self.elapsed
     }
@@ -79,7 +80,12 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
 
     /// Sets `key` to fire at tick `when`, or, if it is already pending,
     /// replaces its value and deadline and returns the old value.
-    pub(crate) fn insert(&mut self, key: K, value: V, when: u64) -> Result<Option<V>, AtCapacity<K, V>> {
+    pub(crate) fn insert(
+        &mut self,
+        key: K,
+        value: V,
+        when: u64,
+    ) -> Result<Option<V>, AtCapacity<K, V>> {
         if let Some(idx) = self.find(&key) {
             self.unlink(idx);
             let entry = &mut self.entries[idx as usize];
@@ -134,7 +140,11 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
             if start > now {
                 break;
             }
-            debug_assert!(start > self.elapsed, "start={start} elapsed={}", self.elapsed);
+            debug_assert!(
+                start > self.elapsed,
+                "start={start} elapsed={}",
+                self.elapsed
+            );
             self.elapsed = start;
             let mut list = self.levels[level].take_slot(slot);
             while let Some(idx) = list.pop_front(&mut self.entries) {

@@ -35,7 +35,11 @@ fn fires_at_every_level_boundary_and_never_early() {
             fire_all(&mut wheel, when - 1).is_empty(),
             "when={when} fired early"
         );
-        assert_eq!(fire_all(&mut wheel, when), vec![(1, 10, when)], "when={when}");
+        assert_eq!(
+            fire_all(&mut wheel, when),
+            vec![(1, 10, when)],
+            "when={when}"
+        );
         assert!(wheel.is_empty());
     }
 }
@@ -68,7 +72,10 @@ fn equal_deadlines_fire_in_the_order_they_were_set() {
     wheel.insert(2, (), 5000).unwrap();
     wheel.advance(4990);
     wheel.insert(0, (), 5000).unwrap();
-    let keys: Vec<u32> = fire_all(&mut wheel, 6000).into_iter().map(|e| e.0).collect();
+    let keys: Vec<u32> = fire_all(&mut wheel, 6000)
+        .into_iter()
+        .map(|e| e.0)
+        .collect();
     assert_eq!(keys, vec![1, 2, 0]);
 }
 
@@ -79,7 +86,10 @@ fn past_deadlines_are_due_at_once() {
     wheel.insert(1u32, (), 3).unwrap();
     wheel.insert(2, (), 1000).unwrap();
     assert_eq!(wheel.next_expiration(), Some(1000));
-    let keys: Vec<u32> = fire_all(&mut wheel, 1000).into_iter().map(|e| e.0).collect();
+    let keys: Vec<u32> = fire_all(&mut wheel, 1000)
+        .into_iter()
+        .map(|e| e.0)
+        .collect();
     assert_eq!(keys, vec![1, 2]);
 }
 
@@ -264,7 +274,10 @@ fn check(start: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 if let Some(next) = wheel.next_expiration() {
                     let earliest = model.queue.keys().next().map(|o| o.0);
                     prop_assert!(earliest.is_some(), "next={next} with nothing pending");
-                    prop_assert!(next <= earliest.unwrap(), "next={next} earliest={earliest:?}");
+                    prop_assert!(
+                        next <= earliest.unwrap(),
+                        "next={next} earliest={earliest:?}"
+                    );
                     prop_assert_eq!(fire_all(&mut wheel, next), model.advance(next));
                 } else {
                     prop_assert!(model.queue.is_empty());

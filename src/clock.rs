@@ -1,0 +1,126 @@
+//! Converting between `tokio::time::Instant` and the wheel's `u64` ticks.
+//!
+//! Tick `t` is the instant `start + t * tick`. Deadlines round *up* to a tick
+//! (nothing fires early); "now" rounds *down* (a tick is only reached once its
+//! instant has passed). All arithmetic saturates: a deadline past what a `u64`
+//! tick count can hold becomes `u64::MAX`, which never comes.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Clock {
+    start: Instant,
+    tick_nanos: u64,
+}
+
+const NANOS_PER_SEC: u128 = 1_000_000_000;
+
+impl Clock {
+    /// A clock whose tick 0 is `start`. `tick` must be at least 1 ns.
+    pub(crate) fn new(start: Instant, tick: Duration) -> Self {
+        let tick_nanos = u64::try_from(tick.as_nanos()).unwrap_or(u64::MAX).max(1);
+        Clock { start, tick_nanos }
+    }
+
+    pub(crate) fn tick(&self) -> Duration {
+        Duration::from_nanos(self.tick_nanos)
+    }
+
+    fn since_start(&self, instant: Instant) -> u128 {
+        instant.saturating_duration_since(self.start).as_nanos()
+    }
+
+    /// The last tick reached at `now`.
+    pub(crate) fn now_tick(&self, now: Instant) -> u64 {
+        saturate(self.since_start(now) / u128::from(self.tick_nanos))
+    }
+
+    /// The tick for `deadline`, stamped at `now`: rounded up, except that a
+    /// deadline already reached is due at once.
+    pub(crate) fn deadline_tick(&self, deadline: Instant, now: Instant) -> u64 {
+        if deadline <= now {
+            self.now_tick(now)
+        } else {
+            self.ceil(self.since_start(deadline))
+        }
+    }
+
+    /// The tick for `delay` after `now`, without ever forming an `Instant`
+    /// that could overflow.
+    pub(crate) fn delay_tick(&self, delay: Duration, now: Instant) -> u64 {
+        if delay.is_zero() {
+            self.now_tick(now)
+        } else {
+            self.ceil(self.since_start(now) + delay.as_nanos())
+        }
+    }
+
+    /// The instant of `tick`, if it can be represented.
+    pub(crate) fn instant(&self, tick: u64) -> Option<Instant> {
+        let nanos = u128::from(tick) * u128::from(self.tick_nanos);
+        let secs = u64::try_from(nanos / NANOS_PER_SEC).ok()?;
+        let offset = Duration::new(secs, (nanos % NANOS_PER_SEC) as u32);
+        self.start.checked_add(offset)
+    }
+
+    fn ceil(&self, nanos: u128) -> u64 {
+        saturate(nanos.div_ceil(u128::from(self.tick_nanos)))
+    }
+}
+
+fn saturate(ticks: u128) -> u64 {
+    u64::try_from(ticks).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn deadlines_round_up_and_now_rounds_down() {
+        let start = Instant::now();
+        let clock = Clock::new(start, ms(1));
+        let mid = start + Duration::from_micros(2_500);
+        assert_eq!(clock.now_tick(mid), 2);
+        assert_eq!(
+            clock.deadline_tick(start + Duration::from_micros(3_500), mid),
+            4
+        );
+        assert_eq!(clock.delay_tick(ms(1), mid), 4);
+        assert_eq!(clock.delay_tick(ms(1), start + ms(2)), 3);
+    }
+
+    #[test]
+    fn reached_deadlines_are_due_now() {
+        let start = Instant::now();
+        let clock = Clock::new(start, ms(10));
+        let now = start + ms(25);
+        assert_eq!(clock.delay_tick(Duration::ZERO, now), 2);
+        assert_eq!(clock.deadline_tick(now, now), 2);
+        assert_eq!(clock.deadline_tick(start, now), 2);
+    }
+
+    #[test]
+    fn huge_delays_saturate() {
+        let start = Instant::now();
+        let clock = Clock::new(start, ms(1));
+        assert_eq!(clock.delay_tick(Duration::MAX, start), u64::MAX);
+        let one_ns = Clock::new(start, Duration::ZERO);
+        assert_eq!(one_ns.tick(), Duration::from_nanos(1));
+        assert_eq!(one_ns.delay_tick(Duration::MAX, start), u64::MAX);
+    }
+
+    #[test]
+    fn instants_round_trip() {
+        let start = Instant::now();
+        let clock = Clock::new(start, ms(1));
+        assert_eq!(clock.instant(1500), Some(start + ms(1500)));
+        assert_eq!(clock.now_tick(clock.instant(1500).unwrap()), 1500);
+    }
+}

@@ -1,0 +1,271 @@
+//! The task that owns the wheel.
+//!
+//! One loop: take the commands that are queued (in batches, in order), fire
+//! what is due, arm one `Sleep` for the next deadline, and wait for whichever
+//! comes first. With nothing pending the `Sleep` is not polled at all, so an
+//! idle wheel never wakes. Expired timers go to the stream's queue without
+//! waiting for the consumer, so commands always keep flowing.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::{debug, error, trace};
+
+use crate::clock::Clock;
+use crate::command::Command;
+use crate::expired::Expired;
+use crate::stats::Stats;
+use crate::stream::Shared;
+use crate::wheel::{AtCapacity, Wheel};
+
+/// Commands taken from the channel per turn.
+pub(crate) const COMMAND_BATCH: usize = 256;
+
+/// Expired timers handed to the stream per turn before the driver yields.
+const FIRE_BATCH: usize = 1024;
+
+/// Firing this many ticks after the deadline is reported as lag.
+const LAG_TICKS: u64 = 4;
+
+/// A sleep target far enough out to mean "never", when a tick's instant
+/// cannot be represented; the driver simply re-arms if it is ever reached.
+const FAR_FUTURE: std::time::Duration = std::time::Duration::from_secs(86_400 * 365 * 30);
+
+pub(crate) struct Driver<K, V> {
+    wheel: Wheel<K, V>,
+    rx: mpsc::Receiver<Command<K, V>>,
+    shared: Arc<Shared<K, V>>,
+    clock: Clock,
+    batch: Vec<Command<K, V>>,
+    stats: Stats,
+    /// Declared last, so it drops after the wheel: closes the stream even if
+    /// the task is dropped before it ever ran.
+    _close: CloseOnDrop<K, V>,
+}
+
+/// Closes the stream when the driver ends, however it ends (a runtime that
+/// shuts down drops the task without finishing it).
+struct CloseOnDrop<K, V>(Arc<Shared<K, V>>);
+
+impl<K, V> Drop for CloseOnDrop<K, V> {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+type StopReply<K, V> = tokio::sync::oneshot::Sender<Vec<(K, V)>>;
+
+/// What one turn of the loop saw.
+enum Turn {
+    Commands,
+    HandlesGone,
+    Clock,
+    Yielded,
+}
+
+impl<K, V> Driver<K, V>
+where
+    K: Eq + std::hash::Hash + Send + 'static,
+    V: Send + 'static,
+{
+    pub(crate) fn new(
+        rx: mpsc::Receiver<Command<K, V>>,
+        shared: Arc<Shared<K, V>>,
+        clock: Clock,
+    ) -> Self {
+        Driver {
+            wheel: Wheel::new(),
+            rx,
+            clock,
+            batch: Vec::with_capacity(COMMAND_BATCH),
+            stats: Stats::default(),
+            _close: CloseOnDrop(Arc::clone(&shared)),
+            shared,
+        }
+    }
+
+    pub(crate) async fn run(mut self) {
+        debug!(tick = ?self.clock.tick(), "timing wheel driver started");
+        let sleep = tokio::time::sleep_until(Instant::now() + FAR_FUTURE);
+        tokio::pin!(sleep);
+        let mut armed: Option<u64> = None;
+        let mut open = true;
+        loop {
+            // Commands already queued were stamped before now: apply them
+            // before the clock moves the wheel past their deadlines.
+            if open && self.take_queued() {
+                if let Some(reply) = self.apply_batch() {
+                    self.stop(reply).await;
+                    return;
+                }
+            }
+            self.fire_due();
+            if !open && (self.wheel.is_empty() || !self.shared.receiver_alive()) {
+                debug!(
+                    dropped = self.wheel.len(),
+                    "every handle dropped and nothing left to deliver; driver exiting"
+                );
+                break;
+            }
+            let busy = self.wheel.has_due();
+            match self.wheel.next_expiration() {
+                Some(tick) if !busy => {
+                    if armed != Some(tick) {
+                        let at = self
+                            .clock
+                            .instant(tick)
+                            .unwrap_or_else(|| Instant::now() + FAR_FUTURE);
+                        sleep.as_mut().reset(at);
+                        armed = Some(tick);
+                    }
+                }
+                _ => armed = None,
+            }
+            let turn = tokio::select! {
+                biased;
+                n = self.rx.recv_many(&mut self.batch, COMMAND_BATCH), if open => {
+                    if n == 0 { Turn::HandlesGone } else { Turn::Commands }
+                }
+                () = &mut sleep, if armed.is_some() => Turn::Clock,
+                () = tokio::task::yield_now(), if busy => Turn::Yielded,
+            };
+            match turn {
+                Turn::Commands => {
+                    if let Some(reply) = self.apply_batch() {
+                        self.stop(reply).await;
+                        return;
+                    }
+                }
+                Turn::HandlesGone => {
+                    debug!(pending = self.wheel.len(), "every handle dropped");
+                    open = false;
+                }
+                Turn::Clock => {
+                    self.stats.wakeups += 1;
+                    armed = None;
+                }
+                Turn::Yielded => {}
+            }
+        }
+    }
+
+    /// Moves the commands waiting in the channel, up to a batch, into
+    /// `self.batch` without waiting. Returns whether it took any.
+    fn take_queued(&mut self) -> bool {
+        while self.batch.len() < COMMAND_BATCH {
+            match self.rx.try_recv() {
+                Ok(command) => self.batch.push(command),
+                Err(_) => break,
+            }
+        }
+        !self.batch.is_empty()
+    }
+
+    /// Applies the batch in order. A `Stop` in it is returned after every
+    /// command of the batch is applied, the ones after it included (they
+    /// were accepted before the channel closed, so they count).
+    fn apply_batch(&mut self) -> Option<StopReply<K, V>> {
+        let mut batch = std::mem::take(&mut self.batch);
+        let mut stop = None;
+        for command in batch.drain(..) {
+            if let Some(reply) = self.apply(command) {
+                // A second `stop` learns "closed" from its dropped reply.
+                stop.get_or_insert(reply);
+            }
+        }
+        self.batch = batch;
+        stop
+    }
+
+    /// Applies one command; a `Stop` is returned for the caller to run.
+    fn apply(&mut self, command: Command<K, V>) -> Option<StopReply<K, V>> {
+        match command {
+            Command::Set { key, value, when } => {
+                if let Err(AtCapacity(_, _)) = self.wheel.insert(key, value, when) {
+                    error!("timing wheel holds u32::MAX - 1 timers; a new timer was dropped");
+                }
+            }
+            Command::Move { key, when } => {
+                self.wheel.reschedule(&key, when);
+            }
+            Command::Remove { key, reply } => {
+                let _ = reply.send(self.wheel.remove(&key).map(|(_, value)| value));
+            }
+            Command::Cancel { key } => {
+                self.wheel.remove(&key);
+            }
+            Command::Drain { reply } => {
+                let mut all = Vec::new();
+                self.wheel.drain_into(&mut all);
+                let _ = reply.send(all);
+            }
+            Command::Stats { reply } => {
+                // Report the state as of now: what is due has fired.
+                self.fire_due();
+                while self.wheel.has_due() {
+                    self.fire_due();
+                }
+                let _ = reply.send(Stats {
+                    pending: self.wheel.len(),
+                    ..self.stats
+                });
+            }
+            Command::Stop { reply } => return Some(reply),
+        }
+        None
+    }
+
+    /// Ends the driver: refuses new commands, applies the ones already
+    /// queued, and replies with every timer still pending.
+    async fn stop(&mut self, reply: StopReply<K, V>) {
+        self.rx.close();
+        // After `close`, `recv_many` returns what is buffered, then 0.
+        while self.rx.recv_many(&mut self.batch, COMMAND_BATCH).await > 0 {
+            // A second `stop` learns "closed" from its dropped reply.
+            drop(self.apply_batch());
+        }
+        let mut pending = Vec::new();
+        self.wheel.drain_into(&mut pending);
+        debug!(pending = pending.len(), "timing wheel driver stopped");
+        self.shared.close();
+        let _ = reply.send(pending);
+    }
+
+    /// Advances the wheel to now and hands up to [`FIRE_BATCH`] due timers
+    /// to the stream.
+    fn fire_due(&mut self) {
+        let now = self.clock.now_tick(Instant::now());
+        self.wheel.advance(now);
+        if !self.wheel.has_due() {
+            return;
+        }
+        let mut fired = 0u64;
+        let mut max_lag = 0u64;
+        if self.shared.receiver_alive() {
+            let mut queue = self.shared.lock();
+            while let Some((key, value, when)) = self.wheel.pop_due() {
+                max_lag = max_lag.max(now - when.min(now));
+                let deadline = self.clock.instant(when).unwrap_or_else(Instant::now);
+                queue.items.push_back(Expired::new(key, value, deadline));
+                fired += 1;
+                if fired == FIRE_BATCH as u64 {
+                    break;
+                }
+            }
+            drop(queue);
+            self.shared.wake();
+            self.stats.fired += fired;
+        } else {
+            while fired < FIRE_BATCH as u64 && self.wheel.pop_due().is_some() {
+                fired += 1;
+            }
+            self.stats.discarded += fired;
+        }
+        if max_lag > LAG_TICKS {
+            debug!(lag_ticks = max_lag, fired, "timers fired late");
+        } else {
+            trace!(fired, "timers fired");
+        }
+    }
+}

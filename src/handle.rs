@@ -1,0 +1,530 @@
+//! The cloneable handle callers use to set, move and remove timers.
+
+use std::fmt;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::builder::Builder;
+use crate::clock::Clock;
+use crate::command::Command;
+use crate::error::Error;
+use crate::stats::Stats;
+use crate::stream::{Expirations, Shared};
+
+/// A handle to a timing wheel run by its own Tokio task.
+///
+/// Cheap to clone and `Send + Sync`; every clone feeds the same driver
+/// through one ordered channel, so the commands one task issues apply in the
+/// order it issued them. Deadlines are computed when a method is called, not
+/// when the driver gets to the command.
+///
+/// Expired timers come out of the [`Expirations`] stream returned beside the
+/// handle. Each key has at most one pending timer: setting a key again
+/// replaces its value and deadline.
+///
+/// # Guarantees
+///
+/// - A timer never fires before its deadline, and fires within one tick
+///   after it (plus the time the runtime takes to run the driver).
+/// - Timers fire in deadline order; equal deadline ticks fire in the order
+///   they were set. A deadline already past fires at once.
+/// - Every accepted timer ends exactly once: it fires, is removed, cancelled,
+///   replaced, drained, or returned by [`stop`](Self::stop).
+/// - Any delay is accepted: `Duration::ZERO` fires at once, and delays too
+///   long to represent (up to `Duration::MAX`) simply never come.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use futures::StreamExt;
+/// use tokio_timing_wheel::TimingWheel;
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), tokio_timing_wheel::Error> {
+/// let (wheel, mut expired) = TimingWheel::<u32, &str>::new();
+/// wheel.set_timer(1, "idle connection", Duration::from_secs(30)).await?;
+/// wheel.set_timer(2, "another", Duration::from_secs(30)).await?;
+/// wheel.move_timer(1, Duration::from_secs(60)).await?; // a heartbeat
+/// assert_eq!(wheel.remove_timer(2).await?, Some("another"));
+///
+/// let e = expired.next().await.unwrap();
+/// assert_eq!(e.into_parts(), (1, "idle connection"));
+/// # Ok(())
+/// # }
+/// ```
+pub struct TimingWheel<K, V> {
+    tx: mpsc::Sender<Command<K, V>>,
+    shared: Arc<Shared<K, V>>,
+    clock: Clock,
+}
+
+impl<K, V> Clone for TimingWheel<K, V> {
+    fn clone(&self) -> Self {
+        TimingWheel {
+            tx: self.tx.clone(),
+            shared: Arc::clone(&self.shared),
+            clock: self.clock,
+        }
+    }
+}
+
+impl<K, V> fmt::Debug for TimingWheel<K, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TimingWheel")
+            .field("tick", &self.clock.tick())
+            .field("closed", &self.tx.is_closed())
+            .field("queued", &(self.tx.max_capacity() - self.tx.capacity()))
+            .finish()
+    }
+}
+
+impl TimingWheel<(), ()> {
+    /// A [`Builder`] to configure the tick and the channel capacity.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (wheel, _expired) = TimingWheel::builder()
+    ///     .tick(Duration::from_millis(5))
+    ///     .build::<String, u32>();
+    /// # drop(wheel);
+    /// # }
+    /// ```
+    pub fn builder() -> Builder {
+        Builder::new()
+    }
+}
+
+impl<K, V> TimingWheel<K, V>
+where
+    K: Eq + Hash + Clone + Send + 'static,
+    V: Send + 'static,
+{
+    /// Starts a wheel with the default settings (1 ms tick, 1024 queued
+    /// commands) on the current Tokio runtime, and returns its handle and
+    /// its expiration stream.
+    ///
+    /// # Panics
+    ///
+    /// Panics if called outside a Tokio runtime. See [`Builder::build`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (wheel, expired) = TimingWheel::<u64, String>::new();
+    /// # drop((wheel, expired));
+    /// # }
+    /// ```
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new() -> (TimingWheel<K, V>, Expirations<K, V>) {
+        Builder::new().build()
+    }
+
+    pub(crate) fn new_handle(
+        tx: mpsc::Sender<Command<K, V>>,
+        shared: Arc<Shared<K, V>>,
+        clock: Clock,
+    ) -> Self {
+        TimingWheel { tx, shared, clock }
+    }
+
+    /// The wheel's tick.
+    pub fn tick(&self) -> Duration {
+        self.clock.tick()
+    }
+
+    /// Whether the driver has stopped (every call would fail with
+    /// [`Error::is_closed`]).
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    /// Sets a timer for `key` to fire `delay` from now, or replaces the
+    /// value and deadline of the pending timer for `key`.
+    ///
+    /// Returns once the command is queued, waiting only if the command
+    /// channel is full.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_closed`] if the driver has stopped;
+    /// [`Error::is_receiver_dropped`] if the stream was dropped. Either way
+    /// [`Error::into_timer`] hands the key and value back.
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped before it completes, the timer was not set
+    /// and the key and value are dropped with it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use futures::StreamExt;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let (wheel, mut expired) = TimingWheel::new();
+    /// wheel.set_timer("k", 1, Duration::from_secs(5)).await.unwrap();
+    /// wheel.set_timer("k", 2, Duration::from_secs(1)).await.unwrap(); // replaces
+    /// assert_eq!(expired.next().await.unwrap().into_parts(), ("k", 2));
+    /// # }
+    /// ```
+    pub async fn set_timer(&self, key: K, value: V, delay: Duration) -> Result<(), Error> {
+        let when = self.clock.delay_tick(delay, Instant::now());
+        self.send_set(key, value, when).await
+    }
+
+    /// Like [`set_timer`](Self::set_timer), with an absolute deadline.
+    /// A deadline in the past fires at once.
+    ///
+    /// # Errors
+    ///
+    /// As for [`set_timer`](Self::set_timer).
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`set_timer`](Self::set_timer).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let (wheel, mut expired) = TimingWheel::new();
+    /// let deadline = Instant::now() + Duration::from_millis(250);
+    /// wheel.set_timer_at(1u8, (), deadline).await.unwrap();
+    /// assert!(expired.recv().await.unwrap().deadline() >= deadline);
+    /// # }
+    /// ```
+    pub async fn set_timer_at(&self, key: K, value: V, deadline: Instant) -> Result<(), Error> {
+        let when = self.clock.deadline_tick(deadline, Instant::now());
+        self.send_set(key, value, when).await
+    }
+
+    /// Like [`set_timer`](Self::set_timer), but never waits: a full command
+    /// channel is an error.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_full`] if the channel is full, plus the errors of
+    /// [`set_timer`](Self::set_timer); [`Error::into_timer`] hands the key
+    /// and value back.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (wheel, _expired) = TimingWheel::builder().command_capacity(1).build();
+    /// wheel.try_set_timer(1u32, (), Duration::from_secs(1)).unwrap();
+    /// // The driver has not run yet, so the one slot is still taken.
+    /// let err = wheel.try_set_timer(2, (), Duration::from_secs(1)).unwrap_err();
+    /// assert!(err.is_full());
+    /// assert_eq!(err.into_timer::<u32, ()>(), Some((2, ())));
+    /// # }
+    /// ```
+    pub fn try_set_timer(&self, key: K, value: V, delay: Duration) -> Result<(), Error> {
+        let when = self.clock.delay_tick(delay, Instant::now());
+        if !self.shared.receiver_alive() {
+            return Err(Error::receiver_dropped_with(key, value));
+        }
+        self.tx
+            .try_send(Command::Set { key, value, when })
+            .map_err(|err| match err {
+                mpsc::error::TrySendError::Full(command) => {
+                    let (key, value) = into_timer(command);
+                    Error::full_with(key, value)
+                }
+                mpsc::error::TrySendError::Closed(command) => {
+                    let (key, value) = into_timer(command);
+                    Error::closed_with(key, value)
+                }
+            })
+    }
+
+    /// Moves the deadline of the pending timer for `key` to `delay` from
+    /// now, earlier or later. A key with no pending timer is left alone.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_closed`] if the driver has stopped;
+    /// [`Error::is_receiver_dropped`] if the stream was dropped.
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped before it completes, the deadline was not
+    /// moved.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let (wheel, mut expired) = TimingWheel::new();
+    /// let start = Instant::now();
+    /// wheel.set_timer(1u32, (), Duration::from_secs(1)).await.unwrap();
+    /// wheel.move_timer(1, Duration::from_secs(10)).await.unwrap();
+    /// wheel.move_timer(99, Duration::from_secs(10)).await.unwrap(); // no such key: no-op
+    /// expired.recv().await.unwrap();
+    /// assert_eq!(start.elapsed(), Duration::from_secs(10));
+    /// # }
+    /// ```
+    pub async fn move_timer(&self, key: K, delay: Duration) -> Result<(), Error> {
+        let when = self.clock.delay_tick(delay, Instant::now());
+        self.send_move(key, when).await
+    }
+
+    /// Like [`move_timer`](Self::move_timer), with an absolute deadline.
+    ///
+    /// # Errors
+    ///
+    /// As for [`move_timer`](Self::move_timer).
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`move_timer`](Self::move_timer).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let (wheel, mut expired) = TimingWheel::new();
+    /// wheel.set_timer(1u32, (), Duration::from_secs(60)).await.unwrap();
+    /// let now = Instant::now();
+    /// wheel.move_timer_at(1, now + Duration::from_secs(2)).await.unwrap();
+    /// expired.recv().await.unwrap();
+    /// assert_eq!(now.elapsed(), Duration::from_secs(2));
+    /// # }
+    /// ```
+    pub async fn move_timer_at(&self, key: K, deadline: Instant) -> Result<(), Error> {
+        let when = self.clock.deadline_tick(deadline, Instant::now());
+        self.send_move(key, when).await
+    }
+
+    /// Removes the pending timer for `key` and returns its value, or `None`
+    /// if it had no pending timer (it already fired, or never existed).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_closed`] if the driver has stopped.
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped after the command was queued, the timer is
+    /// still removed and its value dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (wheel, _expired) = TimingWheel::new();
+    /// wheel.set_timer(5u32, "conn", Duration::from_secs(30)).await.unwrap();
+    /// assert_eq!(wheel.remove_timer(5).await.unwrap(), Some("conn"));
+    /// assert_eq!(wheel.remove_timer(5).await.unwrap(), None);
+    /// # }
+    /// ```
+    pub async fn remove_timer(&self, key: K) -> Result<Option<V>, Error> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Remove { key, reply }).await?;
+        rx.await.map_err(|_| Error::closed())
+    }
+
+    /// Removes the pending timer for `key`, if any, without waiting for a
+    /// reply: the cheap form of [`remove_timer`](Self::remove_timer) for
+    /// hot paths such as request timeouts that usually complete in time.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_closed`] if the driver has stopped.
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped before it completes, nothing was cancelled.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (wheel, _expired) = TimingWheel::new();
+    /// wheel.set_timer(5u32, (), Duration::from_secs(10)).await.unwrap();
+    /// wheel.cancel_timer(5).await.unwrap();
+    /// assert_eq!(wheel.stats().await.unwrap().pending, 0);
+    /// # }
+    /// ```
+    pub async fn cancel_timer(&self, key: K) -> Result<(), Error> {
+        self.send(Command::Cancel { key }).await
+    }
+
+    /// Removes and returns every pending timer, in no particular order. The
+    /// wheel keeps running.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_closed`] if the driver has stopped.
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped after the command was queued, the timers are
+    /// still removed and dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (wheel, _expired) = TimingWheel::new();
+    /// wheel.set_timer(1u32, 'a', Duration::from_secs(1)).await.unwrap();
+    /// wheel.set_timer(2, 'b', Duration::from_secs(2)).await.unwrap();
+    /// let mut all = wheel.drain().await.unwrap();
+    /// all.sort();
+    /// assert_eq!(all, [(1, 'a'), (2, 'b')]);
+    /// # }
+    /// ```
+    pub async fn drain(&self) -> Result<Vec<(K, V)>, Error> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Drain { reply }).await?;
+        rx.await.map_err(|_| Error::closed())
+    }
+
+    /// Stops the driver and returns every timer that had not fired, in no
+    /// particular order. Commands queued before the driver closed its
+    /// channel are applied first. The stream yields what had already expired
+    /// and then ends; every later call on any handle, a second `stop`
+    /// included, fails with [`Error::is_closed`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_closed`] if the driver had already stopped.
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped after the command was queued, the driver
+    /// still stops and the pending timers are dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (wheel, mut expired) = TimingWheel::new();
+    /// wheel.set_timer(1u32, "pending", Duration::from_secs(60)).await.unwrap();
+    /// assert_eq!(wheel.stop().await.unwrap(), [(1, "pending")]);
+    /// assert!(expired.recv().await.is_none());
+    /// assert!(wheel.stop().await.unwrap_err().is_closed());
+    /// # }
+    /// ```
+    pub async fn stop(&self) -> Result<Vec<(K, V)>, Error> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Stop { reply }).await?;
+        rx.await.map_err(|_| Error::closed())
+    }
+
+    /// The driver's counters, after it has fired every timer already due.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_closed`] if the driver has stopped.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let (wheel, _expired) = TimingWheel::new();
+    /// wheel.set_timer(1u32, (), Duration::from_secs(1)).await.unwrap();
+    /// tokio::time::sleep(Duration::from_secs(2)).await;
+    /// let stats = wheel.stats().await.unwrap();
+    /// assert_eq!((stats.pending, stats.fired), (0, 1));
+    /// # }
+    /// ```
+    pub async fn stats(&self) -> Result<Stats, Error> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Stats { reply }).await?;
+        rx.await.map_err(|_| Error::closed())
+    }
+
+    async fn send_set(&self, key: K, value: V, when: u64) -> Result<(), Error> {
+        if !self.shared.receiver_alive() {
+            return Err(Error::receiver_dropped_with(key, value));
+        }
+        self.tx
+            .send(Command::Set { key, value, when })
+            .await
+            .map_err(|mpsc::error::SendError(command)| {
+                let (key, value) = into_timer(command);
+                Error::closed_with(key, value)
+            })
+    }
+
+    async fn send_move(&self, key: K, when: u64) -> Result<(), Error> {
+        if !self.shared.receiver_alive() {
+            return Err(Error::receiver_dropped());
+        }
+        self.send(Command::Move { key, when }).await
+    }
+
+    async fn send(&self, command: Command<K, V>) -> Result<(), Error> {
+        self.tx.send(command).await.map_err(|_| Error::closed())
+    }
+}
+
+/// The key and value of a `Set` command that could not be sent.
+fn into_timer<K, V>(command: Command<K, V>) -> (K, V) {
+    match command {
+        Command::Set { key, value, .. } => (key, value),
+        _ => unreachable!("only Set commands carry a timer"),
+    }
+}
