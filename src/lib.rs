@@ -15,7 +15,7 @@
 //! wheel.set_timer(1, "conn 1", Duration::from_secs(30)).await?;
 //! wheel.set_timer(2, "conn 2", Duration::from_secs(30)).await?;
 //! wheel.move_timer(1, Duration::from_secs(60)).await?;
-//! assert_eq!(wheel.remove_timer(2).await?, None.or(Some("conn 2")));
+//! assert_eq!(wheel.remove_timer(2).await?, Some("conn 2"));
 //!
 //! while let Some(e) = expired.next().await {
 //!     let (id, conn) = e.into_parts();

@@ -94,7 +94,7 @@ impl<K, V> Shared<K, V> {
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
-/// let (wheel, mut expired) = TimingWheel::new();
+/// let (wheel, expired) = TimingWheel::new();
 /// wheel.set_timer(2, "later", Duration::from_secs(2)).await.unwrap();
 /// wheel.set_timer(1, "sooner", Duration::from_secs(1)).await.unwrap();
 /// drop(wheel); // pending timers still fire, then the stream ends
