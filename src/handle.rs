@@ -31,7 +31,12 @@ use crate::stream::{Expirations, Shared};
 /// - A timer never fires before its deadline, and fires within one tick
 ///   after it (plus the time the runtime takes to run the driver).
 /// - Timers fire in deadline order; equal deadline ticks fire in the order
-///   they were set. A deadline already past fires at once.
+///   they were set (a timer moved while pending takes no particular place
+///   within its new tick). A deadline already past fires at once.
+/// - Pushing a deadline later ([`move_timer`](Self::move_timer), or
+///   [`set_timer`](Self::set_timer) on a pending key) is O(1): the new
+///   deadline is recorded and the timer is re-filed only when its old slot
+///   comes due.
 /// - Every accepted timer ends exactly once: it fires, is removed, cancelled,
 ///   replaced, drained, or returned by [`stop`](Self::stop).
 /// - Any delay is accepted: `Duration::ZERO` fires at once, and delays too

@@ -50,8 +50,12 @@
 //!   deadline and within one tick after it, plus the time the runtime takes
 //!   to schedule the driver.
 //! - **Ordered**: timers fire in deadline order; equal deadline ticks in the
-//!   order they were set (a `move_timer` counts as setting). A deadline
-//!   already past, or `Duration::ZERO`, fires at once.
+//!   order they were set. A timer whose deadline was moved while pending
+//!   (`move_timer`, or `set_timer` on a pending key) fires in its new tick
+//!   but takes no particular place among that tick's other timers. A
+//!   deadline already past, or `Duration::ZERO`, fires at once.
+//! - **Cheap heartbeats**: pushing a deadline later is O(1) and relinks
+//!   nothing: the timer is filed again only when its old slot comes due.
 //! - **Accounted for**: every timer a call accepted ends exactly once: it
 //!   fires on the stream, or is removed, cancelled, replaced by a later set of
 //!   the same key, drained, or returned by [`TimingWheel::stop`].

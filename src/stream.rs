@@ -68,7 +68,8 @@ impl<K, V> Shared<K, V> {
 /// The stream of expired timers of a [`TimingWheel`](crate::TimingWheel).
 ///
 /// Yields each timer once, in deadline order (timers with the same deadline
-/// tick in the order they were set). It ends after the driver stops: after
+/// tick in the order they were set, a timer moved while pending anywhere
+/// within its tick). It ends after the driver stops: after
 /// [`stop`](crate::TimingWheel::stop), or once every handle is dropped and
 /// every pending timer has fired, or when the runtime shuts down. Timers that
 /// expired before that are still yielded first.

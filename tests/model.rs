@@ -10,56 +10,100 @@ use proptest::prelude::*;
 use tokio_timing_wheel::{Expirations, TimingWheel};
 
 /// Pending timers in firing order: (effective deadline in ms, order set).
-/// A deadline already reached when set counts as "now".
+/// A deadline already reached when set counts as "now". The flag says the
+/// timer's deadline was moved while pending, which frees its place among the
+/// timers of its tick.
 #[derive(Default)]
 struct Model {
     now: u64,
     seq: u64,
     by_key: HashMap<u8, (u64, u64)>,
-    queue: BTreeMap<(u64, u64), (u8, u32)>,
+    queue: BTreeMap<(u64, u64), (u8, u32, bool)>,
 }
 
 impl Model {
     fn set(&mut self, key: u8, value: u32, deadline: u64) {
-        self.remove(key);
+        let moved = self.remove(key).is_some();
+        self.file(key, value, deadline, moved);
+    }
+
+    fn file(&mut self, key: u8, value: u32, deadline: u64, moved: bool) {
         self.seq += 1;
         let order = (deadline.max(self.now), self.seq);
         self.by_key.insert(key, order);
-        self.queue.insert(order, (key, value));
+        self.queue.insert(order, (key, value, moved));
     }
 
     fn reschedule(&mut self, key: u8, deadline: u64) {
-        if let Some(order) = self.by_key.get(&key) {
-            let (_, value) = self.queue[order];
-            self.set(key, value, deadline);
+        if let Some(value) = self.remove(key) {
+            self.file(key, value, deadline, true);
         }
     }
 
     fn remove(&mut self, key: u8) -> Option<u32> {
         let order = self.by_key.remove(&key)?;
-        self.queue.remove(&order).map(|(_, value)| value)
+        self.queue.remove(&order).map(|(_, value, _)| value)
     }
 
-    fn advance(&mut self, by: u64) -> Vec<(u8, u32)> {
+    fn advance(&mut self, by: u64) -> Vec<(u64, (u8, u32, bool))> {
         self.now += by;
         let mut fired = Vec::new();
         while let Some(entry) = self.queue.first_entry() {
-            if entry.key().0 > self.now {
+            let tick = entry.key().0;
+            if tick > self.now {
                 break;
             }
-            let (key, value) = entry.remove();
-            self.by_key.remove(&key);
-            fired.push((key, value));
+            let timer = entry.remove();
+            self.by_key.remove(&timer.0);
+            fired.push((tick, timer));
         }
         fired
     }
 
     fn drain(&mut self) -> Vec<(u8, u32)> {
         self.by_key.clear();
-        let mut all: Vec<_> = std::mem::take(&mut self.queue).into_values().collect();
+        let queue = std::mem::take(&mut self.queue);
+        let mut all: Vec<_> = queue.into_values().map(|(k, v, _)| (k, v)).collect();
         all.sort_unstable();
         all
     }
+}
+
+/// The same timers tick by tick, and within a tick, timers never moved in
+/// the model's order.
+fn same_firing(
+    actual: &[(u8, u32)],
+    expected: &[(u64, (u8, u32, bool))],
+) -> Result<(), TestCaseError> {
+    prop_assert_eq!(
+        actual.len(),
+        expected.len(),
+        "{:?} vs {:?}",
+        actual,
+        expected
+    );
+    let mut at = 0;
+    for group in expected.chunk_by(|a, b| a.0 == b.0) {
+        let got = &actual[at..at + group.len()];
+        at += group.len();
+        let mut got_set = got.to_vec();
+        let mut want_set: Vec<_> = group.iter().map(|(_, (k, v, _))| (*k, *v)).collect();
+        got_set.sort_unstable();
+        want_set.sort_unstable();
+        prop_assert_eq!(got_set, want_set, "tick {}", group[0].0);
+        let fixed: Vec<u8> = group
+            .iter()
+            .filter(|(_, t)| !t.2)
+            .map(|(_, t)| t.0)
+            .collect();
+        let got_fixed: Vec<u8> = got
+            .iter()
+            .map(|t| t.0)
+            .filter(|k| fixed.contains(k))
+            .collect();
+        prop_assert_eq!(got_fixed, fixed, "order within tick {}", group[0].0);
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone)]
@@ -136,7 +180,7 @@ async fn run(start: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Advance(d) => {
                 tokio::time::advance(ms(d)).await;
                 let stats = wheel.stats().await.unwrap();
-                prop_assert_eq!(ready(&mut expired), model.advance(d));
+                same_firing(&ready(&mut expired), &model.advance(d))?;
                 prop_assert_eq!(stats.pending, model.by_key.len());
             }
         }

@@ -9,6 +9,15 @@ use slab::Slab;
 /// "No entry" in a link.
 pub(crate) const NIL: u32 = u32::MAX;
 
+/// Which list an entry is linked in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// The due list: its deadline has been reached.
+    Due,
+    /// A slot of a level.
+    Slot { level: u8, slot: u8 },
+}
+
 /// One pending timer.
 #[derive(Debug)]
 pub(crate) struct Entry<K, V> {
@@ -16,6 +25,9 @@ pub(crate) struct Entry<K, V> {
     pub(crate) value: V,
     /// Absolute deadline in ticks, already rounded up.
     pub(crate) when: u64,
+    /// Where the entry is linked. After a lazy move this is a slot that
+    /// comes due before `when`; the entry is filed again from `when` then.
+    pub(crate) place: Place,
     prev: u32,
     next: u32,
 }
@@ -26,6 +38,7 @@ impl<K, V> Entry<K, V> {
             key,
             value,
             when,
+            place: Place::Due,
             prev: NIL,
             next: NIL,
         }
@@ -103,6 +116,12 @@ impl List {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_entry_of_two_words_is_five_words() {
+        // key + value + deadline + two links, with the place in the padding.
+        assert_eq!(std::mem::size_of::<Entry<u64, u64>>(), 40);
+    }
 
     fn collect(list: &mut List, entries: &mut Slab<Entry<u32, ()>>) -> Vec<u32> {
         let mut out = Vec::new();

@@ -49,6 +49,12 @@ fn revolution_start(elapsed: u64, level: usize) -> u64 {
     }
 }
 
+/// The first tick of `slot` of `level`, in the revolution `elapsed` is in:
+/// when that slot comes due.
+pub(crate) fn slot_start(elapsed: u64, level: usize, slot: usize) -> u64 {
+    revolution_start(elapsed, level) + slot as u64 * slot_range(level)
+}
+
 /// A level's slots and which of them hold entries.
 pub(crate) struct Level {
     level: usize,
@@ -87,8 +93,7 @@ impl Level {
             return None;
         }
         let slot = now_slot + 1 + ahead.trailing_zeros() as usize;
-        let start = revolution_start(elapsed, self.level) + slot as u64 * slot_range(self.level);
-        Some((start, slot))
+        Some((slot_start(elapsed, self.level, slot), slot))
     }
 
     pub(crate) fn slot_mut(&mut self, slot: usize) -> &mut List {

@@ -9,9 +9,14 @@
 //! reached wait, in order, in the `due` list until [`Wheel::pop_due`] hands
 //! them out.
 //!
-//! Firing order is deadline order; entries with the same deadline tick fire in
-//! the order they were filed (set or moved), and an entry filed with a
-//! deadline already reached counts as due at the moment it is filed.
+//! Pushing a deadline later is lazy: the entry keeps its slot, which comes
+//! due no later than the new deadline, and is filed again from its own
+//! deadline then, so a heartbeat costs O(1) and no relinking.
+//!
+//! Firing order is deadline order. Entries with the same deadline tick fire
+//! in the order they were set, except that an entry whose deadline was moved
+//! while pending takes no particular place within its tick. An entry filed
+//! with a deadline already reached counts as due at the moment it is filed.
 
 mod entry;
 mod level;
@@ -22,8 +27,8 @@ use std::hash::{BuildHasher, Hash};
 use hashbrown::{DefaultHashBuilder, HashTable};
 use slab::Slab;
 
-use self::entry::{Entry, List, NIL};
-use self::level::{level_for, slot_for, Level, NUM_LEVELS};
+use self::entry::{Entry, List, Place, NIL};
+use self::level::{level_for, slot_for, slot_start, Level, NUM_LEVELS};
 
 /// The wheel is full: it cannot index more than `u32::MAX - 1` entries.
 #[derive(Debug)]
@@ -41,13 +46,9 @@ pub(crate) struct Wheel<K, V> {
     due: List,
     /// The tick the wheel has advanced to.
     elapsed: u64,
-}
-
-/// Where an entry is linked, derived from its deadline and `elapsed`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Place {
-    Due,
-    Slot { level: usize, slot: usize },
+    /// How many times an entry was linked into a list, for tests.
+    #[cfg(test)]
+    links: u64,
 }
 
 impl<K: Eq + Hash, V> Wheel<K, V> {
@@ -60,6 +61,8 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
             levels: (0..NUM_LEVELS).map(Level::new).collect(),
             due: List::EMPTY,
             elapsed: 0,
+            #[cfg(test)]
+            links: 0,
         }
     }
 
@@ -87,11 +90,8 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
         when: u64,
     ) -> Result<Option<V>, AtCapacity<K, V>> {
         if let Some(idx) = self.find(&key) {
-            self.unlink(idx);
-            let entry = &mut self.entries[idx as usize];
-            entry.when = when;
-            let old = std::mem::replace(&mut entry.value, value);
-            self.link(idx);
+            let old = std::mem::replace(&mut self.entries[idx as usize].value, value);
+            self.move_to(idx, when);
             return Ok(Some(old));
         }
         if self.entries.len() >= NIL as usize {
@@ -112,10 +112,27 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
         let Some(idx) = self.find(key) else {
             return false;
         };
+        self.move_to(idx, when);
+        true
+    }
+
+    /// Gives entry `idx` the deadline `when`.
+    ///
+    /// A deadline pushed later is only recorded (a lazy move, O(1) with no
+    /// relinking): the entry stays in its slot, which comes due no later than
+    /// `when`, and is filed again from `when` then. A deadline moved earlier
+    /// than its slot, or an entry already due, is relinked at once.
+    fn move_to(&mut self, idx: u32, when: u64) {
+        let entry = &mut self.entries[idx as usize];
+        if let Place::Slot { level, slot } = entry.place {
+            if when >= slot_start(self.elapsed, level as usize, slot as usize) {
+                entry.when = when;
+                return;
+            }
+        }
         self.unlink(idx);
         self.entries[idx as usize].when = when;
         self.link(idx);
-        true
     }
 
     /// Removes `key`, returning its key and value if it was pending.
@@ -211,38 +228,46 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
             .copied()
     }
 
+    /// The list a deadline belongs in, seen from `elapsed`.
     fn place(&self, when: u64) -> Place {
         if when <= self.elapsed {
             Place::Due
         } else {
             let level = level_for(self.elapsed, when);
             Place::Slot {
-                level,
-                slot: slot_for(when, level),
+                level: level as u8,
+                slot: slot_for(when, level) as u8,
             }
         }
     }
 
     /// Appends an unlinked entry to the list its deadline belongs in.
     fn link(&mut self, idx: u32) {
-        match self.place(self.entries[idx as usize].when) {
+        #[cfg(test)]
+        {
+            self.links += 1;
+        }
+        let place = self.place(self.entries[idx as usize].when);
+        self.entries[idx as usize].place = place;
+        match place {
             Place::Due => self.due.push_back(&mut self.entries, idx),
             Place::Slot { level, slot } => {
-                let lvl = &mut self.levels[level];
-                lvl.slot_mut(slot).push_back(&mut self.entries, idx);
-                lvl.mark(slot);
+                let lvl = &mut self.levels[level as usize];
+                lvl.slot_mut(slot as usize)
+                    .push_back(&mut self.entries, idx);
+                lvl.mark(slot as usize);
             }
         }
     }
 
     /// Unlinks an entry from the list it is in.
     fn unlink(&mut self, idx: u32) {
-        match self.place(self.entries[idx as usize].when) {
+        match self.entries[idx as usize].place {
             Place::Due => self.due.unlink(&mut self.entries, idx),
             Place::Slot { level, slot } => {
-                let lvl = &mut self.levels[level];
-                lvl.slot_mut(slot).unlink(&mut self.entries, idx);
-                lvl.mark(slot);
+                let lvl = &mut self.levels[level as usize];
+                lvl.slot_mut(slot as usize).unlink(&mut self.entries, idx);
+                lvl.mark(slot as usize);
             }
         }
     }
