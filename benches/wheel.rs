@@ -155,5 +155,79 @@ fn churn(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, fire, churn);
+/// Heartbeats: 50,000 keys 30 s out, 1,000,000 pushes of a random key's
+/// deadline to 30 s from now, the clock moving 1 ms per 1,000 pushes.
+const TOUCH_KEYS: u64 = 50_000;
+const TOUCHES: u64 = 1_000_000;
+
+fn touch_keys() -> Vec<u64> {
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    (0..TOUCHES)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % TOUCH_KEYS
+        })
+        .collect()
+}
+
+fn touch(c: &mut Criterion) {
+    let keys = touch_keys();
+    let deadline = Duration::from_secs(30);
+    let mut group = c.benchmark_group("touch_1m");
+    group.sample_size(10);
+    group.bench_function("timing_wheel", |b| {
+        b.iter_custom(|iters| {
+            let rt = runtime();
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                total += rt.block_on(async {
+                    let (wheel, _expired) = TimingWheel::builder().command_capacity(4096).build();
+                    for key in 0..TOUCH_KEYS {
+                        wheel.set_timer(key, key, deadline).await.unwrap();
+                    }
+                    wheel.stats().await.unwrap();
+                    let start = Instant::now();
+                    for (i, key) in keys.iter().enumerate() {
+                        wheel.move_timer(*key, deadline).await.unwrap();
+                        if i % 1_000 == 999 {
+                            tokio::time::advance(Duration::from_millis(1)).await;
+                        }
+                    }
+                    wheel.stats().await.unwrap();
+                    start.elapsed()
+                });
+            }
+            total
+        })
+    });
+    group.bench_function("delay_queue", |b| {
+        b.iter_custom(|iters| {
+            let rt = runtime();
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                total += rt.block_on(async {
+                    let mut queue = DelayQueue::with_capacity(TOUCH_KEYS as usize);
+                    let mut map = HashMap::with_capacity(TOUCH_KEYS as usize);
+                    for key in 0..TOUCH_KEYS {
+                        map.insert(key, queue.insert(key, deadline));
+                    }
+                    let start = Instant::now();
+                    for (i, key) in keys.iter().enumerate() {
+                        queue.reset(&map[key], deadline);
+                        if i % 1_000 == 999 {
+                            tokio::time::advance(Duration::from_millis(1)).await;
+                        }
+                    }
+                    start.elapsed()
+                });
+            }
+            total
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, fire, churn, touch);
 criterion_main!(benches);

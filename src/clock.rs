@@ -34,7 +34,10 @@ impl Clock {
 
     /// The last tick reached at `now`.
     pub(crate) fn now_tick(&self, now: Instant) -> u64 {
-        saturate(self.since_start(now) / u128::from(self.tick_nanos))
+        match u64::try_from(self.since_start(now)) {
+            Ok(nanos) => nanos / self.tick_nanos,
+            Err(_) => saturate(self.since_start(now) / u128::from(self.tick_nanos)),
+        }
     }
 
     /// The tick for `deadline`, stamped at `now`: rounded up, except that a
@@ -66,7 +69,11 @@ impl Clock {
     }
 
     fn ceil(&self, nanos: u128) -> u64 {
-        saturate(nanos.div_ceil(u128::from(self.tick_nanos)))
+        // The common case fits in 64 bits, where division is much cheaper.
+        match u64::try_from(nanos) {
+            Ok(nanos) => nanos.div_ceil(self.tick_nanos),
+            Err(_) => saturate(nanos.div_ceil(u128::from(self.tick_nanos))),
+        }
     }
 }
 
