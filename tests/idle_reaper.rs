@@ -215,3 +215,26 @@ async fn shutting_the_pool_down_closes_everything_cleanly() {
     assert_eq!(server.wait_open_at_most(0, Duration::from_secs(5)).await, 0);
     assert_eq!(pool.idle(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_pool_closes_everything_and_ends_the_reaper() {
+    let server = EchoServer::start().await.unwrap();
+    let (pool, reaper) = Pool::new(server.addr, config(60_000));
+    let mut conns = Vec::new();
+    for _ in 0..20 {
+        conns.push(pool.checkout().await.unwrap());
+    }
+    let busy = conns.pop().unwrap();
+    for conn in conns {
+        pool.checkin(conn).await;
+    }
+    assert_eq!(server.wait_accepted(20, Duration::from_secs(5)).await, 20);
+    drop(pool);
+    // Idle ones are closed by the stop, the busy one by its lifetime handle.
+    assert_eq!(server.wait_open_at_most(0, Duration::from_secs(5)).await, 0);
+    tokio::time::timeout(Duration::from_secs(5), reaper)
+        .await
+        .unwrap()
+        .unwrap();
+    drop(busy);
+}

@@ -14,7 +14,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -114,7 +114,7 @@ impl Pool {
                 counters: Counters::default(),
             }),
         };
-        let reaper = tokio::spawn(reap(pool.clone(), expired));
+        let reaper = tokio::spawn(reap(Arc::downgrade(&pool.inner), expired));
         (pool, reaper)
     }
 
@@ -224,9 +224,17 @@ impl Pool {
 }
 
 /// The reaper: closes what expires, unless `min_idle` vetoes it.
-async fn reap(pool: Pool, mut expired: Expirations<TimerKey, Held>) {
-    let inner = &pool.inner;
+///
+/// It holds the pool weakly: once the last `Pool` is dropped, the wheel is
+/// stopped (see `Drop for Inner`), whatever it still held is dropped, and the
+/// stream, and so the reaper, ends.
+async fn reap(pool: Weak<Inner>, mut expired: Expirations<TimerKey, Held>) {
     while let Some(e) = expired.next().await {
+        let Some(inner) = pool.upgrade() else {
+            continue; // the pool is gone: dropping the timer closes it
+        };
+        let pool = Pool { inner };
+        let inner = &pool.inner;
         let late = Instant::now().saturating_duration_since(e.deadline());
         match e.into_parts() {
             (TimerKey::Idle(id), Held::Idle(conn)) => {
@@ -269,6 +277,23 @@ async fn reap(pool: Pool, mut expired: Expirations<TimerKey, Held>) {
                 replenish(&pool);
             }
             (key, held) => unreachable!("timer {key:?} holds {held:?}"),
+        }
+    }
+}
+
+impl Drop for Inner {
+    /// The last handle to the pool is gone: stop the wheel, which hands back
+    /// every idle connection and lifetime handle, and close them all.
+    fn drop(&mut self) {
+        let wheel = self.wheel.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                for (_, held) in wheel.stop().await.unwrap_or_default() {
+                    if let Held::Lifetime(socket) = held {
+                        let _ = socket.shutdown(std::net::Shutdown::Both);
+                    }
+                }
+            });
         }
     }
 }
