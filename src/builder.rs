@@ -7,9 +7,11 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::callback::{self, DEFAULT_CALLBACK_TIMEOUT, DEFAULT_MAX_CONCURRENCY};
 use crate::clock::Clock;
 use crate::driver::Driver;
 use crate::handle::TimingWheel;
+use crate::sleep::SleepHandle;
 use crate::stream::{Expirations, Shared};
 
 /// The default tick: 1 ms, the resolution of `tokio::time`.
@@ -40,6 +42,8 @@ pub const DEFAULT_COMMAND_CAPACITY: usize = 1024;
 pub struct Builder {
     tick: Duration,
     command_capacity: usize,
+    callback_timeout: Duration,
+    max_concurrency: usize,
 }
 
 impl Default for Builder {
@@ -47,6 +51,8 @@ impl Default for Builder {
         Builder {
             tick: DEFAULT_TICK,
             command_capacity: DEFAULT_COMMAND_CAPACITY,
+            callback_timeout: DEFAULT_CALLBACK_TIMEOUT,
+            max_concurrency: DEFAULT_MAX_CONCURRENCY,
         }
     }
 }
@@ -77,6 +83,85 @@ impl Builder {
         self
     }
 
+    /// In callback mode, how long one callback may run (default 60 s);
+    /// past it, the callback is cancelled and counted in
+    /// [`Stats::callbacks_timed_out`](crate::Stats::callbacks_timed_out).
+    /// Also bounds how long [`TimingWheel::stop`] waits for running
+    /// callbacks.
+    pub fn callback_timeout(mut self, timeout: Duration) -> Self {
+        self.callback_timeout = timeout;
+        self
+    }
+
+    /// In callback mode, how many callbacks may run at once (default 1024;
+    /// zero is raised to 1). Expired timers beyond the limit wait their
+    /// turn, in order; none is dropped.
+    pub fn max_concurrency(mut self, limit: usize) -> Self {
+        self.max_concurrency = limit.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
+        self
+    }
+
+    /// Spawns the driver and runs `callback` for each expired timer instead
+    /// of handing expirations to a stream (the `execute` style).
+    ///
+    /// Each callback runs as a task of its own, off the driver's task, so a
+    /// slow one delays neither other timers nor commands. Past
+    /// [`callback_timeout`](Self::callback_timeout) it is cancelled and
+    /// counted; a panic in it is caught, counted and reported through
+    /// `tracing`, and the wheel keeps working. At most
+    /// [`max_concurrency`](Self::max_concurrency) run at once; the rest wait
+    /// in expiry order.
+    ///
+    /// [`TimingWheel::stop`] stops starting callbacks, waits for the running
+    /// ones (each within its timeout), and returns the pending timers plus
+    /// those that expired but whose callback never started.
+    ///
+    /// # Panics
+    ///
+    /// Panics if called outside a Tokio runtime, as [`build`](Self::build).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let sum = Arc::new(AtomicU32::new(0));
+    /// let total = Arc::clone(&sum);
+    /// let wheel = TimingWheel::builder()
+    ///     .callback_timeout(Duration::from_secs(5))
+    ///     .max_concurrency(16)
+    ///     .build_with_callback(move |_key: u64, amount: u32| {
+    ///         let total = Arc::clone(&total);
+    ///         async move {
+    ///             total.fetch_add(amount, Ordering::SeqCst);
+    ///         }
+    ///     });
+    /// wheel.set_timer(1, 40, Duration::from_millis(10)).await.unwrap();
+    /// wheel.set_timer(2, 2, Duration::from_millis(20)).await.unwrap();
+    /// tokio::time::sleep(Duration::from_millis(50)).await;
+    /// assert_eq!(sum.load(Ordering::SeqCst), 42);
+    /// assert_eq!(wheel.stats().await.unwrap().callbacks_completed, 2);
+    /// # }
+    /// ```
+    pub fn build_with_callback<K, V, F, Fut>(self, callback: F) -> TimingWheel<K, V>
+    where
+        K: Eq + Hash + Clone + Send + 'static,
+        V: Send + 'static,
+        F: Fn(K, V) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let (timeout, limit) = (self.callback_timeout, self.max_concurrency);
+        let (wheel, expired) = self.build();
+        let runtime = tokio::runtime::Handle::current();
+        let ctl = callback::spawn(&runtime, expired, callback, timeout, limit);
+        wheel.with_callbacks(ctl)
+    }
+
     /// Spawns the driver on the current Tokio runtime and returns the
     /// handle and the expiration stream.
     ///
@@ -96,10 +181,16 @@ impl Builder {
         let clock = Clock::new(Instant::now(), self.tick);
         let shared = Arc::new(Shared::new());
         let (tx, rx) = mpsc::channel(self.command_capacity);
-        let driver = Driver::new(rx, Arc::clone(&shared), clock);
+        let (sleep_tx, sleep_rx) = mpsc::unbounded_channel();
+        let driver = Driver::new(rx, sleep_rx, Arc::clone(&shared), clock);
         runtime.spawn(driver.run());
         (
-            TimingWheel::new_handle(tx, Arc::clone(&shared), clock),
+            TimingWheel::new_handle(
+                tx,
+                SleepHandle::new(sleep_tx, clock),
+                Arc::clone(&shared),
+                clock,
+            ),
             Expirations::new(shared),
         )
     }

@@ -15,6 +15,7 @@ use tracing::{debug, error, trace};
 use crate::clock::Clock;
 use crate::command::Command;
 use crate::expired::Expired;
+use crate::sleep::{SleepCommand, Waiter};
 use crate::stats::Stats;
 use crate::stream::Shared;
 use crate::wheel::{AtCapacity, Wheel};
@@ -35,6 +36,10 @@ const FAR_FUTURE: std::time::Duration = std::time::Duration::from_secs(86_400 * 
 pub(crate) struct Driver<K, V> {
     wheel: Wheel<K, V>,
     rx: mpsc::Receiver<Command<K, V>>,
+    /// Sleeps, in a wheel of their own so they never meet the user's keys.
+    sleeps: Wheel<u64, Waiter>,
+    sleep_rx: mpsc::UnboundedReceiver<SleepCommand>,
+    sleep_batch: Vec<SleepCommand>,
     shared: Arc<Shared<K, V>>,
     clock: Clock,
     batch: Vec<Command<K, V>>,
@@ -59,6 +64,8 @@ type StopReply<K, V> = tokio::sync::oneshot::Sender<Vec<(K, V)>>;
 /// What one turn of the loop saw.
 enum Turn {
     Commands,
+    Sleeps,
+    SleepHandlesGone,
     HandlesGone,
     Clock,
     Yielded,
@@ -71,12 +78,16 @@ where
 {
     pub(crate) fn new(
         rx: mpsc::Receiver<Command<K, V>>,
+        sleep_rx: mpsc::UnboundedReceiver<SleepCommand>,
         shared: Arc<Shared<K, V>>,
         clock: Clock,
     ) -> Self {
         Driver {
             wheel: Wheel::new(),
             rx,
+            sleeps: Wheel::new(),
+            sleep_rx,
+            sleep_batch: Vec::with_capacity(COMMAND_BATCH),
             clock,
             batch: Vec::with_capacity(COMMAND_BATCH),
             stats: Stats::default(),
@@ -91,9 +102,13 @@ where
         tokio::pin!(sleep);
         let mut armed: Option<u64> = None;
         let mut open = true;
+        let mut sleeps_open = true;
         loop {
             // Commands already queued were stamped before now: apply them
             // before the clock moves the wheel past their deadlines.
+            if sleeps_open {
+                let _ = self.take_queued_sleeps();
+            }
             if open && self.take_queued() {
                 if let Some(reply) = self.apply_batch() {
                     self.stop(reply).await;
@@ -101,15 +116,21 @@ where
                 }
             }
             self.fire_due();
-            if !open && (self.wheel.is_empty() || !self.shared.receiver_alive()) {
+            // Every `Sleep` and `Interval` holds a sleep sender, so a closed
+            // sleep channel means nobody waits on the sleeps left.
+            if !open && !sleeps_open && (self.wheel.is_empty() || !self.shared.receiver_alive()) {
                 debug!(
                     dropped = self.wheel.len(),
                     "every handle dropped and nothing left to deliver; driver exiting"
                 );
                 break;
             }
-            let busy = self.wheel.has_due();
-            match self.wheel.next_expiration() {
+            let busy = self.wheel.has_due() || self.sleeps.has_due();
+            let next = match (self.wheel.next_expiration(), self.sleeps.next_expiration()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            match next {
                 Some(tick) if !busy => {
                     if armed != Some(tick) {
                         let at = self
@@ -127,6 +148,9 @@ where
                 n = self.rx.recv_many(&mut self.batch, COMMAND_BATCH), if open => {
                     if n == 0 { Turn::HandlesGone } else { Turn::Commands }
                 }
+                n = self.sleep_rx.recv_many(&mut self.sleep_batch, COMMAND_BATCH), if sleeps_open => {
+                    if n == 0 { Turn::SleepHandlesGone } else { Turn::Sleeps }
+                }
                 () = &mut sleep, if armed.is_some() => Turn::Clock,
                 () = tokio::task::yield_now(), if busy => Turn::Yielded,
             };
@@ -137,6 +161,8 @@ where
                         return;
                     }
                 }
+                Turn::Sleeps => self.apply_sleeps(),
+                Turn::SleepHandlesGone => sleeps_open = false,
                 Turn::HandlesGone => {
                     debug!(pending = self.wheel.len(), "every handle dropped");
                     open = false;
@@ -160,6 +186,37 @@ where
             }
         }
         !self.batch.is_empty()
+    }
+
+    /// Applies the sleep commands waiting in their channel, up to a batch;
+    /// returns whether there were any.
+    fn take_queued_sleeps(&mut self) -> bool {
+        while self.sleep_batch.len() < COMMAND_BATCH {
+            match self.sleep_rx.try_recv() {
+                Ok(command) => self.sleep_batch.push(command),
+                Err(_) => break,
+            }
+        }
+        let any = !self.sleep_batch.is_empty();
+        self.apply_sleeps();
+        any
+    }
+
+    fn apply_sleeps(&mut self) {
+        let mut batch = std::mem::take(&mut self.sleep_batch);
+        for command in batch.drain(..) {
+            match command {
+                SleepCommand::Register { id, when, waiter } => {
+                    // Ids are unique; at capacity the waiter is dropped,
+                    // which completes its sleep with a closed error.
+                    let _ = self.sleeps.insert(id, waiter, when);
+                }
+                SleepCommand::Cancel { id } => {
+                    self.sleeps.remove(&id);
+                }
+            }
+        }
+        self.sleep_batch = batch;
     }
 
     /// Applies the batch in order. A `Stop` in it is returned after every
@@ -201,13 +258,16 @@ where
                 let _ = reply.send(all);
             }
             Command::Stats { reply } => {
-                // Report the state as of now: what is due has fired.
+                // Report the state as of now: every sleep made before this
+                // call is counted, and what is due has fired.
+                while self.take_queued_sleeps() {}
                 self.fire_due();
-                while self.wheel.has_due() {
+                while self.wheel.has_due() || self.sleeps.has_due() {
                     self.fire_due();
                 }
                 let _ = reply.send(Stats {
                     pending: self.wheel.len(),
+                    sleeps: self.sleeps.len(),
                     ..self.stats
                 });
             }
@@ -220,6 +280,13 @@ where
     /// queued, and replies with every timer still pending.
     async fn stop(&mut self, reply: StopReply<K, V>) {
         self.rx.close();
+        // Pending and late sleeps complete with a closed error as their
+        // waiters are dropped.
+        self.sleep_rx.close();
+        while self.sleep_rx.try_recv().is_ok() {}
+        let mut sleeps = Vec::new();
+        self.sleeps.drain_into(&mut sleeps);
+        drop(sleeps);
         // After `close`, `recv_many` returns what is buffered, then 0.
         while self.rx.recv_many(&mut self.batch, COMMAND_BATCH).await > 0 {
             // A second `stop` learns "closed" from its dropped reply.
@@ -237,6 +304,15 @@ where
     fn fire_due(&mut self) {
         let now = self.clock.now_tick(Instant::now());
         self.wheel.advance(now);
+        self.sleeps.advance(now);
+        let mut woken = 0;
+        while woken < FIRE_BATCH {
+            let Some((_, waiter, _)) = self.sleeps.pop_due() else {
+                break;
+            };
+            waiter.fire();
+            woken += 1;
+        }
         if !self.wheel.has_due() {
             return;
         }

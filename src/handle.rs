@@ -9,11 +9,15 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::builder::Builder;
+use crate::callback::CallbackCtl;
 use crate::clock::Clock;
 use crate::command::Command;
 use crate::error::Error;
+use crate::interval::Interval;
+use crate::sleep::{Sleep, SleepHandle};
 use crate::stats::Stats;
 use crate::stream::{Expirations, Shared};
+use crate::timeout::Timeout;
 
 /// A handle to a timing wheel run by its own Tokio task.
 ///
@@ -64,16 +68,20 @@ use crate::stream::{Expirations, Shared};
 /// ```
 pub struct TimingWheel<K, V> {
     tx: mpsc::Sender<Command<K, V>>,
+    sleeps: SleepHandle,
     shared: Arc<Shared<K, V>>,
     clock: Clock,
+    callbacks: Option<Arc<CallbackCtl<K, V>>>,
 }
 
 impl<K, V> Clone for TimingWheel<K, V> {
     fn clone(&self) -> Self {
         TimingWheel {
             tx: self.tx.clone(),
+            sleeps: self.sleeps.clone(),
             shared: Arc::clone(&self.shared),
             clock: self.clock,
+            callbacks: self.callbacks.clone(),
         }
     }
 }
@@ -141,10 +149,154 @@ where
 
     pub(crate) fn new_handle(
         tx: mpsc::Sender<Command<K, V>>,
+        sleeps: SleepHandle,
         shared: Arc<Shared<K, V>>,
         clock: Clock,
     ) -> Self {
-        TimingWheel { tx, shared, clock }
+        TimingWheel {
+            tx,
+            sleeps,
+            shared,
+            clock,
+            callbacks: None,
+        }
+    }
+
+    pub(crate) fn with_callbacks(mut self, ctl: Arc<CallbackCtl<K, V>>) -> Self {
+        self.callbacks = Some(ctl);
+        self
+    }
+
+    /// A future that completes `delay` from now (never before, within one
+    /// tick after), on this wheel: no task and no runtime timer per sleep.
+    /// It resolves to `Err` with [`Error::is_closed`] at once if the wheel
+    /// stops first. See [`Sleep`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let (wheel, _expired) = TimingWheel::<u32, ()>::new();
+    /// let start = Instant::now();
+    /// wheel.sleep(Duration::from_secs(3)).await.unwrap();
+    /// assert_eq!(start.elapsed(), Duration::from_secs(3));
+    /// # }
+    /// ```
+    pub fn sleep(&self, delay: Duration) -> Sleep {
+        self.sleeps.sleep(delay)
+    }
+
+    /// Like [`sleep`](Self::sleep), until an instant. A deadline already
+    /// past completes at once.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let (wheel, _expired) = TimingWheel::<u32, ()>::new();
+    /// let deadline = Instant::now() + Duration::from_millis(20);
+    /// wheel.sleep_until(deadline).await.unwrap();
+    /// assert!(Instant::now() >= deadline);
+    /// # }
+    /// ```
+    pub fn sleep_until(&self, deadline: Instant) -> Sleep {
+        self.sleeps.sleep_until(deadline)
+    }
+
+    /// Runs `future` with a deadline `delay` from now, like
+    /// `tokio::time::timeout`, on this wheel. See [`Timeout`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let (wheel, _expired) = TimingWheel::<u32, ()>::new();
+    /// let slow = tokio::time::sleep(Duration::from_secs(10));
+    /// assert!(wheel.timeout(Duration::from_secs(1), slow).await.is_err());
+    /// # }
+    /// ```
+    pub fn timeout<F: std::future::Future>(&self, delay: Duration, future: F) -> Timeout<F> {
+        Timeout::new(future, self.sleeps.sleep(delay))
+    }
+
+    /// Like [`timeout`](Self::timeout), with an absolute deadline.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let (wheel, _expired) = TimingWheel::<u32, ()>::new();
+    /// let deadline = Instant::now() + Duration::from_secs(1);
+    /// assert_eq!(wheel.timeout_at(deadline, async { "done" }).await, Ok("done"));
+    /// # }
+    /// ```
+    pub fn timeout_at<F: std::future::Future>(&self, deadline: Instant, future: F) -> Timeout<F> {
+        Timeout::new(future, self.sleeps.sleep_until(deadline))
+    }
+
+    /// A stream of ticks every `period`, the first at once. See
+    /// [`Interval`]. A period shorter than the wheel's tick is raised to
+    /// one tick.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let (wheel, _expired) = TimingWheel::<u32, ()>::new();
+    /// let start = Instant::now();
+    /// let mut interval = wheel.interval(Duration::from_secs(1));
+    /// interval.tick().await; // at once
+    /// interval.tick().await;
+    /// assert_eq!(start.elapsed(), Duration::from_secs(1));
+    /// # }
+    /// ```
+    pub fn interval(&self, period: Duration) -> Interval {
+        Interval::new(self.sleeps.clone(), Instant::now(), period)
+    }
+
+    /// Like [`interval`](Self::interval), with the first tick at `start`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let (wheel, _expired) = TimingWheel::<u32, ()>::new();
+    /// let start = Instant::now() + Duration::from_secs(5);
+    /// let mut interval = wheel.interval_at(start, Duration::from_secs(1));
+    /// assert_eq!(interval.tick().await, Some(start));
+    /// # }
+    /// ```
+    pub fn interval_at(&self, start: Instant, period: Duration) -> Interval {
+        Interval::new(self.sleeps.clone(), start, period)
     }
 
     /// The wheel's tick.
@@ -465,9 +617,16 @@ where
     /// # }
     /// ```
     pub async fn stop(&self) -> Result<Vec<(K, V)>, Error> {
+        if let Some(callbacks) = &self.callbacks {
+            callbacks.begin_stop();
+        }
         let (reply, rx) = oneshot::channel();
         self.send(Command::Stop { reply }).await?;
-        rx.await.map_err(|_| Error::closed())
+        let mut pending = rx.await.map_err(|_| Error::closed())?;
+        if let Some(callbacks) = &self.callbacks {
+            pending.extend(callbacks.finish_stop().await);
+        }
+        Ok(pending)
     }
 
     /// The driver's counters, after it has fired every timer already due.
@@ -498,7 +657,17 @@ where
     pub async fn stats(&self) -> Result<Stats, Error> {
         let (reply, rx) = oneshot::channel();
         self.send(Command::Stats { reply }).await?;
-        rx.await.map_err(|_| Error::closed())
+        let mut stats = rx.await.map_err(|_| Error::closed())?;
+        if let Some(callbacks) = &self.callbacks {
+            let c = &callbacks.counters;
+            let load =
+                |n: &std::sync::atomic::AtomicU64| n.load(std::sync::atomic::Ordering::Relaxed);
+            stats.callbacks_running = load(&c.running);
+            stats.callbacks_completed = load(&c.completed);
+            stats.callbacks_timed_out = load(&c.timed_out);
+            stats.callbacks_panicked = load(&c.panicked);
+        }
+        Ok(stats)
     }
 
     async fn send_set(&self, key: K, value: V, when: u64) -> Result<(), Error> {

@@ -76,19 +76,27 @@
 #![doc(test(no_crate_inject, attr(deny(warnings, rust_2018_idioms))))]
 
 mod builder;
+mod callback;
 mod clock;
 mod command;
 mod driver;
 mod error;
 mod expired;
 mod handle;
+mod interval;
+mod sleep;
 mod stats;
 mod stream;
+mod timeout;
 mod wheel;
 
 pub use builder::{Builder, DEFAULT_COMMAND_CAPACITY, DEFAULT_TICK};
+pub use callback::{DEFAULT_CALLBACK_TIMEOUT, DEFAULT_MAX_CONCURRENCY};
 pub use error::Error;
 pub use expired::Expired;
 pub use handle::TimingWheel;
+pub use interval::{Interval, MissedTicks};
+pub use sleep::Sleep;
 pub use stats::Stats;
 pub use stream::Expirations;
+pub use timeout::{Elapsed, Timeout};

@@ -32,4 +32,14 @@ pub struct Stats {
     pub wakeups: u64,
     /// Timers that expired after the stream was dropped, and were dropped.
     pub discarded: u64,
+    /// Pending [`Sleep`](crate::Sleep)s (timeouts and intervals included).
+    pub sleeps: usize,
+    /// Callbacks running now (callback mode only).
+    pub callbacks_running: u64,
+    /// Callbacks that finished within their timeout (callback mode only).
+    pub callbacks_completed: u64,
+    /// Callbacks cancelled at their timeout (callback mode only).
+    pub callbacks_timed_out: u64,
+    /// Callbacks that panicked; the panic was caught (callback mode only).
+    pub callbacks_panicked: u64,
 }

@@ -1,0 +1,172 @@
+//! Intervals on the wheel.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::stream::{FusedStream, Stream};
+use tokio::time::Instant;
+
+use crate::sleep::{Sleep, SleepHandle};
+
+/// What an [`Interval`] does when ticks were missed (the consumer or the
+/// runtime was busy past one or more tick instants).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tokio_timing_wheel::{MissedTicks, TimingWheel};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let (wheel, _expired) = TimingWheel::<u32, ()>::new();
+/// let interval = wheel
+///     .interval(Duration::from_millis(100))
+///     .missed_ticks(MissedTicks::Skip);
+/// assert_eq!(interval.period(), Duration::from_millis(100));
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MissedTicks {
+    /// Yield the missed ticks at once, one after another, to catch up with
+    /// the original schedule (the default, as in `tokio::time::Interval`).
+    #[default]
+    Burst,
+    /// Yield one tick now and schedule the next a whole period after now:
+    /// the schedule shifts later.
+    Delay,
+    /// Yield one tick now and skip the missed ones: the next tick is the
+    /// next instant of the original schedule after now.
+    Skip,
+}
+
+/// A stream of ticks a fixed period apart on a [`TimingWheel`], created by
+/// [`TimingWheel::interval`] and [`TimingWheel::interval_at`].
+///
+/// Each item is the instant the tick was scheduled for; no tick is yielded
+/// before its instant. The first tick is at the start instant (at once, for
+/// [`TimingWheel::interval`]). The stream ends if the wheel stops.
+///
+/// [`TimingWheel`]: crate::TimingWheel
+/// [`TimingWheel::interval`]: crate::TimingWheel::interval
+/// [`TimingWheel::interval_at`]: crate::TimingWheel::interval_at
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use futures::StreamExt;
+/// use tokio::time::Instant;
+/// use tokio_timing_wheel::TimingWheel;
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let (wheel, _expired) = TimingWheel::<u32, ()>::new();
+/// let start = Instant::now();
+/// let ticks: Vec<Instant> = wheel.interval(Duration::from_millis(10)).take(3).collect().await;
+/// assert_eq!(ticks, [start, start + Duration::from_millis(10), start + Duration::from_millis(20)]);
+/// # }
+/// ```
+#[must_use = "streams do nothing unless polled"]
+pub struct Interval {
+    handle: SleepHandle,
+    sleep: Option<Sleep>,
+    next: Instant,
+    period: Duration,
+    missed: MissedTicks,
+}
+
+impl Interval {
+    pub(crate) fn new(handle: SleepHandle, start: Instant, period: Duration) -> Self {
+        // A zero period would tick without end at one instant.
+        let period = period.max(handle.clock().tick());
+        let sleep = handle.sleep_until(start);
+        Interval {
+            handle,
+            sleep: Some(sleep),
+            next: start,
+            period,
+            missed: MissedTicks::default(),
+        }
+    }
+
+    /// Sets what to do about missed ticks (default [`MissedTicks::Burst`]).
+    pub fn missed_ticks(mut self, missed: MissedTicks) -> Self {
+        self.missed = missed;
+        self
+    }
+
+    /// The period between ticks (at least one tick of the wheel).
+    pub fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// Waits for the next tick; `None` if the wheel has stopped.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a tick is consumed only when this returns it.
+    pub async fn tick(&mut self) -> Option<Instant> {
+        std::future::poll_fn(|cx| Pin::new(&mut *self).poll_next(cx)).await
+    }
+
+    /// The instant after `tick` per the missed-tick policy, seen at `now`.
+    fn following(&self, tick: Instant, now: Instant) -> Instant {
+        let next = tick + self.period;
+        if next > now {
+            return next;
+        }
+        match self.missed {
+            MissedTicks::Burst => next,
+            MissedTicks::Delay => now + self.period,
+            MissedTicks::Skip => {
+                let behind = now.duration_since(tick).as_nanos() / self.period.as_nanos();
+                let periods = u32::try_from(behind + 1).unwrap_or(u32::MAX);
+                tick + self.period * periods
+            }
+        }
+    }
+}
+
+impl Stream for Interval {
+    type Item = Instant;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Instant>> {
+        let Some(sleep) = self.sleep.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match Pin::new(sleep).poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(_)) => {
+                self.sleep = None;
+                Poll::Ready(None)
+            }
+            Poll::Ready(Ok(())) => {
+                let tick = self.next;
+                self.next = self.following(tick, Instant::now());
+                let sleep = self.handle.sleep_until(self.next);
+                self.sleep = Some(sleep);
+                Poll::Ready(Some(tick))
+            }
+        }
+    }
+}
+
+impl FusedStream for Interval {
+    fn is_terminated(&self) -> bool {
+        self.sleep.is_none()
+    }
+}
+
+impl fmt::Debug for Interval {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Interval")
+            .field("next", &self.next)
+            .field("period", &self.period)
+            .field("missed", &self.missed)
+            .finish()
+    }
+}

@@ -1,0 +1,205 @@
+//! Callback mode: a user function per expired timer, run off the driver's
+//! task with a timeout and a concurrency limit. Paused clock throughout.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_timing_wheel::TimingWheel;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+type Log = Arc<Mutex<Vec<(u32, Duration)>>>;
+
+/// Records (key, time since `start`) when each callback starts.
+fn recorder(
+    start: Instant,
+) -> (
+    Log,
+    impl Fn(u32, u64) -> futures::future::BoxFuture<'static, ()> + Send + Sync,
+) {
+    let log: Log = Arc::default();
+    let sink = Arc::clone(&log);
+    let callback = move |key: u32, work_ms: u64| -> futures::future::BoxFuture<'static, ()> {
+        sink.lock().unwrap().push((key, start.elapsed()));
+        Box::pin(async move {
+            if work_ms == u64::MAX {
+                panic!("callback {key} panicked on purpose");
+            }
+            tokio::time::sleep(ms(work_ms)).await;
+        })
+    };
+    (log, callback)
+}
+
+#[tokio::test(start_paused = true)]
+async fn callbacks_run_in_order_and_a_slow_one_delays_nobody() {
+    let start = Instant::now();
+    let (log, callback) = recorder(start);
+    let wheel = TimingWheel::builder()
+        .callback_timeout(Duration::from_secs(600))
+        .build_with_callback(callback);
+    wheel.set_timer(1, 300_000, ms(10)).await.unwrap(); // works for five minutes
+    for key in 2..=5u32 {
+        wheel
+            .set_timer(key, 0, ms(u64::from(key) * 10))
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(ms(100)).await;
+    // Commands are still answered while the slow callback runs.
+    assert_eq!(wheel.remove_timer(9).await.unwrap(), None);
+    let log = log.lock().unwrap().clone();
+    assert_eq!(
+        log,
+        [
+            (1, ms(10)),
+            (2, ms(20)),
+            (3, ms(30)),
+            (4, ms(40)),
+            (5, ms(50))
+        ]
+    );
+    let stats = wheel.stats().await.unwrap();
+    assert_eq!((stats.callbacks_running, stats.callbacks_completed), (1, 4));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_callback_past_its_timeout_is_cancelled_and_counted() {
+    struct Guard(Arc<AtomicUsize>);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&dropped);
+    let wheel = TimingWheel::builder()
+        .callback_timeout(ms(50))
+        .build_with_callback(move |_key: u32, work_ms: u64| {
+            let guard = Guard(Arc::clone(&seen));
+            async move {
+                tokio::time::sleep(ms(work_ms)).await;
+                drop(guard);
+            }
+        });
+    wheel.set_timer(1, 10_000, ms(1)).await.unwrap(); // hangs past its timeout
+    wheel.set_timer(2, 10, ms(1)).await.unwrap();
+    tokio::time::sleep(ms(40)).await;
+    assert_eq!(wheel.stats().await.unwrap().callbacks_running, 1);
+    tokio::time::sleep(ms(20)).await;
+    let stats = wheel.stats().await.unwrap();
+    assert_eq!(stats.callbacks_timed_out, 1);
+    assert_eq!(stats.callbacks_completed, 1);
+    assert_eq!(stats.callbacks_running, 0);
+    // The hung callback was dropped (cancelled), not left running.
+    assert_eq!(dropped.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_callback_is_contained_and_the_wheel_keeps_working() {
+    let start = Instant::now();
+    let (log, callback) = recorder(start);
+    let wheel = TimingWheel::builder().build_with_callback(callback);
+    wheel.set_timer(1, u64::MAX, ms(10)).await.unwrap(); // panics
+    wheel.set_timer(2, 0, ms(20)).await.unwrap();
+    tokio::time::sleep(ms(30)).await;
+    wheel.set_timer(3, u64::MAX, ms(10)).await.unwrap(); // panics too
+    wheel.set_timer(4, 0, ms(20)).await.unwrap();
+    tokio::time::sleep(ms(30)).await;
+    let stats = wheel.stats().await.unwrap();
+    assert_eq!(
+        (stats.callbacks_panicked, stats.callbacks_completed),
+        (2, 2)
+    );
+    let keys: Vec<u32> = log.lock().unwrap().iter().map(|(k, _)| *k).collect();
+    assert_eq!(keys, [1, 2, 3, 4]);
+    assert_eq!(log.lock().unwrap()[3], (4, ms(50)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn beyond_the_concurrency_limit_timers_wait_their_turn_in_order() {
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let (r, p, o) = (Arc::clone(&running), Arc::clone(&peak), Arc::clone(&order));
+    let wheel = TimingWheel::builder()
+        .max_concurrency(3)
+        .build_with_callback(move |key: u32, _: ()| {
+            let (r, p, o) = (Arc::clone(&r), Arc::clone(&p), Arc::clone(&o));
+            async move {
+                let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                p.fetch_max(now, Ordering::SeqCst);
+                o.lock().unwrap().push(key);
+                tokio::time::sleep(ms(100)).await;
+                r.fetch_sub(1, Ordering::SeqCst);
+            }
+        });
+    for key in 0..20u32 {
+        wheel
+            .set_timer(key, (), ms(1 + u64::from(key % 2)))
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(ms(1_000)).await;
+    assert_eq!(peak.load(Ordering::SeqCst), 3);
+    let mut expected: Vec<u32> = (0..20).filter(|k| k % 2 == 0).collect();
+    expected.extend((0..20).filter(|k| k % 2 == 1));
+    assert_eq!(
+        *order.lock().unwrap(),
+        expected,
+        "none dropped, expiry order kept"
+    );
+    assert_eq!(wheel.stats().await.unwrap().callbacks_completed, 20);
+}
+
+#[tokio::test(start_paused = true)]
+async fn stop_waits_for_running_callbacks_and_returns_what_never_ran() {
+    let finished = Arc::new(AtomicUsize::new(0));
+    let done = Arc::clone(&finished);
+    let wheel = TimingWheel::builder()
+        .max_concurrency(1)
+        .callback_timeout(Duration::from_secs(1))
+        .build_with_callback(move |_key: u32, work_ms: u64| {
+            let done = Arc::clone(&done);
+            async move {
+                tokio::time::sleep(ms(work_ms)).await;
+                done.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+    wheel.set_timer(1, 200, ms(1)).await.unwrap(); // running at stop
+    wheel.set_timer(2, 0, ms(2)).await.unwrap(); // expired, waits for the permit
+    wheel
+        .set_timer(3, 0, Duration::from_secs(60))
+        .await
+        .unwrap(); // pending
+    tokio::time::sleep(ms(10)).await;
+    let start = Instant::now();
+    let mut left = wheel.stop().await.unwrap();
+    left.sort_unstable();
+    assert_eq!(left, [(2, 0), (3, 0)]);
+    // It waited for the running callback, which finished.
+    assert_eq!(finished.load(Ordering::SeqCst), 1);
+    assert!(
+        start.elapsed() >= ms(190),
+        "stop returned after {:?}",
+        start.elapsed()
+    );
+    assert!(wheel.stop().await.unwrap_err().is_closed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn stop_waits_no_longer_than_the_callback_timeout() {
+    let wheel = TimingWheel::builder()
+        .callback_timeout(ms(300))
+        .build_with_callback(|_key: u32, _: ()| std::future::pending::<()>());
+    wheel.set_timer(1, (), ms(1)).await.unwrap();
+    tokio::time::sleep(ms(10)).await;
+    let start = Instant::now();
+    assert_eq!(wheel.stop().await.unwrap(), []);
+    let waited = start.elapsed();
+    assert!(waited <= ms(300), "stop waited {waited:?}");
+}

@@ -1,0 +1,258 @@
+//! Sleeps, timeouts and intervals on the wheel, under Tokio's paused clock.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::time::{advance, Instant};
+use tokio_test::{assert_pending, assert_ready, task};
+use tokio_timing_wheel::{Elapsed, Interval, MissedTicks, Sleep, Timeout, TimingWheel};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Lets the driver catch up with the clock (see `stats`).
+async fn settle(wheel: &TimingWheel<u32, u32>) {
+    wheel.stats().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sleep_completes_at_its_deadline_not_before() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    let mut sleep = task::spawn(wheel.sleep(ms(100)));
+    assert_pending!(sleep.poll());
+    advance(ms(99)).await;
+    settle(&wheel).await;
+    assert_pending!(sleep.poll());
+    assert!(!sleep.is_woken());
+    advance(ms(1)).await;
+    settle(&wheel).await;
+    assert!(sleep.is_woken());
+    assert_ready!(sleep.poll()).unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn sleep_until_a_past_deadline_completes_at_once() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    advance(ms(50)).await;
+    let start = Instant::now();
+    wheel.sleep_until(start - ms(10)).await.unwrap();
+    wheel.sleep(Duration::ZERO).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn sleeps_do_not_touch_the_key_space() {
+    let (wheel, mut expired) = TimingWheel::<u32, u32>::new();
+    // Keyed timers 0 and 1 beside sleeps that got ids 0 and 1.
+    let first = wheel.sleep(ms(10));
+    let second = wheel.sleep(ms(20));
+    wheel.set_timer(0, 100, ms(15)).await.unwrap();
+    wheel.set_timer(1, 101, ms(30)).await.unwrap();
+    assert_eq!(wheel.remove_timer(1).await.unwrap(), Some(101));
+    first.await.unwrap();
+    assert_eq!(expired.next().await.unwrap().into_parts(), (0, 100));
+    second.await.unwrap();
+    let stats = wheel.stats().await.unwrap();
+    assert_eq!((stats.pending, stats.sleeps, stats.fired), (0, 0, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_a_sleep_frees_its_entry_without_a_reply() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    let sleeps: Vec<Sleep> = (0..10_000).map(|i| wheel.sleep(ms(1_000 + i))).collect();
+    assert_eq!(wheel.stats().await.unwrap().sleeps, 10_000);
+    drop(sleeps);
+    assert_eq!(wheel.stats().await.unwrap().sleeps, 0);
+    // Nothing fires afterwards and the driver does not wake for them.
+    advance(Duration::from_secs(60)).await;
+    assert_eq!(wheel.stats().await.unwrap().wakeups, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn many_thousands_of_pending_sleeps_each_complete_on_time() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    let start = Instant::now();
+    let waits = (0..5_000u64).map(|i| {
+        let sleep = wheel.sleep(ms(i % 1_000 + 1));
+        async move {
+            sleep.await.unwrap();
+            (i, start.elapsed())
+        }
+    });
+    for (i, took) in futures::future::join_all(waits).await {
+        assert_eq!(took, ms(i % 1_000 + 1), "sleep {i}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sleep_on_a_stopped_wheel_resolves_promptly_with_an_error() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    let mut pending = task::spawn(wheel.sleep(Duration::from_secs(3600)));
+    assert_pending!(pending.poll());
+    wheel.stop().await.unwrap();
+    assert!(pending.is_woken());
+    assert!(assert_ready!(pending.poll()).unwrap_err().is_closed());
+    // A sleep made after the stop does not wait either.
+    let start = Instant::now();
+    assert!(wheel
+        .sleep(Duration::from_secs(3600))
+        .await
+        .unwrap_err()
+        .is_closed());
+    assert_eq!(start.elapsed(), Duration::ZERO);
+}
+
+#[test]
+fn a_sleep_resolves_when_the_runtime_shuts_down() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let (sleep, wheel) = rt.block_on(async {
+        let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+        let sleep = wheel.sleep(Duration::from_secs(3600));
+        tokio::task::yield_now().await; // the driver registers it
+        (sleep, wheel)
+    });
+    drop(rt);
+    let err = futures::executor::block_on(sleep).unwrap_err();
+    assert!(err.is_closed());
+    drop(wheel);
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeout_returns_the_output_or_elapsed() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    assert_eq!(wheel.timeout(ms(10), async { 5 }).await, Ok(5));
+
+    let start = Instant::now();
+    let slow = tokio::time::sleep(ms(500));
+    let err = wheel.timeout(ms(100), slow).await.unwrap_err();
+    assert!(!err.is_wheel_closed());
+    assert_eq!(start.elapsed(), ms(100));
+
+    let deadline = Instant::now() + ms(40);
+    let ok = wheel.timeout_at(deadline, tokio::time::sleep(ms(39))).await;
+    assert!(ok.is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeout_checks_its_deadline_only_after_the_future() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    let mut timeout = task::spawn(wheel.timeout(ms(10), tokio::time::sleep(ms(10))));
+    assert_pending!(timeout.poll());
+    advance(ms(10)).await;
+    settle(&wheel).await;
+    // Both are ready: the inner future wins.
+    assert_eq!(assert_ready!(timeout.poll()), Ok(()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeout_on_a_stopped_wheel_fails_at_once() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    let mut timeout =
+        task::spawn(wheel.timeout(Duration::from_secs(60), std::future::pending::<()>()));
+    assert_pending!(timeout.poll());
+    wheel.stop().await.unwrap();
+    let err: Elapsed = assert_ready!(timeout.poll()).unwrap_err();
+    assert!(err.is_wheel_closed());
+    assert_eq!(err.to_string(), "timing wheel stopped before the deadline");
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_a_timeout_cancels_its_sleep() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    let timeout = wheel.timeout(Duration::from_secs(60), std::future::pending::<()>());
+    assert_eq!(wheel.stats().await.unwrap().sleeps, 1);
+    let inner = timeout.into_inner();
+    drop(inner);
+    assert_eq!(wheel.stats().await.unwrap().sleeps, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_interval_ticks_on_schedule() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    let start = Instant::now();
+    let ticks: Vec<Duration> = wheel
+        .interval(ms(250))
+        .take(5)
+        .map(|t| t - start)
+        .collect()
+        .await;
+    assert_eq!(ticks, [ms(0), ms(250), ms(500), ms(750), ms(1000)]);
+}
+
+async fn ticks_after_a_stall(wheel: &TimingWheel<u32, u32>, missed: MissedTicks) -> Vec<Duration> {
+    let start = Instant::now();
+    let mut interval: Interval = wheel.interval(ms(100)).missed_ticks(missed);
+    let mut seen = vec![interval.tick().await.unwrap() - start];
+    // The consumer stalls for 350 ms: ticks at 100, 200 and 300 are missed.
+    advance(ms(350)).await;
+    for _ in 0..4 {
+        let tick = interval.tick().await.unwrap();
+        seen.push(tick - start);
+        assert!(Instant::now() >= tick, "tick {tick:?} yielded early");
+    }
+    seen
+}
+
+#[tokio::test(start_paused = true)]
+async fn missed_ticks_burst_by_default() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    let seen = ticks_after_a_stall(&wheel, MissedTicks::default()).await;
+    assert_eq!(seen, [ms(0), ms(100), ms(200), ms(300), ms(400)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn missed_ticks_delay_shifts_the_schedule() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    let seen = ticks_after_a_stall(&wheel, MissedTicks::Delay).await;
+    assert_eq!(seen, [ms(0), ms(100), ms(450), ms(550), ms(650)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn missed_ticks_skip_keeps_the_original_grid() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    let seen = ticks_after_a_stall(&wheel, MissedTicks::Skip).await;
+    assert_eq!(seen, [ms(0), ms(100), ms(400), ms(500), ms(600)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_interval_ends_when_the_wheel_stops() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    let mut interval = wheel.interval(ms(10));
+    assert!(interval.tick().await.is_some());
+    wheel.stop().await.unwrap();
+    assert_eq!(interval.tick().await, None);
+    assert_eq!(interval.next().await, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_zero_period_is_raised_to_one_tick() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    let interval = wheel.interval(Duration::ZERO);
+    assert_eq!(interval.period(), ms(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn pending_sleeps_keep_the_driver_alive_after_the_handles_go() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    let sleep = wheel.sleep(ms(500));
+    drop(wheel);
+    let start = Instant::now();
+    sleep.await.unwrap();
+    assert_eq!(start.elapsed(), ms(500));
+}
+
+#[test]
+fn futures_have_the_documented_auto_traits() {
+    fn send_sync_unpin<T: Send + Sync + Unpin>() {}
+    fn send<T: Send>() {}
+    fn error<T: std::error::Error + Send + Sync + 'static>() {}
+    send_sync_unpin::<Sleep>();
+    send_sync_unpin::<Interval>();
+    send_sync_unpin::<Timeout<std::future::Ready<u8>>>();
+    send::<Timeout<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>>();
+    error::<Elapsed>();
+}
