@@ -59,6 +59,18 @@ impl Default for Builder {
 
 impl Builder {
     /// A builder with the defaults: 1 ms tick, 1024 queued commands.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tokio_timing_wheel::{Builder, DEFAULT_TICK};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (wheel, _expired) = Builder::new().build::<u8, ()>();
+    /// assert_eq!(wheel.tick(), DEFAULT_TICK);
+    /// # }
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
@@ -68,6 +80,21 @@ impl Builder {
     ///
     /// Values below 1 ms are raised to 1 ms: `tokio::time` cannot sleep
     /// more finely, so a finer tick would only cost wake-ups.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (wheel, _expired) = TimingWheel::builder()
+    ///     .tick(Duration::from_micros(10))
+    ///     .build::<u8, ()>();
+    /// assert_eq!(wheel.tick(), Duration::from_millis(1));
+    /// # }
+    /// ```
     pub fn tick(mut self, tick: Duration) -> Self {
         self.tick = tick.max(DEFAULT_TICK);
         self
@@ -78,6 +105,20 @@ impl Builder {
     /// Zero is raised to 1.
     ///
     /// [`Error::is_full`]: crate::Error::is_full
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (wheel, _expired) = TimingWheel::builder().command_capacity(0).build();
+    /// wheel.try_set_timer(1u8, (), Duration::from_secs(1)).unwrap();
+    /// assert!(wheel.try_set_timer(2, (), Duration::from_secs(1)).unwrap_err().is_full());
+    /// # }
+    /// ```
     pub fn command_capacity(mut self, capacity: usize) -> Self {
         self.command_capacity = capacity.max(1);
         self
@@ -87,7 +128,8 @@ impl Builder {
     /// past it, the callback is cancelled and counted in
     /// [`Stats::callbacks_timed_out`](crate::Stats::callbacks_timed_out).
     /// Also bounds how long [`TimingWheel::stop`] waits for running
-    /// callbacks.
+    /// callbacks. See [`build_with_callback`](Self::build_with_callback)
+    /// for an example.
     pub fn callback_timeout(mut self, timeout: Duration) -> Self {
         self.callback_timeout = timeout;
         self
@@ -95,7 +137,8 @@ impl Builder {
 
     /// In callback mode, how many callbacks may run at once (default 1024;
     /// zero is raised to 1). Expired timers beyond the limit wait their
-    /// turn, in order; none is dropped.
+    /// turn, in order; none is dropped. See
+    /// [`build_with_callback`](Self::build_with_callback) for an example.
     pub fn max_concurrency(mut self, limit: usize) -> Self {
         self.max_concurrency = limit.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         self
@@ -170,6 +213,20 @@ impl Builder {
     /// Panics if called outside a Tokio runtime, like `tokio::spawn`. The
     /// runtime needs its time driver enabled (`enable_time` or
     /// `enable_all`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let (wheel, mut expired) = TimingWheel::builder().build();
+    /// wheel.set_timer("job", 1u8, Duration::from_secs(1)).await.unwrap();
+    /// assert_eq!(expired.recv().await.unwrap().into_parts(), ("job", 1));
+    /// # }
+    /// ```
     pub fn build<K, V>(self) -> (TimingWheel<K, V>, Expirations<K, V>)
     where
         K: Eq + Hash + Clone + Send + 'static,

@@ -300,12 +300,39 @@ where
     }
 
     /// The wheel's tick.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (wheel, _expired) = TimingWheel::<u8, ()>::new();
+    /// assert_eq!(wheel.tick(), Duration::from_millis(1));
+    /// # }
+    /// ```
     pub fn tick(&self) -> Duration {
         self.clock.tick()
     }
 
     /// Whether the driver has stopped (every call would fail with
     /// [`Error::is_closed`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (wheel, _expired) = TimingWheel::<u8, ()>::new();
+    /// assert!(!wheel.is_closed());
+    /// wheel.stop().await.unwrap();
+    /// assert!(wheel.is_closed());
+    /// # }
+    /// ```
     pub fn is_closed(&self) -> bool {
         self.tx.is_closed()
     }

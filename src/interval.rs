@@ -109,6 +109,23 @@ impl Interval {
     /// # Cancel safety
     ///
     /// Cancel safe: a tick is consumed only when this returns it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let (wheel, _expired) = TimingWheel::<u8, ()>::new();
+    /// let start = Instant::now();
+    /// let mut interval = wheel.interval(Duration::from_millis(10));
+    /// assert_eq!(interval.tick().await, Some(start));
+    /// assert_eq!(interval.tick().await, Some(start + Duration::from_millis(10)));
+    /// # }
+    /// ```
     pub async fn tick(&mut self) -> Option<Instant> {
         std::future::poll_fn(|cx| Pin::new(&mut *self).poll_next(cx)).await
     }

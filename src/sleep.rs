@@ -166,6 +166,22 @@ pub struct Sleep {
 impl Sleep {
     /// The instant this sleep was asked to last until. It completes at this
     /// instant rounded up to the wheel's tick.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let (wheel, _expired) = TimingWheel::<u8, ()>::new();
+    /// let sleep = wheel.sleep(Duration::from_secs(2));
+    /// assert_eq!(sleep.deadline(), Instant::now() + Duration::from_secs(2));
+    /// assert!(!sleep.is_elapsed());
+    /// # }
+    /// ```
     pub fn deadline(&self) -> Instant {
         self.deadline
     }

@@ -128,11 +128,43 @@ impl<K, V> Expirations<K, V> {
     ///
     /// Cancel safe: if the future is dropped before it completes, no timer
     /// is lost; the next call yields it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let (wheel, mut expired) = TimingWheel::new();
+    /// wheel.set_timer(1u8, 'a', Duration::from_secs(1)).await.unwrap();
+    /// assert_eq!(expired.recv().await.unwrap().into_parts(), (1, 'a'));
+    /// wheel.stop().await.unwrap();
+    /// assert!(expired.recv().await.is_none());
+    /// # }
+    /// ```
     pub async fn recv(&mut self) -> Option<Expired<K, V>> {
         std::future::poll_fn(|cx| Pin::new(&mut *self).poll_next(cx)).await
     }
 
     /// Expired timers ready to be yielded without waiting.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let (wheel, expired) = TimingWheel::new();
+    /// wheel.set_timer(1u8, (), Duration::ZERO).await.unwrap();
+    /// wheel.set_timer(2u8, (), Duration::ZERO).await.unwrap();
+    /// wheel.stats().await.unwrap(); // the driver has fired what is due
+    /// assert_eq!(expired.ready_len(), 2);
+    /// # }
+    /// ```
     pub fn ready_len(&self) -> usize {
         self.buffer.len() + self.shared.lock().items.len()
     }
