@@ -11,6 +11,7 @@ use crate::callback::{self, DEFAULT_CALLBACK_TIMEOUT, DEFAULT_MAX_CONCURRENCY};
 use crate::clock::Clock;
 use crate::driver::Driver;
 use crate::handle::TimingWheel;
+use crate::limit::PendingLimit;
 use crate::sleep::SleepHandle;
 use crate::stream::{Expirations, Shared};
 
@@ -44,6 +45,7 @@ pub struct Builder {
     command_capacity: usize,
     callback_timeout: Duration,
     max_concurrency: usize,
+    max_pending: Option<usize>,
 }
 
 impl Default for Builder {
@@ -53,6 +55,7 @@ impl Default for Builder {
             command_capacity: DEFAULT_COMMAND_CAPACITY,
             callback_timeout: DEFAULT_CALLBACK_TIMEOUT,
             max_concurrency: DEFAULT_MAX_CONCURRENCY,
+            max_pending: None,
         }
     }
 }
@@ -121,6 +124,38 @@ impl Builder {
     /// ```
     pub fn command_capacity(mut self, capacity: usize) -> Self {
         self.command_capacity = capacity.max(1);
+        self
+    }
+
+    /// At most `limit` timers pending at once (default: no limit). Past it,
+    /// `set_timer` and its variants fail at once with
+    /// [`Error::is_at_capacity`](crate::Error::is_at_capacity), handing the
+    /// timer back, instead of growing memory. The count covers timers in the
+    /// wheel and `set_timer` calls still in the command channel; setting a
+    /// key that is already pending counts too, as the caller cannot know it
+    /// would replace. A place is free again once the driver has applied what
+    /// freed it (a `cancel_timer`, having no reply, frees it a moment after
+    /// it returns). Sleeps are not counted.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let (wheel, mut expired) = TimingWheel::builder().max_pending(2).build();
+    /// wheel.set_timer(1u8, (), Duration::from_secs(1)).await.unwrap();
+    /// wheel.set_timer(2, (), Duration::from_secs(1)).await.unwrap();
+    /// let err = wheel.set_timer(3, (), Duration::from_secs(1)).await.unwrap_err();
+    /// assert!(err.is_at_capacity());
+    /// expired.recv().await.unwrap(); // one fires: a place is free again
+    /// wheel.set_timer(3, (), Duration::from_secs(1)).await.unwrap();
+    /// # }
+    /// ```
+    pub fn max_pending(mut self, limit: usize) -> Self {
+        self.max_pending = Some(limit);
         self
     }
 
@@ -236,7 +271,7 @@ impl Builder {
             panic!("TimingWheel must be built inside a Tokio runtime (its driver is a Tokio task)")
         });
         let clock = Clock::new(Instant::now(), self.tick);
-        let shared = Arc::new(Shared::new());
+        let shared = Arc::new(Shared::new(self.max_pending.map(PendingLimit::new)));
         let (tx, rx) = mpsc::channel(self.command_capacity);
         let (sleep_tx, sleep_rx) = mpsc::unbounded_channel();
         let driver = Driver::new(rx, sleep_rx, Arc::clone(&shared), clock);

@@ -238,23 +238,31 @@ where
     /// Applies one command; a `Stop` is returned for the caller to run.
     fn apply(&mut self, command: Command<K, V>) -> Option<StopReply<K, V>> {
         match command {
-            Command::Set { key, value, when } => {
-                if let Err(AtCapacity(_, _)) = self.wheel.insert(key, value, when) {
+            Command::Set { key, value, when } => match self.wheel.insert(key, value, when) {
+                Ok(None) => {}
+                // A replacement adds no timer: its place goes back.
+                Ok(Some(_replaced)) => self.shared.release(1),
+                Err(AtCapacity(_, _)) => {
+                    self.shared.release(1);
                     error!("timing wheel holds u32::MAX - 1 timers; a new timer was dropped");
                 }
-            }
+            },
             Command::Move { key, when } => {
                 self.wheel.reschedule(&key, when);
             }
             Command::Remove { key, reply } => {
-                let _ = reply.send(self.wheel.remove(&key).map(|(_, value)| value));
+                let removed = self.wheel.remove(&key).map(|(_, value)| value);
+                self.shared.release(usize::from(removed.is_some()));
+                let _ = reply.send(removed);
             }
             Command::Cancel { key } => {
-                self.wheel.remove(&key);
+                let removed = self.wheel.remove(&key);
+                self.shared.release(usize::from(removed.is_some()));
             }
             Command::Drain { reply } => {
                 let mut all = Vec::new();
                 self.wheel.drain_into(&mut all);
+                self.shared.release(all.len());
                 let _ = reply.send(all);
             }
             Command::Stats { reply } => {
@@ -294,6 +302,7 @@ where
         }
         let mut pending = Vec::new();
         self.wheel.drain_into(&mut pending);
+        self.shared.release(pending.len());
         debug!(pending = pending.len(), "timing wheel driver stopped");
         self.shared.close();
         let _ = reply.send(pending);
@@ -332,11 +341,13 @@ where
             drop(queue);
             self.shared.wake();
             self.stats.fired += fired;
+            self.shared.release(fired as usize);
         } else {
             while fired < FIRE_BATCH as u64 && self.wheel.pop_due().is_some() {
                 fired += 1;
             }
             self.stats.discarded += fired;
+            self.shared.release(fired as usize);
         }
         if max_lag > LAG_TICKS {
             debug!(lag_ticks = max_lag, fired, "timers fired late");

@@ -39,6 +39,7 @@ enum Kind {
     Closed,
     Full,
     ReceiverDropped,
+    AtCapacity,
 }
 
 impl Error {
@@ -62,6 +63,10 @@ impl Error {
         value: V,
     ) -> Self {
         Self::with_timer(Kind::ReceiverDropped, key, value)
+    }
+
+    pub(crate) fn at_capacity_with<K: Send + 'static, V: Send + 'static>(key: K, value: V) -> Self {
+        Self::with_timer(Kind::AtCapacity, key, value)
     }
 
     pub(crate) fn receiver_dropped() -> Self {
@@ -97,6 +102,13 @@ impl Error {
         self.kind == Kind::ReceiverDropped
     }
 
+    /// The wheel holds as many timers as
+    /// [`Builder::max_pending`](crate::Builder::max_pending) allows, so a new
+    /// one was refused.
+    pub fn is_at_capacity(&self) -> bool {
+        self.kind == Kind::AtCapacity
+    }
+
     /// The key and value of the timer the failed call carried, if it carried
     /// one of these types.
     pub fn into_timer<K: 'static, V: 'static>(self) -> Option<(K, V)> {
@@ -123,6 +135,7 @@ impl fmt::Display for Error {
             Kind::Closed => "timing wheel has stopped",
             Kind::Full => "timing wheel command channel is full",
             Kind::ReceiverDropped => "timing wheel expiration stream was dropped",
+            Kind::AtCapacity => "timing wheel holds as many timers as it may",
         })
     }
 }

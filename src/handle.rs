@@ -432,21 +432,24 @@ where
     /// ```
     pub fn try_set_timer(&self, key: K, value: V, delay: Duration) -> Result<(), Error> {
         let when = self.clock.delay_tick(delay, Instant::now());
-        if !self.shared.receiver_alive() {
-            return Err(Error::receiver_dropped_with(key, value));
-        }
-        self.tx
-            .try_send(Command::Set { key, value, when })
-            .map_err(|err| match err {
-                mpsc::error::TrySendError::Full(command) => {
-                    let (key, value) = into_timer(command);
-                    Error::full_with(key, value)
-                }
-                mpsc::error::TrySendError::Closed(command) => {
-                    let (key, value) = into_timer(command);
-                    Error::closed_with(key, value)
-                }
-            })
+        self.admit(key, value).and_then(|(key, value)| {
+            self.tx
+                .try_send(Command::Set { key, value, when })
+                .map_err(|err| {
+                    self.shared.release(1);
+                    err
+                })
+                .map_err(|err| match err {
+                    mpsc::error::TrySendError::Full(command) => {
+                        let (key, value) = into_timer(command);
+                        Error::full_with(key, value)
+                    }
+                    mpsc::error::TrySendError::Closed(command) => {
+                        let (key, value) = into_timer(command);
+                        Error::closed_with(key, value)
+                    }
+                })
+        })
     }
 
     /// Moves the deadline of the pending timer for `key` to `delay` from
@@ -697,14 +700,27 @@ where
         Ok(stats)
     }
 
-    async fn send_set(&self, key: K, value: V, when: u64) -> Result<(), Error> {
+    /// Checks that a new timer may be sent, and takes its place under the
+    /// pending limit; hands the timer back if not.
+    fn admit(&self, key: K, value: V) -> Result<(K, V), Error> {
         if !self.shared.receiver_alive() {
             return Err(Error::receiver_dropped_with(key, value));
         }
+        if let Some(limit) = &self.shared.limit {
+            if !limit.try_reserve() {
+                return Err(Error::at_capacity_with(key, value));
+            }
+        }
+        Ok((key, value))
+    }
+
+    async fn send_set(&self, key: K, value: V, when: u64) -> Result<(), Error> {
+        let (key, value) = self.admit(key, value)?;
         self.tx
             .send(Command::Set { key, value, when })
             .await
             .map_err(|mpsc::error::SendError(command)| {
+                self.shared.release(1);
                 let (key, value) = into_timer(command);
                 Error::closed_with(key, value)
             })

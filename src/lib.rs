@@ -84,6 +84,7 @@ mod error;
 mod expired;
 mod handle;
 mod interval;
+mod limit;
 mod sleep;
 mod stats;
 mod stream;

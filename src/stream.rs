@@ -17,12 +17,15 @@ use futures::stream::{FusedStream, Stream};
 use futures::task::AtomicWaker;
 
 use crate::expired::Expired;
+use crate::limit::PendingLimit;
 
 /// State shared by the driver, the handles and the stream.
 pub(crate) struct Shared<K, V> {
     queue: Mutex<Queue<K, V>>,
     waker: AtomicWaker,
     receiver_alive: AtomicBool,
+    /// The bound on pending timers, if one was set.
+    pub(crate) limit: Option<PendingLimit>,
 }
 
 pub(crate) struct Queue<K, V> {
@@ -31,8 +34,9 @@ pub(crate) struct Queue<K, V> {
 }
 
 impl<K, V> Shared<K, V> {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(limit: Option<PendingLimit>) -> Self {
         Shared {
+            limit,
             queue: Mutex::new(Queue {
                 items: VecDeque::new(),
                 closed: false,
@@ -52,6 +56,13 @@ impl<K, V> Shared<K, V> {
 
     pub(crate) fn wake(&self) {
         self.waker.wake();
+    }
+
+    /// Gives `n` places back to the pending limit, if there is one.
+    pub(crate) fn release(&self, n: usize) {
+        if let Some(limit) = &self.limit {
+            limit.release(n);
+        }
     }
 
     pub(crate) fn receiver_alive(&self) -> bool {
