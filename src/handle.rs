@@ -435,10 +435,7 @@ where
         self.admit(key, value).and_then(|(key, value)| {
             self.tx
                 .try_send(Command::Set { key, value, when })
-                .map_err(|err| {
-                    self.shared.release(1);
-                    err
-                })
+                .inspect_err(|_| self.shared.release(1))
                 .map_err(|err| match err {
                     mpsc::error::TrySendError::Full(command) => {
                         let (key, value) = into_timer(command);
