@@ -8,6 +8,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::callback::{self, DEFAULT_CALLBACK_TIMEOUT, DEFAULT_MAX_CONCURRENCY};
+use crate::channel;
 use crate::clock::Clock;
 use crate::driver::Driver;
 use crate::handle::TimingWheel;
@@ -272,7 +273,7 @@ impl Builder {
         });
         let clock = Clock::new(Instant::now(), self.tick);
         let shared = Arc::new(Shared::new(self.max_pending.map(PendingLimit::new)));
-        let (tx, rx) = mpsc::channel(self.command_capacity);
+        let (tx, rx) = channel::channel(self.command_capacity);
         let (sleep_tx, sleep_rx) = mpsc::unbounded_channel();
         let driver = Driver::new(rx, sleep_rx, Arc::clone(&shared), clock);
         runtime.spawn(driver.run());

@@ -25,6 +25,14 @@ pub const DEFAULT_CALLBACK_TIMEOUT: Duration = Duration::from_secs(60);
 /// The default number of callbacks that may run at once: 1024.
 pub const DEFAULT_MAX_CONCURRENCY: usize = 1024;
 
+/// The most callbacks that may run at once: more could not all be waited
+/// for by `stop` (see `spawn`), nor fit a semaphore on 32-bit targets.
+const MAX_PERMITS: usize = if (u32::MAX as usize) < Semaphore::MAX_PERMITS {
+    u32::MAX as usize
+} else {
+    Semaphore::MAX_PERMITS
+};
+
 /// Callback counters, shared by the dispatcher and the handles.
 #[derive(Debug, Default)]
 pub(crate) struct CallbackCounters {
@@ -85,6 +93,10 @@ where
     F: Fn(K, V) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
+    // `stop` waits for the running callbacks by taking every permit back
+    // in one `acquire_many`, which counts in `u32`: a larger limit (such as
+    // `usize::MAX` for "no limit") would let it return while some still run.
+    let max_concurrency = max_concurrency.clamp(1, MAX_PERMITS);
     let (done_tx, done_rx) = oneshot::channel();
     let ctl = Arc::new(CallbackCtl {
         counters: Arc::new(CallbackCounters::default()),
@@ -149,6 +161,7 @@ where
         // Running callbacks hold permits; each gives its permit back within
         // its timeout.
         let all = u32::try_from(self.max_concurrency).unwrap_or(u32::MAX);
+        debug_assert_eq!(all as usize, self.max_concurrency, "limit not clamped");
         let _ = self.permits.acquire_many(all).await;
         let _ = done.send(unstarted);
     }

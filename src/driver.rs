@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, error, trace};
 
+use crate::channel::Receiver;
 use crate::clock::Clock;
 use crate::command::Command;
 use crate::expired::Expired;
@@ -35,7 +36,7 @@ const FAR_FUTURE: std::time::Duration = std::time::Duration::from_secs(86_400 * 
 
 pub(crate) struct Driver<K, V> {
     wheel: Wheel<K, V>,
-    rx: mpsc::Receiver<Command<K, V>>,
+    rx: Receiver<Command<K, V>>,
     /// Sleeps, in a wheel of their own so they never meet the user's keys.
     sleeps: Wheel<u64, Waiter>,
     sleep_rx: mpsc::UnboundedReceiver<SleepCommand>,
@@ -77,7 +78,7 @@ where
     V: Send + 'static,
 {
     pub(crate) fn new(
-        rx: mpsc::Receiver<Command<K, V>>,
+        rx: Receiver<Command<K, V>>,
         sleep_rx: mpsc::UnboundedReceiver<SleepCommand>,
         shared: Arc<Shared<K, V>>,
         clock: Clock,
@@ -145,7 +146,7 @@ where
             }
             let turn = tokio::select! {
                 biased;
-                n = self.rx.recv_many(&mut self.batch, COMMAND_BATCH), if open => {
+                n = std::future::poll_fn(|cx| self.rx.poll_recv_many(cx, &mut self.batch, COMMAND_BATCH)), if open => {
                     if n == 0 { Turn::HandlesGone } else { Turn::Commands }
                 }
                 n = self.sleep_rx.recv_many(&mut self.sleep_batch, COMMAND_BATCH), if sleeps_open => {
@@ -160,6 +161,9 @@ where
                         self.stop(reply).await;
                         return;
                     }
+                    // Senders on other threads can keep the channel full
+                    // for ever; give the runtime its turn now and then.
+                    tokio::task::coop::consume_budget().await;
                 }
                 Turn::Sleeps => self.apply_sleeps(),
                 Turn::SleepHandlesGone => sleeps_open = false,
@@ -179,12 +183,8 @@ where
     /// Moves the commands waiting in the channel, up to a batch, into
     /// `self.batch` without waiting. Returns whether it took any.
     fn take_queued(&mut self) -> bool {
-        while self.batch.len() < COMMAND_BATCH {
-            match self.rx.try_recv() {
-                Ok(command) => self.batch.push(command),
-                Err(_) => break,
-            }
-        }
+        let room = COMMAND_BATCH.saturating_sub(self.batch.len());
+        self.rx.try_recv_many(&mut self.batch, room);
         !self.batch.is_empty()
     }
 
@@ -295,8 +295,8 @@ where
         let mut sleeps = Vec::new();
         self.sleeps.drain_into(&mut sleeps);
         drop(sleeps);
-        // After `close`, `recv_many` returns what is buffered, then 0.
-        while self.rx.recv_many(&mut self.batch, COMMAND_BATCH).await > 0 {
+        // After `close`, nothing new comes in: take what is queued.
+        while self.rx.try_recv_many(&mut self.batch, COMMAND_BATCH) > 0 {
             // A second `stop` learns "closed" from its dropped reply.
             drop(self.apply_batch());
         }

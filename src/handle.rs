@@ -5,11 +5,12 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::builder::Builder;
 use crate::callback::CallbackCtl;
+use crate::channel::{Sender, TrySendError};
 use crate::clock::Clock;
 use crate::command::Command;
 use crate::error::Error;
@@ -67,7 +68,7 @@ use crate::timeout::Timeout;
 /// # }
 /// ```
 pub struct TimingWheel<K, V> {
-    tx: mpsc::Sender<Command<K, V>>,
+    tx: Sender<Command<K, V>>,
     sleeps: SleepHandle,
     shared: Arc<Shared<K, V>>,
     clock: Clock,
@@ -91,7 +92,7 @@ impl<K, V> fmt::Debug for TimingWheel<K, V> {
         f.debug_struct("TimingWheel")
             .field("tick", &self.clock.tick())
             .field("closed", &self.tx.is_closed())
-            .field("queued", &(self.tx.max_capacity() - self.tx.capacity()))
+            .field("queued", &self.tx.queued())
             .finish()
     }
 }
@@ -148,7 +149,7 @@ where
     }
 
     pub(crate) fn new_handle(
-        tx: mpsc::Sender<Command<K, V>>,
+        tx: Sender<Command<K, V>>,
         sleeps: SleepHandle,
         shared: Arc<Shared<K, V>>,
         clock: Clock,
@@ -437,11 +438,11 @@ where
                 .try_send(Command::Set { key, value, when })
                 .inspect_err(|_| self.shared.release(1))
                 .map_err(|err| match err {
-                    mpsc::error::TrySendError::Full(command) => {
+                    TrySendError::Full(command) => {
                         let (key, value) = into_timer(command);
                         Error::full_with(key, value)
                     }
-                    mpsc::error::TrySendError::Closed(command) => {
+                    TrySendError::Closed(command) => {
                         let (key, value) = into_timer(command);
                         Error::closed_with(key, value)
                     }
@@ -619,14 +620,20 @@ where
     /// and then ends; every later call on any handle, a second `stop`
     /// included, fails with [`Error::is_closed`].
     ///
+    /// In callback mode ([`Builder::build_with_callback`]) it also starts no
+    /// more callbacks, waits for the running ones (each for at most the
+    /// callback timeout), and returns, beside the pending timers, the
+    /// expired ones whose callback had not started: no timer is lost.
+    ///
     /// # Errors
     ///
     /// [`Error::is_closed`] if the driver had already stopped.
     ///
     /// # Cancel safety
     ///
-    /// If the future is dropped after the command was queued, the driver
-    /// still stops and the pending timers are dropped.
+    /// If the future is dropped before the command was queued, nothing
+    /// happened (in callback mode, callbacks keep running). If it is dropped
+    /// after, the driver still stops and the pending timers are dropped.
     ///
     /// # Examples
     ///
@@ -644,11 +651,13 @@ where
     /// # }
     /// ```
     pub async fn stop(&self) -> Result<Vec<(K, V)>, Error> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Stop { reply }).await?;
+        // Only once the stop is queued: a `stop` dropped while it waited for
+        // room in the channel leaves the callbacks running.
         if let Some(callbacks) = &self.callbacks {
             callbacks.begin_stop();
         }
-        let (reply, rx) = oneshot::channel();
-        self.send(Command::Stop { reply }).await?;
         let mut pending = rx.await.map_err(|_| Error::closed())?;
         if let Some(callbacks) = &self.callbacks {
             pending.extend(callbacks.finish_stop().await);
@@ -716,7 +725,7 @@ where
         self.tx
             .send(Command::Set { key, value, when })
             .await
-            .map_err(|mpsc::error::SendError(command)| {
+            .map_err(|command| {
                 self.shared.release(1);
                 let (key, value) = into_timer(command);
                 Error::closed_with(key, value)

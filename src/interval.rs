@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures::stream::{FusedStream, Stream};
 use tokio::time::Instant;
 
-use crate::sleep::{Sleep, SleepHandle};
+use crate::sleep::{far_future, Sleep, SleepHandle};
 
 /// What an [`Interval`] does when ticks were missed (the consumer or the
 /// runtime was busy past one or more tick instants).
@@ -130,23 +130,30 @@ impl Interval {
         std::future::poll_fn(|cx| Pin::new(&mut *self).poll_next(cx)).await
     }
 
-    /// The instant after `tick` per the missed-tick policy, seen at `now`.
-    fn following(&self, tick: Instant, now: Instant) -> Instant {
-        let next = tick + self.period;
+    /// The instant after `tick` per the missed-tick policy, seen at `now`;
+    /// `None` when it is too far out for an `Instant` (it never comes).
+    fn following(&self, tick: Instant, now: Instant) -> Option<Instant> {
+        let next = tick.checked_add(self.period)?;
         if next > now {
-            return next;
+            return Some(next);
         }
         match self.missed {
-            MissedTicks::Burst => next,
-            MissedTicks::Delay => now + self.period,
+            MissedTicks::Burst => Some(next),
+            MissedTicks::Delay => now.checked_add(self.period),
             MissedTicks::Skip => {
-                let behind = now.duration_since(tick).as_nanos() / self.period.as_nanos();
-                let periods = u32::try_from(behind + 1).unwrap_or(u32::MAX);
-                tick + self.period * periods
+                // The first instant of the original schedule after `now`.
+                let period = self.period.as_nanos();
+                let behind = now.duration_since(tick).as_nanos() / period;
+                let ahead = (behind + 1).checked_mul(period)?;
+                let secs = u64::try_from(ahead / NANOS_PER_SEC).ok()?;
+                let nanos = (ahead % NANOS_PER_SEC) as u32;
+                tick.checked_add(Duration::new(secs, nanos))
             }
         }
     }
 }
+
+const NANOS_PER_SEC: u128 = 1_000_000_000;
 
 impl Stream for Interval {
     type Item = Instant;
@@ -163,8 +170,17 @@ impl Stream for Interval {
             }
             Poll::Ready(Ok(())) => {
                 let tick = self.next;
-                self.next = self.following(tick, Instant::now());
-                let sleep = self.handle.sleep_until(self.next);
+                let now = Instant::now();
+                let sleep = match self.following(tick, now) {
+                    Some(next) => {
+                        self.next = next;
+                        self.handle.sleep_until(next)
+                    }
+                    None => {
+                        self.next = far_future(now);
+                        self.handle.sleep_forever()
+                    }
+                };
                 self.sleep = Some(sleep);
                 Poll::Ready(Some(tick))
             }

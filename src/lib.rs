@@ -77,6 +77,7 @@
 
 mod builder;
 mod callback;
+mod channel;
 mod clock;
 mod command;
 mod driver;

@@ -96,6 +96,12 @@ impl SleepHandle {
         self.register(deadline, when)
     }
 
+    /// A registered sleep that never completes, unless the wheel stops:
+    /// for a deadline too far out to represent.
+    pub(crate) fn sleep_forever(&self) -> Sleep {
+        self.register(far_future(Instant::now()), u64::MAX)
+    }
+
     fn register(&self, deadline: Instant, when: u64) -> Sleep {
         let id = self.ids.fetch_add(1, Ordering::Relaxed);
         let state = Arc::new(SleepState::default());
@@ -131,6 +137,9 @@ pub(crate) fn far_future(now: Instant) -> Instant {
 ///
 /// A pending `Sleep` costs one entry in the driver's wheel and no task.
 /// Dropping it before its deadline cancels the entry without a reply.
+/// Sleeps are registered and cancelled over a channel of their own, apart
+/// from the timers' command channel, so making or dropping one never waits,
+/// even while that channel is full.
 ///
 /// [`TimingWheel`]: crate::TimingWheel
 /// [`TimingWheel::sleep`]: crate::TimingWheel::sleep

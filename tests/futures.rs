@@ -57,6 +57,40 @@ async fn sleeps_do_not_touch_the_key_space() {
     assert_eq!((stats.pending, stats.sleeps, stats.fired), (0, 0, 1));
 }
 
+/// The driver sleeps until the earlier of the two wheels' next deadlines:
+/// sleeps at every level boundary, among keyed timers, each come on time.
+#[tokio::test(start_paused = true)]
+async fn sleeps_and_timers_at_level_boundaries_each_fire_on_time() {
+    let (wheel, mut expired) = TimingWheel::<u32, u32>::new();
+    let start = Instant::now();
+    let delays = [
+        63u64, 64, 65, 4_095, 4_096, 4_097, 262_143, 262_144, 262_145,
+    ];
+    for (key, delay) in (0u32..).zip([1u64, 64, 5_000, 300_000]) {
+        wheel.set_timer(key, 0, ms(delay)).await.unwrap();
+    }
+    let waits = delays.map(|delay| {
+        let sleep = wheel.sleep(ms(delay));
+        async move {
+            sleep.await.unwrap();
+            (delay, start.elapsed())
+        }
+    });
+    let keyed = async {
+        let mut fired = Vec::new();
+        for _ in 0..4 {
+            expired.next().await.unwrap();
+            fired.push(start.elapsed());
+        }
+        fired
+    };
+    let (slept, fired) = futures::join!(futures::future::join_all(waits), keyed);
+    for (delay, took) in slept {
+        assert_eq!(took, ms(delay), "sleep of {delay} ms");
+    }
+    assert_eq!(fired, [ms(1), ms(64), ms(5_000), ms(300_000)]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn dropping_a_sleep_frees_its_entry_without_a_reply() {
     let (wheel, _expired) = TimingWheel::<u32, u32>::new();
@@ -235,6 +269,74 @@ async fn a_zero_period_is_raised_to_one_tick() {
     assert_eq!(interval.period(), ms(1));
 }
 
+/// Regression: the next tick was `tick + period`, which panicked in
+/// `poll_next` when that instant could not be represented.
+#[tokio::test(start_paused = true)]
+async fn a_period_too_long_to_represent_ticks_once_and_never_again() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    for missed in [MissedTicks::Burst, MissedTicks::Delay, MissedTicks::Skip] {
+        let start = Instant::now();
+        let mut interval = wheel.interval(Duration::MAX).missed_ticks(missed);
+        assert_eq!(interval.tick().await, Some(start));
+        let mut next = task::spawn(interval.tick());
+        assert_pending!(next.poll());
+        advance(Duration::from_secs(100 * 365 * 86_400)).await;
+        settle(&wheel).await;
+        assert_pending!(next.poll());
+        drop(next);
+        drop(interval);
+        assert_eq!(wheel.stats().await.unwrap().sleeps, 0, "{missed:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn sleeps_round_up_to_the_tick_never_early_at_most_one_tick_late() {
+    let (wheel, _expired) = TimingWheel::builder().tick(ms(10)).build::<u32, u32>();
+    advance(ms(5)).await; // mid-tick
+                          // Deadlines at 20 ms (on a tick) and 21 ms (just past one) from the
+                          // wheel's start: due at ticks 2 and 3.
+    let mut on_tick = task::spawn(wheel.sleep(ms(15)));
+    let mut past_tick = task::spawn(wheel.sleep(ms(16)));
+    assert_pending!(on_tick.poll());
+    assert_pending!(past_tick.poll());
+    advance(ms(14)).await; // 19 ms
+    settle(&wheel).await;
+    assert_pending!(on_tick.poll());
+    advance(ms(1)).await; // 20 ms
+    settle(&wheel).await;
+    assert_ready!(on_tick.poll()).unwrap();
+    assert_pending!(past_tick.poll());
+    advance(ms(9)).await; // 29 ms: past its deadline, short of its tick
+    settle(&wheel).await;
+    assert_pending!(past_tick.poll());
+    advance(ms(1)).await; // 30 ms: one tick after 21 ms at most
+    settle(&wheel).await;
+    assert_ready!(past_tick.poll()).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sleeps_complete_and_never_early_on_a_multi_thread_runtime() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    let tasks: Vec<_> = (0..2_000u64)
+        .map(|i| {
+            let made = Instant::now();
+            let sleep = wheel.sleep(ms(i % 20));
+            tokio::spawn(async move {
+                sleep.await.unwrap();
+                (i, made.elapsed())
+            })
+        })
+        .collect();
+    let all = tokio::time::timeout(Duration::from_secs(30), futures::future::join_all(tasks))
+        .await
+        .expect("every sleep completed");
+    for joined in all {
+        let (i, took) = joined.unwrap();
+        assert!(took >= ms(i % 20), "sleep {i} completed after {took:?}");
+    }
+    assert_eq!(wheel.stats().await.unwrap().sleeps, 0);
+}
+
 #[tokio::test(start_paused = true)]
 async fn pending_sleeps_keep_the_driver_alive_after_the_handles_go() {
     let (wheel, _expired) = TimingWheel::<u32, u32>::new();
@@ -249,7 +351,12 @@ async fn pending_sleeps_keep_the_driver_alive_after_the_handles_go() {
 fn futures_have_the_documented_auto_traits() {
     fn send_sync_unpin<T: Send + Sync + Unpin>() {}
     fn send<T: Send>() {}
+    fn debug<T: std::fmt::Debug>() {}
     fn error<T: std::error::Error + Send + Sync + 'static>() {}
+    debug::<Sleep>();
+    debug::<Interval>();
+    debug::<Timeout<std::future::Ready<u8>>>();
+    debug::<Elapsed>();
     send_sync_unpin::<Sleep>();
     send_sync_unpin::<Interval>();
     send_sync_unpin::<Timeout<std::future::Ready<u8>>>();
