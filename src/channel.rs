@@ -60,6 +60,11 @@ impl<T> Sender<T> {
     /// receiver has closed. Cancel safe: dropped while waiting, nothing is
     /// queued.
     pub(crate) async fn send(&self, value: T) -> Result<(), T> {
+        // Fast path: a free slot needs no waiter.
+        if let Ok(slot) = self.0.slots.try_acquire() {
+            slot.forget();
+            return self.push(value);
+        }
         match self.0.slots.acquire().await {
             Ok(slot) => {
                 slot.forget();

@@ -255,13 +255,20 @@ async fn reap(pool: Weak<Inner>, mut expired: Expirations<TimerKey, Held>) {
                 }
                 inner.idle_count.fetch_sub(1, Ordering::SeqCst);
                 let _ = inner.wheel.cancel_timer(TimerKey::Lifetime(id)).await;
-                drop(conn);
-                inner.counters.reaped_idle.fetch_add(1, Ordering::Relaxed);
+                // Counted before the close, so whoever sees the close sees
+                // the count.
+                inner.counters.reaped_idle.fetch_add(1, Ordering::SeqCst);
                 inner.counters.lateness.lock().unwrap().push(late);
+                drop(conn);
                 replenish(&pool);
             }
             (TimerKey::Lifetime(id), Held::Lifetime(socket)) => {
-                // Busy or idle, its life is over.
+                // Busy or idle, its life is over. Counted before the close.
+                inner
+                    .counters
+                    .reaped_lifetime
+                    .fetch_add(1, Ordering::SeqCst);
+                inner.counters.lateness.lock().unwrap().push(late);
                 let _ = socket.shutdown(std::net::Shutdown::Both);
                 if let Ok(Some(Held::Idle(conn))) =
                     inner.wheel.remove_timer(TimerKey::Idle(id)).await
@@ -269,11 +276,6 @@ async fn reap(pool: Weak<Inner>, mut expired: Expirations<TimerKey, Held>) {
                     inner.idle_count.fetch_sub(1, Ordering::SeqCst);
                     drop(conn);
                 }
-                inner
-                    .counters
-                    .reaped_lifetime
-                    .fetch_add(1, Ordering::Relaxed);
-                inner.counters.lateness.lock().unwrap().push(late);
                 replenish(&pool);
             }
             (key, held) => unreachable!("timer {key:?} holds {held:?}"),
