@@ -229,5 +229,60 @@ fn touch(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, fire, churn, touch);
+/// Eight tasks on a multi-thread runtime (real clock) each issue set +
+/// cancel pairs as fast as they can, with 1, 2 and 4 shards.
+fn producers(c: &mut Criterion) {
+    const TASKS: u64 = 8;
+    const PAIRS: u64 = 25_000;
+    let mut group = c.benchmark_group("producers_8x25k_pairs");
+    group.sample_size(10);
+    group.throughput(criterion::Throughput::Elements(TASKS * PAIRS * 2));
+    for shards in [1usize, 2, 4] {
+        group.bench_function(format!("shards_{shards}"), |b| {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_time()
+                .build()
+                .unwrap();
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    total += rt.block_on(async {
+                        let (wheel, _expired) = TimingWheel::builder()
+                            .shards(shards)
+                            .command_capacity(1024)
+                            .build::<u64, u64>();
+                        let start = Instant::now();
+                        let tasks: Vec<_> = (0..TASKS)
+                            .map(|task| {
+                                let wheel = wheel.clone();
+                                tokio::spawn(async move {
+                                    for i in 0..PAIRS {
+                                        let key = task << 32 | i;
+                                        wheel
+                                            .set_timer(key, i, Duration::from_secs(10))
+                                            .await
+                                            .unwrap();
+                                        wheel.cancel_timer(key).await.unwrap();
+                                    }
+                                })
+                            })
+                            .collect();
+                        for task in tasks {
+                            task.await.unwrap();
+                        }
+                        wheel.stats().await.unwrap();
+                        let took = start.elapsed();
+                        wheel.stop().await.unwrap();
+                        took
+                    });
+                }
+                total
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, fire, churn, touch, producers);
 criterion_main!(benches);

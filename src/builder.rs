@@ -13,6 +13,7 @@ use crate::clock::Clock;
 use crate::driver::Driver;
 use crate::handle::TimingWheel;
 use crate::limit::PendingLimit;
+use crate::shard::Shards;
 use crate::sleep::SleepHandle;
 use crate::stream::{Expirations, Shared};
 
@@ -47,6 +48,7 @@ pub struct Builder {
     callback_timeout: Duration,
     max_concurrency: usize,
     max_pending: Option<usize>,
+    shards: usize,
 }
 
 impl Default for Builder {
@@ -57,6 +59,7 @@ impl Default for Builder {
             callback_timeout: DEFAULT_CALLBACK_TIMEOUT,
             max_concurrency: DEFAULT_MAX_CONCURRENCY,
             max_pending: None,
+            shards: 1,
         }
     }
 }
@@ -157,6 +160,43 @@ impl Builder {
     /// ```
     pub fn max_pending(mut self, limit: usize) -> Self {
         self.max_pending = Some(limit);
+        self
+    }
+
+    /// Runs `n` drivers (default 1; zero is raised to 1), each owning a
+    /// wheel and a command channel of `command_capacity`. A key always goes
+    /// to the shard of its hash, so the commands for one key stay in order;
+    /// `drain`, `stop` and `stats` cover every shard, and one stream yields
+    /// from all of them. Sleeps, timeouts and intervals use the first shard.
+    ///
+    /// Shards help when many tasks on a multi-thread runtime issue commands
+    /// at once. Timers of different shards may interleave on the stream
+    /// within a tick; each is still never early and at most a tick late.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let (wheel, mut expired) = TimingWheel::builder().shards(4).build();
+    /// for key in 0..100u32 {
+    ///     wheel.set_timer(key, key, Duration::from_secs(1)).await.unwrap();
+    /// }
+    /// assert_eq!(wheel.stats().await.unwrap().pending, 100);
+    /// wheel.cancel_timer(7).await.unwrap();
+    /// let mut fired = 0;
+    /// while fired < 99 {
+    ///     expired.recv().await.unwrap();
+    ///     fired += 1;
+    /// }
+    /// assert_eq!(wheel.stop().await.unwrap(), []);
+    /// # }
+    /// ```
+    pub fn shards(mut self, n: usize) -> Self {
+        self.shards = n.max(1);
         self
     }
 
@@ -272,18 +312,23 @@ impl Builder {
             panic!("TimingWheel must be built inside a Tokio runtime (its driver is a Tokio task)")
         });
         let clock = Clock::new(Instant::now(), self.tick);
-        let shared = Arc::new(Shared::new(self.max_pending.map(PendingLimit::new)));
-        let (tx, rx) = channel::channel(self.command_capacity);
-        let (sleep_tx, sleep_rx) = mpsc::unbounded_channel();
-        let driver = Driver::new(rx, sleep_rx, Arc::clone(&shared), clock);
-        runtime.spawn(driver.run());
+        let limit = self.max_pending.map(PendingLimit::new);
+        let shared = Arc::new(Shared::new(limit, self.shards));
+        let mut senders = Vec::with_capacity(self.shards);
+        let mut sleeps = None;
+        for _ in 0..self.shards {
+            let (tx, rx) = channel::channel(self.command_capacity);
+            // Sleeps go to the first shard; the others' sleep channels
+            // close at once.
+            let (sleep_tx, sleep_rx) = mpsc::unbounded_channel();
+            sleeps.get_or_insert(sleep_tx);
+            let driver = Driver::new(rx, sleep_rx, Arc::clone(&shared), clock);
+            runtime.spawn(driver.run());
+            senders.push(tx);
+        }
+        let sleeps = SleepHandle::new(sleeps.expect("at least one shard"), clock);
         (
-            TimingWheel::new_handle(
-                tx,
-                SleepHandle::new(sleep_tx, clock),
-                Arc::clone(&shared),
-                clock,
-            ),
+            TimingWheel::new_handle(Shards::new(senders), sleeps, Arc::clone(&shared), clock),
             Expirations::new(shared),
         )
     }

@@ -47,7 +47,7 @@ pub(crate) struct Driver<K, V> {
     stats: Stats,
     /// Declared last, so it drops after the wheel: closes the stream even if
     /// the task is dropped before it ever ran.
-    _close: CloseOnDrop<K, V>,
+    close: Option<CloseOnDrop<K, V>>,
 }
 
 /// Closes the stream when the driver ends, however it ends (a runtime that
@@ -56,7 +56,7 @@ struct CloseOnDrop<K, V>(Arc<Shared<K, V>>);
 
 impl<K, V> Drop for CloseOnDrop<K, V> {
     fn drop(&mut self) {
-        self.0.close();
+        self.0.driver_gone();
     }
 }
 
@@ -92,7 +92,7 @@ where
             clock,
             batch: Vec::with_capacity(COMMAND_BATCH),
             stats: Stats::default(),
-            _close: CloseOnDrop(Arc::clone(&shared)),
+            close: Some(CloseOnDrop(Arc::clone(&shared))),
             shared,
         }
     }
@@ -304,7 +304,8 @@ where
         self.wheel.drain_into(&mut pending);
         self.shared.release(pending.len());
         debug!(pending = pending.len(), "timing wheel driver stopped");
-        self.shared.close();
+        // This driver is done with the stream before it replies.
+        drop(self.close.take());
         let _ = reply.send(pending);
     }
 

@@ -10,11 +10,12 @@ use tokio::time::Instant;
 
 use crate::builder::Builder;
 use crate::callback::CallbackCtl;
-use crate::channel::{Sender, TrySendError};
+use crate::channel::TrySendError;
 use crate::clock::Clock;
 use crate::command::Command;
 use crate::error::Error;
 use crate::interval::Interval;
+use crate::shard::Shards;
 use crate::sleep::{Sleep, SleepHandle};
 use crate::stats::Stats;
 use crate::stream::{Expirations, Shared};
@@ -68,7 +69,7 @@ use crate::timeout::Timeout;
 /// # }
 /// ```
 pub struct TimingWheel<K, V> {
-    tx: Sender<Command<K, V>>,
+    shards: Arc<Shards<K, V>>,
     sleeps: SleepHandle,
     shared: Arc<Shared<K, V>>,
     clock: Clock,
@@ -78,7 +79,7 @@ pub struct TimingWheel<K, V> {
 impl<K, V> Clone for TimingWheel<K, V> {
     fn clone(&self) -> Self {
         TimingWheel {
-            tx: self.tx.clone(),
+            shards: Arc::clone(&self.shards),
             sleeps: self.sleeps.clone(),
             shared: Arc::clone(&self.shared),
             clock: self.clock,
@@ -91,8 +92,9 @@ impl<K, V> fmt::Debug for TimingWheel<K, V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TimingWheel")
             .field("tick", &self.clock.tick())
-            .field("closed", &self.tx.is_closed())
-            .field("queued", &self.tx.queued())
+            .field("shards", &self.shards.all().len())
+            .field("closed", &self.shards.is_closed())
+            .field("queued", &self.shards.queued())
             .finish()
     }
 }
@@ -149,13 +151,13 @@ where
     }
 
     pub(crate) fn new_handle(
-        tx: Sender<Command<K, V>>,
+        shards: Shards<K, V>,
         sleeps: SleepHandle,
         shared: Arc<Shared<K, V>>,
         clock: Clock,
     ) -> Self {
         TimingWheel {
-            tx,
+            shards: Arc::new(shards),
             sleeps,
             shared,
             clock,
@@ -335,7 +337,7 @@ where
     /// # }
     /// ```
     pub fn is_closed(&self) -> bool {
-        self.tx.is_closed()
+        self.shards.is_closed()
     }
 
     /// Sets a timer for `key` to fire `delay` from now, or replaces the
@@ -434,7 +436,8 @@ where
     pub fn try_set_timer(&self, key: K, value: V, delay: Duration) -> Result<(), Error> {
         let when = self.clock.delay_tick(delay, Instant::now());
         self.admit(key, value).and_then(|(key, value)| {
-            self.tx
+            self.shards
+                .for_key(&key)
                 .try_send(Command::Set { key, value, when })
                 .inspect_err(|_| self.shared.release(1))
                 .map_err(|err| match err {
@@ -546,7 +549,14 @@ where
     /// ```
     pub async fn remove_timer(&self, key: K) -> Result<Option<V>, Error> {
         let (reply, rx) = oneshot::channel();
-        self.send(Command::Remove { key, reply }).await?;
+        self.send_keyed(
+            &key,
+            Command::Remove {
+                key: key.clone(),
+                reply,
+            },
+        )
+        .await?;
         rx.await.map_err(|_| Error::closed())
     }
 
@@ -577,7 +587,8 @@ where
     /// # }
     /// ```
     pub async fn cancel_timer(&self, key: K) -> Result<(), Error> {
-        self.send(Command::Cancel { key }).await
+        self.send_keyed(&key, Command::Cancel { key: key.clone() })
+            .await
     }
 
     /// Removes and returns every pending timer, in no particular order. The
@@ -609,9 +620,13 @@ where
     /// # }
     /// ```
     pub async fn drain(&self) -> Result<Vec<(K, V)>, Error> {
-        let (reply, rx) = oneshot::channel();
-        self.send(Command::Drain { reply }).await?;
-        rx.await.map_err(|_| Error::closed())
+        let mut all = Vec::new();
+        for shard in self.shards.all() {
+            let (reply, rx) = oneshot::channel();
+            send_on(shard, Command::Drain { reply }).await?;
+            all.extend(rx.await.map_err(|_| Error::closed())?);
+        }
+        Ok(all)
     }
 
     /// Stops the driver and returns every timer that had not fired, in no
@@ -651,14 +666,24 @@ where
     /// # }
     /// ```
     pub async fn stop(&self) -> Result<Vec<(K, V)>, Error> {
+        // The first shard decides: only the stop it answers goes on to the
+        // others, so of two concurrent stops exactly one succeeds.
+        let (first, rest) = self.shards.all().split_first().expect("at least one shard");
         let (reply, rx) = oneshot::channel();
-        self.send(Command::Stop { reply }).await?;
+        send_on(first, Command::Stop { reply }).await?;
         // Only once the stop is queued: a `stop` dropped while it waited for
         // room in the channel leaves the callbacks running.
         if let Some(callbacks) = &self.callbacks {
             callbacks.begin_stop();
         }
         let mut pending = rx.await.map_err(|_| Error::closed())?;
+        for shard in rest {
+            let (reply, rx) = oneshot::channel();
+            // A shard already gone (its runtime shut down) has nothing left.
+            if send_on(shard, Command::Stop { reply }).await.is_ok() {
+                pending.extend(rx.await.unwrap_or_default());
+            }
+        }
         if let Some(callbacks) = &self.callbacks {
             pending.extend(callbacks.finish_stop().await);
         }
@@ -691,9 +716,17 @@ where
     /// # }
     /// ```
     pub async fn stats(&self) -> Result<Stats, Error> {
-        let (reply, rx) = oneshot::channel();
-        self.send(Command::Stats { reply }).await?;
-        let mut stats = rx.await.map_err(|_| Error::closed())?;
+        let mut stats = Stats::default();
+        for shard in self.shards.all() {
+            let (reply, rx) = oneshot::channel();
+            send_on(shard, Command::Stats { reply }).await?;
+            let one = rx.await.map_err(|_| Error::closed())?;
+            stats.pending += one.pending;
+            stats.fired += one.fired;
+            stats.wakeups += one.wakeups;
+            stats.discarded += one.discarded;
+            stats.sleeps += one.sleeps;
+        }
         if let Some(callbacks) = &self.callbacks {
             let c = &callbacks.counters;
             let load =
@@ -722,7 +755,8 @@ where
 
     async fn send_set(&self, key: K, value: V, when: u64) -> Result<(), Error> {
         let (key, value) = self.admit(key, value)?;
-        self.tx
+        self.shards
+            .for_key(&key)
             .send(Command::Set { key, value, when })
             .await
             .map_err(|command| {
@@ -736,12 +770,26 @@ where
         if !self.shared.receiver_alive() {
             return Err(Error::receiver_dropped());
         }
-        self.send(Command::Move { key, when }).await
+        self.send_keyed(
+            &key,
+            Command::Move {
+                key: key.clone(),
+                when,
+            },
+        )
+        .await
     }
 
-    async fn send(&self, command: Command<K, V>) -> Result<(), Error> {
-        self.tx.send(command).await.map_err(|_| Error::closed())
+    async fn send_keyed(&self, key: &K, command: Command<K, V>) -> Result<(), Error> {
+        send_on(self.shards.for_key(key), command).await
     }
+}
+
+async fn send_on<K, V>(
+    shard: &crate::channel::Sender<Command<K, V>>,
+    command: Command<K, V>,
+) -> Result<(), Error> {
+    shard.send(command).await.map_err(|_| Error::closed())
 }
 
 /// The key and value of a `Set` command that could not be sent.

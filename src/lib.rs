@@ -53,7 +53,9 @@
 //!   order they were set. A timer whose deadline was moved while pending
 //!   (`move_timer`, or `set_timer` on a pending key) fires in its new tick
 //!   but takes no particular place among that tick's other timers. A
-//!   deadline already past, or `Duration::ZERO`, fires at once.
+//!   deadline already past, or `Duration::ZERO`, fires at once. With
+//!   [`Builder::shards`], this order holds within each shard; the stream
+//!   interleaves shards.
 //! - **Cheap heartbeats**: pushing a deadline later is O(1) and relinks
 //!   nothing: the timer is filed again only when its old slot comes due.
 //! - **Accounted for**: every timer a call accepted ends exactly once: it
@@ -86,6 +88,7 @@ mod expired;
 mod handle;
 mod interval;
 mod limit;
+mod shard;
 mod sleep;
 mod stats;
 mod stream;

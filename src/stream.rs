@@ -26,6 +26,8 @@ pub(crate) struct Shared<K, V> {
     receiver_alive: AtomicBool,
     /// The bound on pending timers, if one was set.
     pub(crate) limit: Option<PendingLimit>,
+    /// Drivers still running; the stream ends when the last one does.
+    drivers: std::sync::atomic::AtomicUsize,
 }
 
 pub(crate) struct Queue<K, V> {
@@ -34,9 +36,10 @@ pub(crate) struct Queue<K, V> {
 }
 
 impl<K, V> Shared<K, V> {
-    pub(crate) fn new(limit: Option<PendingLimit>) -> Self {
+    pub(crate) fn new(limit: Option<PendingLimit>, drivers: usize) -> Self {
         Shared {
             limit,
+            drivers: std::sync::atomic::AtomicUsize::new(drivers),
             queue: Mutex::new(Queue {
                 items: VecDeque::new(),
                 closed: false,
@@ -69,8 +72,16 @@ impl<K, V> Shared<K, V> {
         self.receiver_alive.load(Ordering::Acquire)
     }
 
-    /// The driver is gone: the stream ends once the queue is empty.
-    pub(crate) fn close(&self) {
+    /// One driver is gone; after the last, the stream ends once its queue
+    /// is empty.
+    pub(crate) fn driver_gone(&self) {
+        if self.drivers.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.close();
+        }
+    }
+
+    /// Every driver is gone: the stream ends once the queue is empty.
+    fn close(&self) {
         self.lock().closed = true;
         self.wake();
     }
