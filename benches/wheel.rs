@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use futures::StreamExt;
+use tokio_timing_wheel::bench_support::PureWheel;
 use tokio_timing_wheel::TimingWheel;
 use tokio_util::time::DelayQueue;
 
-const TIMERS: u64 = 100_000;
+const TIMERS: u64 = 1_000_000;
 
 /// A small deterministic generator, so every contender gets the same delays.
 fn delays(n: u64) -> Vec<Duration> {
@@ -80,7 +81,7 @@ async fn fire_sleep_tasks(delays: &[Duration]) {
 
 fn fire(c: &mut Criterion) {
     let delays = delays(TIMERS);
-    let mut group = c.benchmark_group("fire_100k");
+    let mut group = c.benchmark_group("fire_1m");
     group.sample_size(10);
     group.bench_function("timing_wheel", |b| {
         b.iter_batched(
@@ -108,6 +109,7 @@ fn fire(c: &mut Criterion) {
 
 /// The request-timeout pattern: every timer is cancelled before it fires.
 fn churn(c: &mut Criterion) {
+    const TIMERS: u64 = 100_000;
     let mut group = c.benchmark_group("churn_100k");
     group.sample_size(10);
     group.bench_function("timing_wheel", |b| {
@@ -284,5 +286,54 @@ fn producers(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, fire, churn, touch, producers);
+/// The synchronous wheel alone, no runtime: insert, cancel, and
+/// advance-and-expire, per operation.
+fn pure(c: &mut Criterion) {
+    const N: u64 = 100_000;
+    let delays: Vec<u64> = delays(N).iter().map(|d| d.as_millis() as u64).collect();
+    let mut group = c.benchmark_group("pure_wheel_100k");
+    group.throughput(criterion::Throughput::Elements(N));
+    group.bench_function("insert", |b| {
+        b.iter_batched_ref(
+            PureWheel::<u64, u64>::default,
+            |wheel| {
+                for (key, when) in delays.iter().enumerate() {
+                    wheel.insert(key as u64, key as u64, *when);
+                }
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    let filled = || {
+        let mut wheel = PureWheel::<u64, u64>::default();
+        for (key, when) in delays.iter().enumerate() {
+            wheel.insert(key as u64, key as u64, *when);
+        }
+        wheel
+    };
+    group.bench_function("cancel", |b| {
+        b.iter_batched_ref(
+            filled,
+            |wheel| {
+                for key in 0..N {
+                    wheel.remove(&key);
+                }
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    group.bench_function("advance_and_expire", |b| {
+        b.iter_batched_ref(
+            filled,
+            |wheel| {
+                wheel.advance(60_001);
+                while wheel.pop_due().is_some() {}
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(benches, fire, churn, touch, producers, pure);
 criterion_main!(benches);

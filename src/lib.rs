@@ -105,3 +105,57 @@ pub use sleep::Sleep;
 pub use stats::Stats;
 pub use stream::Expirations;
 pub use timeout::{Elapsed, Timeout};
+
+/// The pure wheel, exposed only so `benches/` can time it alone. Not part of
+/// the public API: it may change in any release.
+#[doc(hidden)]
+pub mod bench_support {
+    use std::hash::Hash;
+
+    /// A thin wrapper around the crate's synchronous wheel.
+    #[derive(Debug)]
+    pub struct PureWheel<K, V>(crate::wheel::Wheel<K, V>);
+
+    impl<K: Eq + Hash, V> Default for PureWheel<K, V> {
+        fn default() -> Self {
+            PureWheel(crate::wheel::Wheel::new())
+        }
+    }
+
+    impl<K: Eq + Hash, V> PureWheel<K, V> {
+        /// Sets `key` to fire at tick `when`; returns a replaced value.
+        pub fn insert(&mut self, key: K, value: V, when: u64) -> Option<V> {
+            self.0.insert(key, value, when).ok().flatten()
+        }
+
+        /// Moves the deadline of `key`.
+        pub fn reschedule(&mut self, key: &K, when: u64) -> bool {
+            self.0.reschedule(key, when)
+        }
+
+        /// Removes `key`.
+        pub fn remove(&mut self, key: &K) -> Option<(K, V)> {
+            self.0.remove(key)
+        }
+
+        /// Advances to tick `now`.
+        pub fn advance(&mut self, now: u64) {
+            self.0.advance(now);
+        }
+
+        /// Takes the next due timer.
+        pub fn pop_due(&mut self) -> Option<(K, V, u64)> {
+            self.0.pop_due()
+        }
+
+        /// Timers pending.
+        pub fn len(&self) -> usize {
+            self.0.len()
+        }
+
+        /// Whether no timer is pending.
+        pub fn is_empty(&self) -> bool {
+            self.0.is_empty()
+        }
+    }
+}
