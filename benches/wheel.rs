@@ -17,16 +17,25 @@ use tokio_util::time::DelayQueue;
 
 const TIMERS: u64 = 1_000_000;
 
-/// A small deterministic generator, so every contender gets the same delays.
-fn delays(n: u64) -> Vec<Duration> {
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+/// `n` numbers below `bound` from a small deterministic generator, so every
+/// contender gets the same work.
+fn random(seed: u64, n: u64, bound: u64) -> Vec<u64> {
+    let mut x = seed;
     (0..n)
         .map(|_| {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            Duration::from_millis(1 + x % 60_000)
+            x % bound
         })
+        .collect()
+}
+
+/// Delays from 1 ms to 60 s.
+fn delays(n: u64) -> Vec<Duration> {
+    random(0x9E37_79B9_7F4A_7C15, n, 60_000)
+        .into_iter()
+        .map(|ms| Duration::from_millis(1 + ms))
         .collect()
 }
 
@@ -163,15 +172,7 @@ const TOUCH_KEYS: u64 = 50_000;
 const TOUCHES: u64 = 1_000_000;
 
 fn touch_keys() -> Vec<u64> {
-    let mut x = 0x2545_F491_4F6C_DD1Du64;
-    (0..TOUCHES)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % TOUCH_KEYS
-        })
-        .collect()
+    random(0x2545_F491_4F6C_DD1D, TOUCHES, TOUCH_KEYS)
 }
 
 fn touch(c: &mut Criterion) {

@@ -224,6 +224,15 @@ async fn run(start: u64, shards: usize, ops: Vec<Op>) -> Result<(), TestCaseErro
     Ok(())
 }
 
+fn on_paused_runtime<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 
@@ -232,12 +241,7 @@ proptest! {
         start in prop_oneof![Just(0u64), 0..(1u64 << 36)],
         ops in prop::collection::vec(op(), 1..120),
     ) {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        rt.block_on(run(start, 1, ops))?;
+        on_paused_runtime(run(start, 1, ops))?;
     }
 
     /// The same with four shards: every key's commands stay in order on its
@@ -247,11 +251,6 @@ proptest! {
         start in prop_oneof![Just(0u64), 0..(1u64 << 36)],
         ops in prop::collection::vec(op(), 1..120),
     ) {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        rt.block_on(run(start, 4, ops))?;
+        on_paused_runtime(run(start, 4, ops))?;
     }
 }
