@@ -106,6 +106,11 @@ pub use stats::Stats;
 pub use stream::Expirations;
 pub use timeout::{Elapsed, Timeout};
 
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 /// The pure wheel, exposed only so `benches/` can time it alone. Not part of
 /// the public API: it may change in any release.
 #[doc(hidden)]
