@@ -742,6 +742,10 @@ where
     /// Checks that a new timer may be sent, and takes its place under the
     /// pending limit; hands the timer back if not.
     fn admit(&self, key: K, value: V) -> Result<(K, V), Error> {
+        // A stopped wheel says so, whether or not its stream is still there.
+        if self.shards.is_closed() {
+            return Err(Error::closed_with(key, value));
+        }
         if !self.shared.receiver_alive() {
             return Err(Error::receiver_dropped_with(key, value));
         }
@@ -767,7 +771,7 @@ where
     }
 
     async fn send_move(&self, key: K, when: u64) -> Result<(), Error> {
-        if !self.shared.receiver_alive() {
+        if !self.shared.receiver_alive() && !self.shards.is_closed() {
             return Err(Error::receiver_dropped());
         }
         self.send_keyed(
