@@ -120,16 +120,18 @@ async fn accounting(seed: u64, ops_per_task: u64) {
 
     assert_eq!(early, 0, "seed {seed}: timers fired early");
     assert_eq!(ids.load(Ordering::Relaxed), accepted);
-    let drops = ledger.drops.lock().unwrap();
-    for id in 0..accepted {
-        assert_eq!(
-            drops.get(&id),
-            Some(&1),
-            "seed {seed}: token {id} dropped {:?} times",
-            drops.get(&id)
-        );
+    {
+        // Scoped: a token dropped while this is held would lock it again.
+        let drops = ledger.drops.lock().unwrap();
+        for id in 0..accepted {
+            assert_eq!(
+                drops.get(&id),
+                Some(&1),
+                "seed {seed}: token {id} dropped {:?} times",
+                drops.get(&id)
+            );
+        }
     }
-    drop(drops); // a token dropped below would lock the ledger again
     let mut seen = seen.lock().unwrap().clone();
     let total = seen.len();
     seen.sort_unstable();
