@@ -549,14 +549,8 @@ where
     /// ```
     pub async fn remove_timer(&self, key: K) -> Result<Option<V>, Error> {
         let (reply, rx) = oneshot::channel();
-        self.send_keyed(
-            &key,
-            Command::Remove {
-                key: key.clone(),
-                reply,
-            },
-        )
-        .await?;
+        self.send_keyed(key, |key| Command::Remove { key, reply })
+            .await?;
         rx.await.map_err(|_| Error::closed())
     }
 
@@ -587,8 +581,7 @@ where
     /// # }
     /// ```
     pub async fn cancel_timer(&self, key: K) -> Result<(), Error> {
-        self.send_keyed(&key, Command::Cancel { key: key.clone() })
-            .await
+        self.send_keyed(key, |key| Command::Cancel { key }).await
     }
 
     /// Removes and returns every pending timer, in no particular order. The
@@ -774,18 +767,19 @@ where
         if !self.shared.receiver_alive() && !self.shards.is_closed() {
             return Err(Error::receiver_dropped());
         }
-        self.send_keyed(
-            &key,
-            Command::Move {
-                key: key.clone(),
-                when,
-            },
-        )
-        .await
+        self.send_keyed(key, |key| Command::Move { key, when })
+            .await
     }
 
-    async fn send_keyed(&self, key: &K, command: Command<K, V>) -> Result<(), Error> {
-        send_on(self.shards.for_key(key), command).await
+    /// Sends the command for `key` to its shard, moving the key in (no
+    /// clone on the hot path).
+    async fn send_keyed(
+        &self,
+        key: K,
+        command: impl FnOnce(K) -> Command<K, V>,
+    ) -> Result<(), Error> {
+        let shard = self.shards.for_key(&key);
+        send_on(shard, command(key)).await
     }
 }
 

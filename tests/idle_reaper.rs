@@ -206,8 +206,8 @@ async fn max_lifetime_closes_a_connection_even_while_busy() {
     assert_eq!(pool.counters().closed_on_checkin.load(Ordering::SeqCst), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutting_the_pool_down_closes_everything_cleanly() {
+/// A pool with 19 idle connections and one checked out.
+async fn nineteen_idle_one_busy() -> (EchoServer, Pool, tokio::task::JoinHandle<()>, pool::Conn) {
     let server = EchoServer::start().await.unwrap();
     let (pool, reaper) = Pool::new(server.addr, config(60_000));
     let mut conns = Vec::new();
@@ -218,6 +218,12 @@ async fn shutting_the_pool_down_closes_everything_cleanly() {
     for conn in conns {
         pool.checkin(conn).await;
     }
+    (server, pool, reaper, busy)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutting_the_pool_down_closes_everything_cleanly() {
+    let (server, pool, reaper, busy) = nineteen_idle_one_busy().await;
     assert_eq!(pool.shutdown().await, 19);
     // The reaper's stream ends, so the reaper finishes.
     tokio::time::timeout(Duration::from_secs(5), reaper)
@@ -232,16 +238,7 @@ async fn shutting_the_pool_down_closes_everything_cleanly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_pool_closes_everything_and_ends_the_reaper() {
-    let server = EchoServer::start().await.unwrap();
-    let (pool, reaper) = Pool::new(server.addr, config(60_000));
-    let mut conns = Vec::new();
-    for _ in 0..20 {
-        conns.push(pool.checkout().await.unwrap());
-    }
-    let busy = conns.pop().unwrap();
-    for conn in conns {
-        pool.checkin(conn).await;
-    }
+    let (server, pool, reaper, busy) = nineteen_idle_one_busy().await;
     assert_eq!(server.wait_accepted(20, Duration::from_secs(5)).await, 20);
     drop(pool);
     // Idle ones are closed by the stop, the busy one by its lifetime handle.
