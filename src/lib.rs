@@ -95,6 +95,10 @@ mod stream;
 mod timeout;
 mod wheel;
 
+#[cfg(feature = "durable")]
+#[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
+pub mod durable;
+
 pub use builder::{Builder, DEFAULT_COMMAND_CAPACITY, DEFAULT_TICK};
 pub use callback::{DEFAULT_CALLBACK_TIMEOUT, DEFAULT_MAX_CONCURRENCY};
 pub use error::Error;

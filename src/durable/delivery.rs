@@ -1,0 +1,218 @@
+//! What a consumer receives: a [`Task`] (to a handler) or a [`Delivery`]
+//! (from the [`Deliveries`] stream, to `ack` or `nack`), and the retry
+//! backoff.
+
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use futures::Stream;
+use tokio::sync::{mpsc, oneshot};
+
+use super::scheduler::Node;
+use super::store::{from_ms, Claimed, TaskId};
+use super::Error;
+
+/// One delivery attempt of a task: what a handler gets.
+///
+/// Delivery is at least once: the same task can arrive again (a retry, or a
+/// redelivery after a node died mid-attempt), so consumers deduplicate by
+/// [`Task::id`] or [`Task::idempotency_key`] where a repeat would matter.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Task {
+    pub(crate) id: TaskId,
+    pub(crate) attempt: u32,
+    pub(crate) run_at: SystemTime,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) idempotency_key: Option<String>,
+}
+
+impl Task {
+    pub(crate) fn from_claimed(c: Claimed) -> Task {
+        Task {
+            id: TaskId(c.id),
+            attempt: u32::try_from(c.attempt.max(0)).unwrap_or(u32::MAX),
+            run_at: from_ms(c.run_at),
+            payload: c.payload,
+            idempotency_key: c.idempotency_key,
+        }
+    }
+
+    /// The task's id.
+    pub fn id(&self) -> TaskId {
+        self.id
+    }
+
+    /// Which attempt this is, from 1.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// When the task was due; this attempt started no earlier.
+    pub fn run_at(&self) -> SystemTime {
+        self.run_at
+    }
+
+    /// The payload.
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+
+    /// The idempotency key it was scheduled with.
+    pub fn idempotency_key(&self) -> Option<&str> {
+        self.idempotency_key.as_deref()
+    }
+
+    /// Takes the payload.
+    pub fn into_payload(self) -> Vec<u8> {
+        self.payload
+    }
+}
+
+impl fmt::Debug for Task {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Task")
+            .field("id", &self.id)
+            .field("attempt", &self.attempt)
+            .field("payload_len", &self.payload.len())
+            .field("idempotency_key", &self.idempotency_key)
+            .finish()
+    }
+}
+
+/// A task delivered on the [`Deliveries`] stream. Settle it with
+/// [`Delivery::ack`] or [`Delivery::nack`] before the scheduler's
+/// `callback_timeout`; a delivery dropped unsettled, or not settled in time,
+/// counts as a failed attempt.
+#[must_use = "a delivery that is dropped without ack counts as a failed attempt"]
+pub struct Delivery {
+    pub(crate) task: Task,
+    pub(crate) node: Arc<Node>,
+    pub(crate) settled: Option<oneshot::Sender<()>>,
+}
+
+impl Delivery {
+    /// The task and this attempt.
+    pub fn task(&self) -> &Task {
+        &self.task
+    }
+
+    /// Records success: the task is done.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_lost`] if the attempt no longer belongs to this delivery
+    /// (it timed out, or this node lost the task's shard): the task is, or
+    /// will be, delivered again. [`Error::is_database`].
+    pub async fn ack(mut self) -> Result<(), Error> {
+        let result = self.node.succeed(&self.task).await;
+        self.settle();
+        result
+    }
+
+    /// Records a failed attempt with this error: a retry after the backoff,
+    /// or dead when out of attempts.
+    ///
+    /// # Errors
+    ///
+    /// As [`Delivery::ack`].
+    pub async fn nack(mut self, error: impl fmt::Display) -> Result<(), Error> {
+        let result = self.node.failure(&self.task, &error.to_string()).await;
+        self.settle();
+        result
+    }
+
+    fn settle(&mut self) {
+        if let Some(tx) = self.settled.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Delivery")
+            .field("task", &self.task)
+            .finish()
+    }
+}
+
+/// The stream of deliveries of a scheduler started with
+/// [`SchedulerBuilder::start_stream`](super::SchedulerBuilder::start_stream).
+/// It ends when the scheduler shuts down.
+#[must_use = "streams do nothing unless polled"]
+#[derive(Debug)]
+pub struct Deliveries {
+    pub(crate) rx: mpsc::Receiver<Delivery>,
+}
+
+impl Deliveries {
+    /// The next delivery, or `None` once the scheduler has shut down.
+    pub async fn recv(&mut self) -> Option<Delivery> {
+        self.rx.recv().await
+    }
+}
+
+impl Stream for Deliveries {
+    type Item = Delivery;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Delivery>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+/// How long to wait before retrying a failed attempt: exponential from
+/// `base`, doubling per attempt up to `max`, with jitter that picks a point
+/// in the upper half (so retries of many tasks that failed together
+/// spread out, and none waits less than half the nominal delay).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tokio_timing_wheel::durable::Backoff;
+///
+/// let backoff = Backoff::exponential(Duration::from_secs(1), Duration::from_secs(60));
+/// let third = backoff.delay(3, 42);
+/// assert!(third >= Duration::from_secs(2) && third <= Duration::from_secs(4));
+/// assert!(backoff.delay(30, 42) <= Duration::from_secs(60));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    base: Duration,
+    max: Duration,
+}
+
+impl Default for Backoff {
+    /// 1 s doubling up to 1 h.
+    fn default() -> Self {
+        Backoff::exponential(Duration::from_secs(1), Duration::from_secs(3600))
+    }
+}
+
+impl Backoff {
+    /// `base` after the first failure, doubling after each, at most `max`.
+    pub fn exponential(base: Duration, max: Duration) -> Self {
+        Backoff {
+            base,
+            max: max.max(base),
+        }
+    }
+
+    /// The delay after failed attempt `attempt` (from 1) of task `id`.
+    pub fn delay(&self, attempt: u32, id: u64) -> Duration {
+        let shift = attempt.saturating_sub(1).min(32);
+        let nominal = self
+            .base
+            .checked_mul(1u32 << shift.min(31))
+            .map_or(self.max, |d| d.min(self.max));
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u64(id);
+        hasher.write_u32(attempt);
+        let unit = (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64;
+        nominal.mul_f64(0.5 + 0.5 * unit)
+    }
+}

@@ -1,0 +1,164 @@
+//! The error returned by the durable layer.
+
+use std::fmt;
+
+/// Why a durable operation failed.
+///
+/// Opaque, with one predicate per cause. Nothing in the durable layer panics
+/// on bad input or a failing database; it returns one of these.
+///
+/// # Examples
+///
+/// ```
+/// use tokio_timing_wheel::durable::{Store, MAX_PAYLOAD};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tokio_timing_wheel::durable::Error> {
+/// let store = Store::sqlite_in_memory().await?;
+/// let err = store.schedule(vec![0; MAX_PAYLOAD + 1]).await.unwrap_err();
+/// assert!(err.is_payload_too_large());
+/// # Ok(())
+/// # }
+/// ```
+pub struct Error {
+    kind: Kind,
+}
+
+enum Kind {
+    Database(sqlx::Error),
+    Migrate(sqlx::migrate::MigrateError),
+    SchemaTooNew(i64),
+    PayloadTooLarge { len: usize },
+    OutOfRange(&'static str),
+    Config(String),
+    Lost,
+    Closed,
+}
+
+impl Error {
+    pub(crate) fn payload_too_large(len: usize) -> Self {
+        Self::from_kind(Kind::PayloadTooLarge { len })
+    }
+
+    pub(crate) fn out_of_range(what: &'static str) -> Self {
+        Self::from_kind(Kind::OutOfRange(what))
+    }
+
+    pub(crate) fn config(what: impl Into<String>) -> Self {
+        Self::from_kind(Kind::Config(what.into()))
+    }
+
+    pub(crate) fn lost() -> Self {
+        Self::from_kind(Kind::Lost)
+    }
+
+    pub(crate) fn closed() -> Self {
+        Self::from_kind(Kind::Closed)
+    }
+
+    fn from_kind(kind: Kind) -> Self {
+        Error { kind }
+    }
+
+    /// The database failed or could not be reached (connection refused,
+    /// timed out, a statement failed). [`std::error::Error::source`] holds
+    /// the driver's error.
+    pub fn is_database(&self) -> bool {
+        matches!(self.kind, Kind::Database(_) | Kind::Migrate(_))
+    }
+
+    /// The database holds a schema from a newer version of this crate than
+    /// the running one; nothing was changed.
+    pub fn is_schema_too_new(&self) -> bool {
+        matches!(self.kind, Kind::SchemaTooNew(_))
+    }
+
+    /// A payload was larger than [`MAX_PAYLOAD`](super::MAX_PAYLOAD) bytes.
+    pub fn is_payload_too_large(&self) -> bool {
+        matches!(self.kind, Kind::PayloadTooLarge { .. })
+    }
+
+    /// A time was outside what the store can hold: before the Unix epoch,
+    /// or after [`MAX_RUN_AT`](super::MAX_RUN_AT).
+    pub fn is_out_of_range(&self) -> bool {
+        matches!(self.kind, Kind::OutOfRange(_))
+    }
+
+    /// A setting was invalid (for example zero shards, or a shard count
+    /// different from the one the schema was created with).
+    pub fn is_config(&self) -> bool {
+        matches!(self.kind, Kind::Config(_))
+    }
+
+    /// An `ack` or `nack` came too late: the attempt no longer belongs to
+    /// this delivery (its deadline passed and it was counted as failed, or
+    /// this node lost the task's shard). The task will be, or was, delivered
+    /// again.
+    pub fn is_lost(&self) -> bool {
+        matches!(self.kind, Kind::Lost)
+    }
+
+    /// The scheduler was shut down.
+    pub fn is_closed(&self) -> bool {
+        matches!(self.kind, Kind::Closed)
+    }
+}
+
+impl From<sqlx::Error> for Error {
+    fn from(err: sqlx::Error) -> Self {
+        Self::from_kind(Kind::Database(err))
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for Error {
+    fn from(err: sqlx::migrate::MigrateError) -> Self {
+        match err {
+            sqlx::migrate::MigrateError::VersionMissing(v) => {
+                Self::from_kind(Kind::SchemaTooNew(v))
+            }
+            err => Self::from_kind(Kind::Migrate(err)),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            Kind::Database(err) => write!(f, "database error: {err}"),
+            Kind::Migrate(err) => write!(f, "schema migration failed: {err}"),
+            Kind::SchemaTooNew(v) => write!(
+                f,
+                "the database schema is newer than this version of the crate (it has migration {v})"
+            ),
+            Kind::PayloadTooLarge { len } => write!(
+                f,
+                "payload of {len} bytes is larger than the limit of {} bytes",
+                super::MAX_PAYLOAD
+            ),
+            Kind::OutOfRange(what) => write!(f, "{what} is out of range"),
+            Kind::Config(what) => write!(f, "invalid configuration: {what}"),
+            Kind::Lost => f.write_str("the delivery no longer holds its task"),
+            Kind::Closed => f.write_str("the scheduler was shut down"),
+        }
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            Kind::Database(err) => f.debug_tuple("Database").field(err).finish(),
+            Kind::Migrate(err) => f.debug_tuple("Migrate").field(err).finish(),
+            _ => write!(f, "Error({self})"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.kind {
+            Kind::Database(err) => Some(err),
+            Kind::Migrate(err) => Some(err),
+            _ => None,
+        }
+    }
+}

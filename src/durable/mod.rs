@@ -1,0 +1,121 @@
+//! Durable delayed tasks (cargo feature `durable`): tasks live in SQLite (the
+//! embedded default) or PostgreSQL (many processes), the next window of them
+//! waits in a [`TimingWheel`](crate::TimingWheel), and each fires at its time,
+//! at least once, with a clear record.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tokio::sync::mpsc;
+//! use tokio_timing_wheel::durable::{Scheduler, Store, TaskState};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), tokio_timing_wheel::durable::Error> {
+//! // Store::sqlite("tasks.db") for a file; in memory for this example.
+//! let store = Store::sqlite_in_memory().await?;
+//! let (done, mut delivered) = mpsc::unbounded_channel();
+//! let scheduler = Scheduler::builder(store.clone())
+//!     .start(move |task| {
+//!         let done = done.clone();
+//!         async move {
+//!             // Delivery is at least once: deduplicate by id or key.
+//!             done.send((task.id(), task.idempotency_key().map(String::from))).ok();
+//!             Ok::<_, String>(())
+//!         }
+//!     })
+//!     .await?;
+//!
+//! let id = store
+//!     .schedule(b"cancel unpaid order 42".to_vec())
+//!     .delay(Duration::from_millis(100))
+//!     .idempotency_key("cancel-order-42")
+//!     .await?;
+//! assert_eq!(delivered.recv().await.unwrap(), (id, Some("cancel-order-42".into())));
+//!
+//! scheduler.shutdown().await?;
+//! assert_eq!(store.get(id).await?.unwrap().state, TaskState::Done);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # How it works
+//!
+//! - **Store**: one table of tasks (`ttw_tasks`), created by embedded
+//!   migrations. A task has a `run_at`, a payload of at most [`MAX_PAYLOAD`]
+//!   bytes, an optional idempotency key (unique: scheduling the same key
+//!   again returns the first task's id and creates nothing), and an attempt
+//!   count. Times are milliseconds since the Unix epoch, by the scheduling
+//!   process's clock.
+//! - **Window**: each [`Scheduler`] loads the scheduled tasks of its shards
+//!   due within the next `window` (default 60 s) into its wheel, and
+//!   reloads every half window. A task scheduled inside the loaded window
+//!   enters the wheel at once: in-process directly, from other processes by
+//!   PostgreSQL `LISTEN/NOTIFY`, and in every case by a catch-up poll (every
+//!   second by default) for SQLite and for lost notifications. Tasks due in
+//!   years cost no memory until their window comes.
+//! - **Claim**: when the wheel fires, one `UPDATE ... WHERE id IN (...) AND
+//!   state = 'scheduled' AND run_at <= now AND <this node holds the shard's
+//!   lease> RETURNING ...` moves the batch to running, counts the attempt,
+//!   and stamps the node, the lease epoch and a lock deadline. There is no
+//!   read-then-write window in which two nodes could both take a task.
+//! - **Delivery**: to a handler ([`SchedulerBuilder::start`]) run under
+//!   `callback_timeout` and `max_concurrency`, or on a [`Deliveries`] stream
+//!   ([`SchedulerBuilder::start_stream`]) whose consumer calls
+//!   [`Delivery::ack`] or [`Delivery::nack`]. A handler error, panic or
+//!   timeout, a delivery dropped or not settled in time: each counts as a
+//!   failed attempt.
+//! - **Outcomes**: success marks the task done (deleted after `retention`,
+//!   default 24 h); failure schedules a retry after a jittered exponential
+//!   [`Backoff`] until `max_attempts` (default 5), then marks it dead with its
+//!   last error; [`Store::redrive`] schedules a dead task again. Every
+//!   outcome is written under the same fence as the claim.
+//!
+//! # Delivery is at least once
+//!
+//! A task is never delivered before its `run_at`, and a task accepted by
+//! [`Store::schedule`] is delivered even if every process dies: on restart
+//! (or on another node) its shard's owner loads it again. But a process that
+//! dies after a handler finished and before the outcome was written, or
+//! whose lease was taken while it delivered, leaves a task that is reclaimed
+//! after its lock deadline (`callback_timeout + lock_grace`) and delivered
+//! again. So a task can be delivered more than once; exactly-once effects are
+//! the consumer's to make, with [`Task::id`] or [`Task::idempotency_key`]
+//! and its own records.
+//!
+//! # Shards and nodes
+//!
+//! Tasks belong to a fixed number of logical shards (`id % shards`, default
+//! 256, set when the schema is created). Each shard has a lease row; a
+//! scheduler is a node that heartbeats, holds the leases of its fair share
+//! of shards, and serves only those. One scheduler alone holds them all.
+//! See the README's "Running many nodes" for the failure model.
+//!
+//! # Limits
+//!
+//! - Payloads up to [`MAX_PAYLOAD`] bytes; times from the Unix epoch to
+//!   [`MAX_RUN_AT`] after it. Anything else is an error, never a panic.
+//! - Node clocks should agree to within a fraction of the lease TTL (NTP).
+//!   Skew can only delay or hasten a takeover; it cannot let two nodes both
+//!   record an outcome for one attempt, since the fence is checked in the
+//!   database.
+
+mod delivery;
+mod error;
+mod lease;
+mod scheduler;
+mod schema;
+pub(crate) mod store;
+
+use std::time::Duration;
+
+pub use delivery::{Backoff, Deliveries, Delivery, Task};
+pub use error::Error;
+pub use scheduler::{Scheduler, SchedulerBuilder, SchedulerStats};
+pub use schema::DEFAULT_SHARDS;
+pub use store::{Schedule, StateCounts, Store, StoreBuilder, TaskId, TaskInfo, TaskState};
+
+/// The largest payload a task may carry: 1 MiB.
+pub const MAX_PAYLOAD: usize = 1 << 20;
+
+/// The latest `run_at`, as a span after the Unix epoch: the end of the year
+/// 9999.
+pub const MAX_RUN_AT: Duration = Duration::from_millis(253_402_300_799_999);

@@ -1,0 +1,941 @@
+//! The scheduler: one per process (or per node). It holds leases on shards,
+//! keeps the next window of their tasks in a [`TimingWheel`], claims what
+//! fires in one fenced statement, delivers it to a handler or a stream, and
+//! records the outcome.
+
+use std::fmt;
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use tokio::sync::{broadcast, mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::MissedTickBehavior;
+
+use super::delivery::{Backoff, Deliveries, Delivery, Task};
+use super::lease;
+use super::store::{now_ms, Failed, Store};
+use super::Error;
+use crate::{Expirations, TimingWheel};
+
+/// The most ids claimed in one statement.
+const CLAIM_BATCH: usize = 500;
+
+type Handler = Arc<dyn Fn(Task) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
+
+/// Settings of a [`Scheduler`], from [`Scheduler::builder`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tokio_timing_wheel::durable::{Backoff, Scheduler, Store};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tokio_timing_wheel::durable::Error> {
+/// let store = Store::sqlite_in_memory().await?;
+/// let scheduler = Scheduler::builder(store.clone())
+///     .node_id("worker-1")
+///     .window(Duration::from_secs(60))
+///     .callback_timeout(Duration::from_secs(30))
+///     .max_concurrency(256)
+///     .max_attempts(8)
+///     .backoff(Backoff::exponential(Duration::from_secs(1), Duration::from_secs(600)))
+///     .start(|task| async move {
+///         println!("task {} attempt {}", task.id(), task.attempt());
+///         Ok::<_, std::convert::Infallible>(())
+///     })
+///     .await?;
+/// assert_eq!(scheduler.stats().shards_owned, store.shards());
+/// scheduler.shutdown().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SchedulerBuilder {
+    store: Store,
+    config: Config,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    node_id: Option<String>,
+    window: Duration,
+    catch_up: Duration,
+    callback_timeout: Duration,
+    lock_grace: Duration,
+    max_concurrency: usize,
+    max_attempts: u32,
+    backoff: Backoff,
+    retention: Duration,
+    lease_ttl: Duration,
+    heartbeat: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            node_id: None,
+            window: Duration::from_secs(60),
+            catch_up: Duration::from_secs(1),
+            callback_timeout: Duration::from_secs(60),
+            lock_grace: Duration::from_secs(10),
+            max_concurrency: 1024,
+            max_attempts: 5,
+            backoff: Backoff::default(),
+            retention: Duration::from_secs(24 * 3600),
+            lease_ttl: Duration::from_secs(10),
+            heartbeat: Duration::from_secs(2),
+        }
+    }
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 4)
+}
+
+impl SchedulerBuilder {
+    /// This node's name (default: `node-` and a random suffix). It must be
+    /// unique among live nodes. A node restarted under the same name takes
+    /// its shards back at once instead of waiting for their leases to expire.
+    pub fn node_id(mut self, id: impl Into<String>) -> Self {
+        self.config.node_id = Some(id.into());
+        self
+    }
+
+    /// How far ahead tasks are loaded into the in-memory wheel (default
+    /// 60 s); the window is refreshed every half window. Tasks further out
+    /// cost no memory.
+    pub fn window(mut self, window: Duration) -> Self {
+        self.config.window = window;
+        self
+    }
+
+    /// How often to poll for tasks scheduled or moved into the window by
+    /// other processes (default 1 s): the safety net under `LISTEN/NOTIFY`,
+    /// and the only way such tasks arrive on SQLite.
+    pub fn catch_up_interval(mut self, every: Duration) -> Self {
+        self.config.catch_up = every;
+        self
+    }
+
+    /// How long a handler may run, or a streamed delivery may stay
+    /// unsettled, before the attempt counts as failed (default 60 s). A
+    /// handler past it is cancelled.
+    pub fn callback_timeout(mut self, timeout: Duration) -> Self {
+        self.config.callback_timeout = timeout;
+        self
+    }
+
+    /// How much longer than `callback_timeout` a claimed task stays locked
+    /// (default 10 s). If the node dies mid-delivery, the task's shard owner
+    /// reclaims it once `callback_timeout + lock_grace` has passed.
+    pub fn lock_grace(mut self, grace: Duration) -> Self {
+        self.config.lock_grace = grace;
+        self
+    }
+
+    /// The most deliveries in flight at once (default 1024).
+    pub fn max_concurrency(mut self, n: usize) -> Self {
+        self.config.max_concurrency = n;
+        self
+    }
+
+    /// Attempts before a task is marked dead, for tasks scheduled without
+    /// their own limit (default 5).
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.config.max_attempts = n;
+        self
+    }
+
+    /// The delay before a retry (default 1 s doubling up to 1 h, jittered).
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.config.backoff = backoff;
+        self
+    }
+
+    /// How long done and cancelled tasks are kept before a background sweep
+    /// deletes them (default 24 h). Dead tasks are kept until redriven.
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.config.retention = retention;
+        self
+    }
+
+    /// How long a shard lease lasts without renewal (default 10 s): the
+    /// longest a dead node's shards wait before others take them.
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.config.lease_ttl = ttl;
+        self
+    }
+
+    /// How often the node heartbeats, renews its leases and rebalances
+    /// (default 2 s); also how often expired locks are reclaimed.
+    pub fn heartbeat(mut self, every: Duration) -> Self {
+        self.config.heartbeat = every;
+        self
+    }
+
+    fn check(&self) -> Result<(), Error> {
+        let c = &self.config;
+        if c.window < Duration::from_millis(10) {
+            return Err(Error::config("the window must be at least 10 ms"));
+        }
+        if c.heartbeat.is_zero() || c.catch_up.is_zero() {
+            return Err(Error::config(
+                "the heartbeat and catch-up intervals must not be zero",
+            ));
+        }
+        if c.lease_ttl <= c.heartbeat {
+            return Err(Error::config(
+                "the lease TTL must be longer than the heartbeat",
+            ));
+        }
+        if c.max_concurrency == 0 || c.max_attempts == 0 {
+            return Err(Error::config(
+                "max_concurrency and max_attempts must be at least 1",
+            ));
+        }
+        if c.callback_timeout.is_zero() {
+            return Err(Error::config("the callback timeout must not be zero"));
+        }
+        Ok(())
+    }
+
+    /// Starts the scheduler with a handler run for each delivery, under
+    /// `callback_timeout` and `max_concurrency`. `Ok` marks the task done;
+    /// `Err`, a panic or the timeout count as a failed attempt (a retry
+    /// after the backoff, or dead when out of attempts). A slow, hung or
+    /// panicking handler never holds up other tasks or the wheel.
+    ///
+    /// Before returning, the node has heartbeated, taken its share of the
+    /// shards and loaded their window.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_config`] for invalid settings, [`Error::is_database`] if
+    /// the first heartbeat or window load fails.
+    pub async fn start<F, Fut, E>(self, handler: F) -> Result<Scheduler, Error>
+    where
+        F: Fn(Task) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: fmt::Display,
+    {
+        let handler: Handler = Arc::new(move |task| {
+            let fut = handler(task);
+            async move { fut.await.map_err(|e| e.to_string()) }.boxed()
+        });
+        self.start_inner(Mode::Handler(handler)).await
+    }
+
+    /// Starts the scheduler delivering on a stream instead: the consumer
+    /// calls [`Delivery::ack`] or [`Delivery::nack`]; a delivery not
+    /// settled within `callback_timeout` counts as failed.
+    ///
+    /// # Errors
+    ///
+    /// As [`SchedulerBuilder::start`].
+    pub async fn start_stream(self) -> Result<(Scheduler, Deliveries), Error> {
+        let (tx, rx) = mpsc::channel(self.config.max_concurrency.min(1 << 16));
+        let scheduler = self.start_inner(Mode::Stream(tx)).await?;
+        Ok((scheduler, Deliveries { rx }))
+    }
+
+    async fn start_inner(self, mode: Mode) -> Result<Scheduler, Error> {
+        self.check()?;
+        let config = self.config;
+        let node_id = config
+            .node_id
+            .clone()
+            .unwrap_or_else(|| format!("node-{:08x}", random_u64() as u32));
+        let session = format!("{node_id}/{:016x}", random_u64());
+        let (wheel, expirations) = TimingWheel::builder().build::<i64, i64>();
+        let shards = self.store.shards();
+        let node = Arc::new(Node {
+            local: self.store.inner.local.subscribe(),
+            store: self.store,
+            node_id,
+            session,
+            owned: (0..shards).map(|_| AtomicBool::new(false)).collect(),
+            in_flight: (0..shards).map(|_| AtomicU32::new(0)).collect(),
+            horizon: AtomicI64::new(0),
+            wheel,
+            semaphore: Arc::new(Semaphore::new(config.max_concurrency)),
+            stopping: Notify::new(),
+            reload: Notify::new(),
+            heartbeat_paused: AtomicBool::new(false),
+            aborted: AtomicBool::new(false),
+            counters: Counters::default(),
+            config,
+        });
+        // Join, take shards and load their window before returning.
+        node.beat().await?;
+        node.load_window().await?;
+        let control = tokio::spawn(node.clone().control());
+        let listener = tokio::spawn(node.clone().listen());
+        let dispatcher = tokio::spawn(node.clone().dispatch(expirations, mode));
+        Ok(Scheduler {
+            node,
+            control,
+            listener,
+            dispatcher: Some(dispatcher),
+        })
+    }
+}
+
+enum Mode {
+    Handler(Handler),
+    Stream(mpsc::Sender<Delivery>),
+}
+
+impl Clone for Mode {
+    fn clone(&self) -> Self {
+        match self {
+            Mode::Handler(h) => Mode::Handler(h.clone()),
+            Mode::Stream(tx) => Mode::Stream(tx.clone()),
+        }
+    }
+}
+
+/// A running scheduler: the node's leases, its wheel, and its deliveries.
+///
+/// Dropping it without [`Scheduler::shutdown`] stops it as
+/// [`Scheduler::abort`] does.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tokio::sync::mpsc;
+/// use tokio_timing_wheel::durable::{Scheduler, Store};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tokio_timing_wheel::durable::Error> {
+/// let store = Store::sqlite_in_memory().await?;
+/// let (tx, mut rx) = mpsc::unbounded_channel();
+/// let scheduler = Scheduler::builder(store.clone())
+///     .start(move |task| {
+///         let tx = tx.clone();
+///         async move { tx.send(task.into_payload()).map_err(|_| "receiver gone") }
+///     })
+///     .await?;
+///
+/// store.schedule(b"hello".to_vec()).delay(Duration::from_millis(50)).await?;
+/// assert_eq!(rx.recv().await.unwrap(), b"hello");
+/// scheduler.shutdown().await?;
+/// # Ok(())
+/// # }
+/// ```
+pub struct Scheduler {
+    node: Arc<Node>,
+    control: JoinHandle<()>,
+    listener: JoinHandle<()>,
+    dispatcher: Option<JoinHandle<()>>,
+}
+
+impl fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("node_id", &self.node.node_id)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Scheduler {
+    /// Settings for a scheduler on `store`.
+    pub fn builder(store: Store) -> SchedulerBuilder {
+        SchedulerBuilder {
+            store,
+            config: Config::default(),
+        }
+    }
+
+    /// This node's name.
+    pub fn node_id(&self) -> &str {
+        &self.node.node_id
+    }
+
+    /// Counters of this node.
+    pub fn stats(&self) -> SchedulerStats {
+        self.node.stats()
+    }
+
+    /// Stops gracefully: no new claims; deliveries in flight finish (within
+    /// `callback_timeout`) and are recorded; then the node releases its
+    /// leases at once so other nodes take its shards without waiting for
+    /// the TTL, and leaves. Tasks not yet claimed stay scheduled in the
+    /// store.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`] if releasing the leases failed (they then
+    /// expire after the TTL).
+    pub async fn shutdown(mut self) -> Result<(), Error> {
+        self.node.stopping.notify_one();
+        if let Some(dispatcher) = self.dispatcher.take() {
+            let _ = dispatcher.await;
+        }
+        self.control.abort();
+        self.listener.abort();
+        let _ = (&mut self.control).await;
+        let _ = (&mut self.listener).await;
+        let _ = self.node.wheel.stop().await;
+        lease::release(&self.node.store, &self.node.session, None).await?;
+        lease::leave(&self.node.store, &self.node.node_id, &self.node.session).await?;
+        Ok(())
+    }
+
+    /// Stops at once, as a crash would: deliveries in flight are cancelled
+    /// and not recorded, leases are not released (others take the shards
+    /// when they expire), and later `ack`s fail. For fault drills and tests;
+    /// use [`Scheduler::shutdown`] otherwise.
+    pub fn abort(mut self) {
+        self.abort_now();
+    }
+
+    fn abort_now(&mut self) {
+        self.node.aborted.store(true, Ordering::SeqCst);
+        self.control.abort();
+        self.listener.abort();
+        if let Some(dispatcher) = self.dispatcher.take() {
+            dispatcher.abort();
+        }
+        let wheel = self.node.wheel.clone();
+        tokio::spawn(async move {
+            let _ = wheel.stop().await;
+        });
+    }
+
+    /// Fault injection: stop (`true`) or resume (`false`) this node's
+    /// heartbeats and lease renewals while its wheel keeps firing, as a
+    /// long pause or a partition would. Its leases expire and other nodes
+    /// take them; its claims are then refused by the fence.
+    #[doc(hidden)]
+    pub fn fault_pause_heartbeat(&self, paused: bool) {
+        self.node.heartbeat_paused.store(paused, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        if self.dispatcher.is_some() {
+            self.abort_now();
+        }
+    }
+}
+
+/// Counters of one node, from [`Scheduler::stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SchedulerStats {
+    /// Shards whose lease this node holds.
+    pub shards_owned: u32,
+    /// Leases this node took over from another owner (a dead, paused or
+    /// departed node, or its own previous run).
+    pub lease_takeovers: u64,
+    /// Fired tasks this node tried to claim in a shard it believed it held,
+    /// refused because another node holds the lease now.
+    pub claims_lost: u64,
+    /// Outcomes (`ack`, `nack`, handler results) refused because the
+    /// attempt no longer belonged to this node.
+    pub completions_lost: u64,
+    /// Attempts started (claims won).
+    pub delivered: u64,
+    /// Attempts that succeeded.
+    pub succeeded: u64,
+    /// Attempts that failed (error, panic, timeout, dropped delivery).
+    pub failed: u64,
+    /// Failed attempts scheduled for a retry.
+    pub retried: u64,
+    /// Tasks marked dead.
+    pub dead: u64,
+    /// Running tasks reclaimed after their lock ran out.
+    pub reclaimed: u64,
+    /// Deliveries in flight now.
+    pub in_flight: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    takeovers: AtomicU64,
+    claims_lost: AtomicU64,
+    completions_lost: AtomicU64,
+    delivered: AtomicU64,
+    succeeded: AtomicU64,
+    failed: AtomicU64,
+    retried: AtomicU64,
+    dead: AtomicU64,
+    reclaimed: AtomicU64,
+}
+
+/// The state one scheduler's tasks share.
+pub(crate) struct Node {
+    store: Store,
+    node_id: String,
+    session: String,
+    config: Config,
+    /// Which shards this node believes it holds (the database decides).
+    owned: Vec<AtomicBool>,
+    /// Deliveries in flight per shard (such shards are not given back).
+    in_flight: Vec<AtomicU32>,
+    /// Tasks due before this time (ms) belong in the wheel.
+    horizon: AtomicI64,
+    wheel: TimingWheel<i64, i64>,
+    local: broadcast::Receiver<(i64, i64)>,
+    semaphore: Arc<Semaphore>,
+    stopping: Notify,
+    reload: Notify,
+    heartbeat_paused: AtomicBool,
+    aborted: AtomicBool,
+    counters: Counters,
+}
+
+impl Node {
+    fn stats(&self) -> SchedulerStats {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        SchedulerStats {
+            shards_owned: self
+                .owned
+                .iter()
+                .filter(|o| o.load(Ordering::Relaxed))
+                .count() as u32,
+            lease_takeovers: get(&c.takeovers),
+            claims_lost: get(&c.claims_lost),
+            completions_lost: get(&c.completions_lost),
+            delivered: get(&c.delivered),
+            succeeded: get(&c.succeeded),
+            failed: get(&c.failed),
+            retried: get(&c.retried),
+            dead: get(&c.dead),
+            reclaimed: get(&c.reclaimed),
+            in_flight: self
+                .in_flight
+                .iter()
+                .map(|n| u64::from(n.load(Ordering::Relaxed)))
+                .sum(),
+        }
+    }
+
+    fn shard_of(&self, id: i64) -> usize {
+        id.rem_euclid(self.store.shards_i64()) as usize
+    }
+
+    fn owns(&self, id: i64) -> bool {
+        self.owned[self.shard_of(id)].load(Ordering::Acquire)
+    }
+
+    /// Puts a task into the wheel if it is due inside the loaded window.
+    async fn arm(&self, id: i64, run_at: i64) {
+        if run_at >= self.horizon.load(Ordering::Acquire) || !self.owns(id) {
+            return;
+        }
+        let delay = Duration::from_millis(u64::try_from(run_at - now_ms()).unwrap_or(0));
+        let _ = self.wheel.set_timer(id, run_at, delay).await;
+    }
+
+    /// One heartbeat: liveness, renewals, rebalancing, then reclaiming
+    /// expired locks in the shards held.
+    async fn beat(&self) -> Result<(), Error> {
+        if self.heartbeat_paused.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let beat = lease::heartbeat(
+            &self.store,
+            &self.node_id,
+            &self.session,
+            ms(self.config.lease_ttl),
+            |shard| self.in_flight[shard as usize].load(Ordering::Acquire) > 0,
+        )
+        .await?;
+        let mut now_owned = vec![false; self.owned.len()];
+        for &shard in &beat.owned {
+            now_owned[shard as usize] = true;
+        }
+        for (flag, &owned) in self.owned.iter().zip(&now_owned) {
+            let was = flag.swap(owned, Ordering::AcqRel);
+            if was && !owned {
+                tracing::info!(node = %self.node_id, "lost a shard lease");
+            }
+        }
+        self.counters
+            .takeovers
+            .fetch_add(beat.takeovers, Ordering::Relaxed);
+        if !beat.acquired.is_empty() {
+            tracing::debug!(node = %self.node_id, acquired = beat.acquired.len(), takeovers = beat.takeovers, "took shards");
+            self.reload.notify_one();
+        }
+        let default_max = i64::from(self.config.max_attempts);
+        for (id, run_at, dead) in self
+            .store
+            .reclaim_expired(&self.session, default_max)
+            .await?
+        {
+            self.counters.reclaimed.fetch_add(1, Ordering::Relaxed);
+            if dead {
+                self.counters.dead.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.arm(id, run_at).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Loads every scheduled task of the held shards due within the window.
+    async fn load_window(&self) -> Result<(), Error> {
+        let horizon = now_ms().saturating_add(ms(self.config.window));
+        self.horizon.fetch_max(horizon, Ordering::AcqRel);
+        for (id, run_at) in self.store.due_before(&self.session, horizon, None).await? {
+            self.arm(id, run_at).await;
+        }
+        Ok(())
+    }
+
+    /// Heartbeats, window refreshes, catch-up polls and retention sweeps.
+    async fn control(self: Arc<Self>) {
+        let mut heartbeat = tokio::time::interval(self.config.heartbeat);
+        let mut window = tokio::time::interval(self.config.window / 2);
+        let mut catch_up = tokio::time::interval(self.config.catch_up);
+        for i in [&mut heartbeat, &mut window, &mut catch_up] {
+            i.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            i.reset();
+        }
+        let slack = 2 * ms(self.config.catch_up) + 1000;
+        let mut since = now_ms() - slack;
+        loop {
+            let result = tokio::select! {
+                _ = heartbeat.tick() => self.beat().await,
+                _ = self.reload.notified() => self.load_window().await,
+                _ = window.tick() => match self.load_window().await {
+                    Ok(()) => self
+                        .store
+                        .sweep(now_ms().saturating_sub(ms(self.config.retention)))
+                        .await
+                        .map(drop),
+                    Err(e) => Err(e),
+                },
+                _ = catch_up.tick() => {
+                    let start = now_ms();
+                    let horizon = self.horizon.load(Ordering::Acquire);
+                    match self.store.due_before(&self.session, horizon, Some(since)).await {
+                        Ok(rows) => {
+                            since = start - slack;
+                            for (id, run_at) in rows {
+                                self.arm(id, run_at).await;
+                            }
+                            Ok(())
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+            };
+            if let Err(err) = result {
+                tracing::warn!(node = %self.node_id, %err, "durable scheduler: database call failed; retrying");
+            }
+        }
+    }
+
+    /// Takes schedules of this process directly, and of other processes by
+    /// `LISTEN` on PostgreSQL.
+    async fn listen(self: Arc<Self>) {
+        let mut local = self.local.resubscribe();
+        let mut pg = None;
+        if let (Some(options), super::store::Db::Postgres(_)) =
+            (&self.store.inner.listen, self.store.db())
+        {
+            match sqlx::postgres::PgListener::connect_with(
+                &sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect_lazy_with(options.clone()),
+            )
+            .await
+            {
+                Ok(mut listener) => match listener.listen(&self.store.inner.channel).await {
+                    Ok(()) => pg = Some(listener),
+                    Err(err) => tracing::warn!(%err, "LISTEN failed; relying on the catch-up poll"),
+                },
+                Err(err) => {
+                    tracing::warn!(%err, "LISTEN connection failed; relying on the catch-up poll")
+                }
+            }
+        }
+        loop {
+            let next = async {
+                match pg.as_mut() {
+                    Some(l) => l.try_recv().await,
+                    None => futures::future::pending().await,
+                }
+            };
+            tokio::select! {
+                msg = local.recv() => match msg {
+                    Ok((id, run_at)) => self.arm(id, run_at).await,
+                    Err(broadcast::error::RecvError::Lagged(_)) => self.reload.notify_one(),
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+                msg = next => match msg {
+                    Ok(Some(n)) => {
+                        if let Some((id, run_at)) = n.payload().split_once(':') {
+                            if let (Ok(id), Ok(run_at)) = (id.parse(), run_at.parse()) {
+                                self.arm(id, run_at).await;
+                            }
+                        }
+                    }
+                    // The connection dropped and came back: anything sent
+                    // meanwhile is found by the catch-up poll.
+                    Ok(None) => {}
+                    Err(err) => {
+                        tracing::warn!(%err, "LISTEN failed; relying on the catch-up poll");
+                        pg = None;
+                    }
+                },
+            }
+        }
+    }
+
+    /// Claims what the wheel fires, and runs each delivery under its own
+    /// supervisor.
+    async fn dispatch(self: Arc<Self>, expirations: Expirations<i64, i64>, mode: Mode) {
+        let batch = CLAIM_BATCH.min(self.config.max_concurrency);
+        let mut fired = expirations.ready_chunks(batch);
+        let mut running = JoinSet::new();
+        loop {
+            tokio::select! {
+                biased;
+                _ = self.stopping.notified() => break,
+                Some(_) = running.join_next(), if !running.is_empty() => {}
+                chunk = fired.next() => match chunk {
+                    Some(chunk) => {
+                        let ids: Vec<(i64, i64)> = chunk.into_iter().map(|e| e.into_parts()).collect();
+                        if let Err(err) = self.claim_and_run(ids, &mode, &mut running).await {
+                            tracing::warn!(node = %self.node_id, %err, "claim failed; the tasks stay scheduled");
+                        }
+                    }
+                    None => break,
+                },
+            }
+        }
+        while running.join_next().await.is_some() {}
+    }
+
+    async fn claim_and_run(
+        self: &Arc<Self>,
+        fired: Vec<(i64, i64)>,
+        mode: &Mode,
+        running: &mut JoinSet<()>,
+    ) -> Result<(), Error> {
+        // Ids of shards given back are dropped quietly; the new owner has
+        // loaded them.
+        let ids: Vec<i64> = fired
+            .iter()
+            .map(|f| f.0)
+            .filter(|&id| self.owns(id))
+            .collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut permits = self
+            .semaphore
+            .clone()
+            .acquire_many_owned(ids.len() as u32)
+            .await
+            .map_err(|_| Error::closed())?;
+        let now = now_ms();
+        let lock = now + ms(self.config.callback_timeout) + ms(self.config.lock_grace);
+        let claimed = match self.store.claim(&self.session, &ids, now, lock).await {
+            Ok(claimed) => claimed,
+            Err(err) => {
+                // The database is unreachable: try these again shortly.
+                for (id, run_at) in fired {
+                    let _ = self
+                        .wheel
+                        .set_timer(id, run_at, Duration::from_millis(500))
+                        .await;
+                }
+                return Err(err);
+            }
+        };
+        let missing: Vec<i64> = if claimed.len() < ids.len() {
+            ids.iter()
+                .copied()
+                .filter(|id| !claimed.iter().any(|c| c.id == *id))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        for c in claimed {
+            self.counters.delivered.fetch_add(1, Ordering::Relaxed);
+            let permit = permits.split(1).expect("one permit per claimed id");
+            let task = Task::from_claimed(c);
+            let shard = self.shard_of(task.id.0);
+            self.in_flight[shard].fetch_add(1, Ordering::AcqRel);
+            running.spawn(self.clone().supervise(task, shard, mode.clone(), permit));
+        }
+        // Only after the claimed tasks are running: a failure here must not
+        // strand them.
+        if !missing.is_empty() {
+            self.explain_unclaimed(&missing).await?;
+        }
+        Ok(())
+    }
+
+    /// Sorts out fired ids the claim did not take: not due yet by the wall
+    /// clock (re-armed), another node's lease (counted as lost to fencing),
+    /// or finished, cancelled or claimed already (dropped).
+    async fn explain_unclaimed(&self, missing: &[i64]) -> Result<(), Error> {
+        let now = now_ms();
+        for (id, state, run_at, owned) in self.store.why_unclaimed(&self.session, missing).await? {
+            if state != "scheduled" {
+                continue;
+            }
+            if !owned {
+                self.counters.claims_lost.fetch_add(1, Ordering::Relaxed);
+            } else if run_at > now {
+                self.arm(id, run_at).await;
+            } else {
+                let _ = self
+                    .wheel
+                    .set_timer(id, run_at, Duration::from_millis(10))
+                    .await;
+            }
+        }
+        Ok(())
+    }
+
+    async fn supervise(
+        self: Arc<Self>,
+        task: Task,
+        shard: usize,
+        mode: Mode,
+        permit: OwnedSemaphorePermit,
+    ) {
+        let timeout = self.config.callback_timeout;
+        match mode {
+            Mode::Handler(handler) => {
+                let run = AssertUnwindSafe(handler(task.clone())).catch_unwind();
+                let outcome = match tokio::time::timeout(timeout, run).await {
+                    Ok(Ok(Ok(()))) => Ok(()),
+                    Ok(Ok(Err(err))) => Err(err),
+                    Ok(Err(panic)) => Err(format!("handler panicked: {}", panic_message(&panic))),
+                    Err(_) => Err(format!("handler timed out after {timeout:?}")),
+                };
+                let recorded = match outcome {
+                    Ok(()) => self.succeed(&task).await,
+                    Err(err) => self.failure(&task, &err).await,
+                };
+                if let Err(err) = recorded {
+                    if !err.is_lost() {
+                        tracing::warn!(node = %self.node_id, id = %task.id, %err, "could not record an outcome");
+                    }
+                }
+            }
+            Mode::Stream(tx) => {
+                let (settled_tx, settled_rx) = oneshot::channel();
+                let delivery = Delivery {
+                    task: task.clone(),
+                    node: self.clone(),
+                    settled: Some(settled_tx),
+                };
+                let outcome = if tx.send(delivery).await.is_err() {
+                    Some("no consumer: the delivery stream was dropped".to_string())
+                } else {
+                    match tokio::time::timeout(timeout, settled_rx).await {
+                        Ok(Ok(())) => None,
+                        Ok(Err(_)) => Some("delivery dropped without ack".to_string()),
+                        Err(_) => Some(format!("not acknowledged within {timeout:?}")),
+                    }
+                };
+                if let Some(err) = outcome {
+                    let _ = self.failure(&task, &err).await;
+                }
+            }
+        }
+        self.in_flight[shard].fetch_sub(1, Ordering::AcqRel);
+        drop(permit);
+    }
+
+    /// Records a successful attempt.
+    pub(crate) async fn succeed(&self, task: &Task) -> Result<(), Error> {
+        if self.aborted.load(Ordering::SeqCst) {
+            return Err(Error::closed());
+        }
+        if self
+            .store
+            .complete(&self.session, task.id.0, i64::from(task.attempt))
+            .await?
+        {
+            self.counters.succeeded.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        } else {
+            self.counters
+                .completions_lost
+                .fetch_add(1, Ordering::Relaxed);
+            Err(Error::lost())
+        }
+    }
+
+    /// Records a failed attempt: a retry after the backoff, or dead.
+    pub(crate) async fn failure(&self, task: &Task, error: &str) -> Result<(), Error> {
+        if self.aborted.load(Ordering::SeqCst) {
+            return Err(Error::closed());
+        }
+        let delay = self.config.backoff.delay(task.attempt, task.id.0 as u64);
+        let retry_at = now_ms().saturating_add(ms(delay));
+        let default_max = i64::from(self.config.max_attempts);
+        let result = self
+            .store
+            .fail(
+                &self.session,
+                task.id.0,
+                i64::from(task.attempt),
+                error,
+                retry_at,
+                default_max,
+            )
+            .await?;
+        match result {
+            Some(Failed::Retry(at)) => {
+                self.counters.failed.fetch_add(1, Ordering::Relaxed);
+                self.counters.retried.fetch_add(1, Ordering::Relaxed);
+                self.arm(task.id.0, at).await;
+                Ok(())
+            }
+            Some(Failed::Dead) => {
+                self.counters.failed.fetch_add(1, Ordering::Relaxed);
+                self.counters.dead.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(node = %self.node_id, id = %task.id, error, "task is dead: out of attempts");
+                Ok(())
+            }
+            None => {
+                self.counters
+                    .completions_lost
+                    .fetch_add(1, Ordering::Relaxed);
+                Err(Error::lost())
+            }
+        }
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-string payload".to_string()
+    }
+}
+
+fn random_u64() -> u64 {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    hasher.finish()
+}

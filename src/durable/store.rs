@@ -1,0 +1,1043 @@
+//! The task store: a connection pool to SQLite or PostgreSQL, the client
+//! operations (`schedule`, `cancel`, `reschedule`, `get`, `redrive`), and
+//! the statements the scheduler runs (window loads, the fenced claim, the
+//! fenced outcomes, reclaims and sweeps).
+
+use std::fmt;
+use std::future::{Future, IntoFuture};
+use std::path::Path;
+use std::pin::Pin;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::Row;
+use tokio::sync::broadcast;
+
+use super::{schema, Error, MAX_PAYLOAD, MAX_RUN_AT};
+
+/// Runs `$body` with `$pool` bound to whichever pool `$db` holds. The body is
+/// compiled once per backend, so the same statement text and row decoding
+/// serve both.
+macro_rules! with_pool {
+    ($db:expr, $pool:ident => $body:expr) => {
+        match $db {
+            $crate::durable::store::Db::Sqlite($pool) => $body,
+            $crate::durable::store::Db::Postgres($pool) => $body,
+        }
+    };
+}
+pub(crate) use with_pool;
+
+/// The pool of one backend.
+#[derive(Clone)]
+pub(crate) enum Db {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// The id of a durable task, unique in its store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TaskId(pub(crate) i64);
+
+impl TaskId {
+    /// A task id from its stored number (as kept by an application that
+    /// recorded [`TaskId::get`]).
+    pub fn new(id: i64) -> TaskId {
+        TaskId(id)
+    }
+
+    /// The id as stored in the database.
+    pub fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Where a task is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TaskState {
+    /// Waiting for its `run_at` (or for a retry).
+    Scheduled,
+    /// Claimed by a node and being delivered.
+    Running,
+    /// Delivered and acknowledged; kept for the scheduler's retention, then
+    /// deleted.
+    Done,
+    /// Failed on every allowed attempt; kept until redriven.
+    Dead,
+    /// Cancelled before it ran; kept for the retention, then deleted.
+    Cancelled,
+}
+
+impl TaskState {
+    fn parse(s: &str) -> TaskState {
+        match s {
+            "scheduled" => TaskState::Scheduled,
+            "running" => TaskState::Running,
+            "done" => TaskState::Done,
+            "dead" => TaskState::Dead,
+            _ => TaskState::Cancelled,
+        }
+    }
+}
+
+/// A task as the store holds it, from [`Store::get`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TaskInfo {
+    /// The task's id.
+    pub id: TaskId,
+    /// Its state.
+    pub state: TaskState,
+    /// When it is (or was last) due.
+    pub run_at: SystemTime,
+    /// Delivery attempts started so far.
+    pub attempts: u32,
+    /// Its own attempt limit, if it was scheduled with one; otherwise the
+    /// scheduler's applies.
+    pub max_attempts: Option<u32>,
+    /// The error of the last failed attempt.
+    pub last_error: Option<String>,
+    /// Its idempotency key.
+    pub idempotency_key: Option<String>,
+    /// The payload.
+    pub payload: Vec<u8>,
+}
+
+/// A task claimed for delivery: what the claim statement returned.
+#[derive(Debug, Clone)]
+pub(crate) struct Claimed {
+    pub(crate) id: i64,
+    pub(crate) run_at: i64,
+    pub(crate) attempt: i64,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) idempotency_key: Option<String>,
+}
+
+/// What a failure outcome did to the task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failed {
+    /// Scheduled again at this time (ms).
+    Retry(i64),
+    /// Out of attempts.
+    Dead,
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// A time as milliseconds since the Unix epoch, or an error outside
+/// `UNIX_EPOCH..=UNIX_EPOCH + MAX_RUN_AT`.
+pub(crate) fn to_ms(at: SystemTime) -> Result<i64, Error> {
+    let since = at
+        .duration_since(UNIX_EPOCH)
+        .map_err(|_| Error::out_of_range("a time before the Unix epoch"))?;
+    if since > MAX_RUN_AT {
+        return Err(Error::out_of_range("a time after MAX_RUN_AT"));
+    }
+    // MAX_RUN_AT fits in an i64 of milliseconds.
+    Ok(since.as_millis() as i64)
+}
+
+/// The time `ms` milliseconds after the Unix epoch.
+pub(crate) fn from_ms(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+/// `$first, $first+1, ...`: `n` numbered placeholders.
+pub(crate) fn placeholders(first: usize, n: usize) -> String {
+    let mut s = String::with_capacity(n * 6);
+    for i in 0..n {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        s.push('$');
+        s.push_str(&(first + i).to_string());
+    }
+    s
+}
+
+/// A durable task store on SQLite or PostgreSQL: the client that schedules
+/// tasks, and what a [`Scheduler`](super::Scheduler) runs on.
+///
+/// Cheap to clone; clones share one pool. Tasks scheduled through a store
+/// reach the schedulers of the same process at once, those of other
+/// processes through PostgreSQL `LISTEN/NOTIFY`, and every scheduler's
+/// catch-up poll finds what a notification missed.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tokio_timing_wheel::durable::{Store, TaskState};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tokio_timing_wheel::durable::Error> {
+/// let store = Store::sqlite_in_memory().await?;
+/// let id = store
+///     .schedule(b"send the reminder".to_vec())
+///     .delay(Duration::from_secs(30 * 60))
+///     .idempotency_key("reminder:order-42")
+///     .max_attempts(5)
+///     .await?;
+/// // The same key again creates nothing and answers with the first id.
+/// let again = store.schedule(b"other".to_vec()).idempotency_key("reminder:order-42").await?;
+/// assert_eq!(again, id);
+///
+/// assert_eq!(store.get(id).await?.unwrap().state, TaskState::Scheduled);
+/// assert!(store.cancel(id).await?);
+/// assert!(!store.cancel(id).await?); // no longer pending
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Store {
+    pub(crate) inner: Arc<StoreInner>,
+}
+
+pub(crate) struct StoreInner {
+    pub(crate) db: Db,
+    pub(crate) shards: u32,
+    /// The PostgreSQL URL, for the scheduler's `LISTEN` connection.
+    pub(crate) listen: Option<PgConnectOptions>,
+    /// The notification channel (per schema on PostgreSQL).
+    pub(crate) channel: String,
+    /// Schedules within this process: `(id, run_at)`.
+    pub(crate) local: broadcast::Sender<(i64, i64)>,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store")
+            .field(
+                "backend",
+                &match self.inner.db {
+                    Db::Sqlite(_) => "sqlite",
+                    Db::Postgres(_) => "postgres",
+                },
+            )
+            .field("shards", &self.inner.shards)
+            .finish()
+    }
+}
+
+/// Options for opening a [`Store`], from [`Store::builder`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tokio_timing_wheel::durable::Store;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tokio_timing_wheel::durable::Error> {
+/// let dir = std::env::temp_dir().join(format!("ttw-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let store = Store::builder()
+///     .shards(16)
+///     .max_connections(4)
+///     .connect_timeout(Duration::from_secs(5))
+///     .sqlite(dir.join("tasks.db"))
+///     .await?;
+/// assert_eq!(store.shards(), 16);
+/// # drop(store);
+/// # std::fs::remove_dir_all(&dir).ok();
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct StoreBuilder {
+    shards: Option<u32>,
+    max_connections: u32,
+    connect_timeout: Duration,
+    schema: Option<String>,
+}
+
+impl Default for StoreBuilder {
+    fn default() -> Self {
+        StoreBuilder {
+            shards: None,
+            max_connections: 8,
+            connect_timeout: Duration::from_secs(10),
+            schema: None,
+        }
+    }
+}
+
+impl StoreBuilder {
+    /// The number of logical shards, used when the schema is created
+    /// (default [`DEFAULT_SHARDS`](super::DEFAULT_SHARDS), 256). A task's
+    /// shard is `id % shards`. Opening an existing schema with a different
+    /// number is an error ([`Error::is_config`]).
+    pub fn shards(mut self, shards: u32) -> Self {
+        self.shards = Some(shards);
+        self
+    }
+
+    /// The most connections the pool opens (default 8).
+    pub fn max_connections(mut self, n: u32) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// How long to wait for a connection before failing with
+    /// [`Error::is_database`] (default 10 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// PostgreSQL only: keep the tables in this schema (created if
+    /// missing) instead of `public`, so several independent stores can share
+    /// one database. Letters, digits and `_` only.
+    pub fn postgres_schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = Some(schema.into());
+        self
+    }
+
+    fn check(&self) -> Result<(), Error> {
+        if self.shards == Some(0) {
+            return Err(Error::config("the shard count must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// Opens (creating if missing) an SQLite database file in WAL mode.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`] if the file cannot be opened,
+    /// [`Error::is_schema_too_new`] if a newer version of the crate wrote it,
+    /// [`Error::is_config`] for a shard count that does not match.
+    pub async fn sqlite(self, path: impl AsRef<Path>) -> Result<Store, Error> {
+        self.check()?;
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(10));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(self.max_connections)
+            .acquire_timeout(self.connect_timeout)
+            .connect_with(options)
+            .await?;
+        self.finish(Db::Sqlite(pool), None, "ttw_tasks".into())
+            .await
+    }
+
+    /// Opens a private in-memory SQLite database, for tests and examples. It
+    /// lives as long as the store (one connection, never recycled).
+    ///
+    /// # Errors
+    ///
+    /// As [`StoreBuilder::sqlite`].
+    pub async fn sqlite_in_memory(self) -> Result<Store, Error> {
+        self.check()?;
+        let options = SqliteConnectOptions::from_str("sqlite::memory:")?;
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .acquire_timeout(self.connect_timeout)
+            .connect_with(options)
+            .await?;
+        self.finish(Db::Sqlite(pool), None, "ttw_tasks".into())
+            .await
+    }
+
+    /// Connects to PostgreSQL (`postgres://user@host:port/db`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`] if the server cannot be reached within the
+    /// connect timeout; otherwise as [`StoreBuilder::sqlite`].
+    pub async fn postgres(self, url: &str) -> Result<Store, Error> {
+        self.check()?;
+        let mut options = PgConnectOptions::from_str(url)?;
+        let mut channel = "ttw_tasks".to_string();
+        if let Some(schema) = &self.schema {
+            if schema.is_empty()
+                || !schema
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_')
+            {
+                return Err(Error::config("a schema name is letters, digits and '_'"));
+            }
+            let admin = PgPoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(self.connect_timeout)
+                .connect_with(options.clone())
+                .await?;
+            sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+                .execute(&admin)
+                .await?;
+            admin.close().await;
+            options = options.options([("search_path", schema.as_str())]);
+            channel = format!("ttw_tasks_{schema}");
+            if channel.len() > 63 {
+                // PostgreSQL's identifier limit; every process derives the
+                // same name.
+                let hash = schema.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                    (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+                });
+                channel = format!("ttw_tasks_{hash:016x}");
+            }
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(self.max_connections)
+            .acquire_timeout(self.connect_timeout)
+            .connect_with(options.clone())
+            .await?;
+        self.finish(Db::Postgres(pool), Some(options), channel)
+            .await
+    }
+
+    async fn finish(
+        self,
+        db: Db,
+        listen: Option<PgConnectOptions>,
+        channel: String,
+    ) -> Result<Store, Error> {
+        let shards = schema::prepare(&db, self.shards).await?;
+        let (local, _) = broadcast::channel(4096);
+        Ok(Store {
+            inner: Arc::new(StoreInner {
+                db,
+                shards,
+                listen,
+                channel,
+                local,
+            }),
+        })
+    }
+}
+
+impl Store {
+    /// Options for opening a store: shard count, pool size, timeouts.
+    pub fn builder() -> StoreBuilder {
+        StoreBuilder::default()
+    }
+
+    /// Opens (creating if missing) an SQLite database file: the embedded
+    /// default, nothing to set up. See [`StoreBuilder::sqlite`].
+    ///
+    /// # Errors
+    ///
+    /// As [`StoreBuilder::sqlite`].
+    pub async fn sqlite(path: impl AsRef<Path>) -> Result<Store, Error> {
+        StoreBuilder::default().sqlite(path).await
+    }
+
+    /// A private in-memory SQLite store, for tests. See
+    /// [`StoreBuilder::sqlite_in_memory`].
+    ///
+    /// # Errors
+    ///
+    /// As [`StoreBuilder::sqlite`].
+    pub async fn sqlite_in_memory() -> Result<Store, Error> {
+        StoreBuilder::default().sqlite_in_memory().await
+    }
+
+    /// Connects to PostgreSQL, for many processes. See
+    /// [`StoreBuilder::postgres`].
+    ///
+    /// # Errors
+    ///
+    /// As [`StoreBuilder::postgres`].
+    pub async fn postgres(url: &str) -> Result<Store, Error> {
+        StoreBuilder::default().postgres(url).await
+    }
+
+    /// The schema's shard count.
+    pub fn shards(&self) -> u32 {
+        self.inner.shards
+    }
+
+    /// Whether this store is on PostgreSQL.
+    pub fn is_postgres(&self) -> bool {
+        matches!(self.inner.db, Db::Postgres(_))
+    }
+
+    pub(crate) fn db(&self) -> &Db {
+        &self.inner.db
+    }
+
+    pub(crate) fn shards_i64(&self) -> i64 {
+        i64::from(self.inner.shards)
+    }
+
+    /// Starts scheduling a task carrying `payload` (at most
+    /// [`MAX_PAYLOAD`](super::MAX_PAYLOAD) bytes). Await the returned
+    /// builder to store it; by default it is due at once.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use tokio_timing_wheel::durable::Store;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tokio_timing_wheel::durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// let at = SystemTime::now() + Duration::from_secs(15 * 60);
+    /// let id = store.schedule(b"cancel unpaid order 7".to_vec()).at(at).await?;
+    /// assert_eq!(store.get(id).await?.unwrap().attempts, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn schedule(&self, payload: impl Into<Vec<u8>>) -> Schedule<'_> {
+        Schedule {
+            store: self,
+            payload: payload.into(),
+            at: When::Delay(Duration::ZERO),
+            idempotency_key: None,
+            max_attempts: None,
+        }
+    }
+
+    async fn insert(
+        &self,
+        payload: Vec<u8>,
+        when: When,
+        idempotency_key: Option<String>,
+        max_attempts: Option<u32>,
+    ) -> Result<TaskId, Error> {
+        if payload.len() > MAX_PAYLOAD {
+            return Err(Error::payload_too_large(payload.len()));
+        }
+        let now = now_ms();
+        let run_at = match when {
+            When::At(at) => to_ms(at)?,
+            When::Delay(delay) => {
+                let at = SystemTime::now()
+                    .checked_add(delay)
+                    .ok_or_else(|| Error::out_of_range("the delay"))?;
+                to_ms(at)?
+            }
+        };
+        let max_attempts = max_attempts.map(i64::from);
+        let db = self.db();
+        // Two tries: a conflicting task could be deleted (its retention
+        // ran out) between the insert and the lookup.
+        for _ in 0..2 {
+            let inserted: Option<i64> = with_pool!(db, pool => {
+                sqlx::query(
+                    "INSERT INTO ttw_tasks (run_at, payload, idempotency_key, max_attempts, created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (idempotency_key) DO NOTHING RETURNING id",
+                )
+                .bind(run_at)
+                .bind(&payload)
+                .bind(&idempotency_key)
+                .bind(max_attempts)
+                .bind(now)
+                .fetch_optional(pool)
+                .await?
+                .map(|row| row.try_get::<i64, _>("id"))
+                .transpose()?
+            });
+            if let Some(id) = inserted {
+                self.announce(id, run_at).await?;
+                return Ok(TaskId(id));
+            }
+            let existing: Option<i64> = with_pool!(db, pool => {
+                sqlx::query("SELECT id FROM ttw_tasks WHERE idempotency_key = $1")
+                    .bind(&idempotency_key)
+                    .fetch_optional(pool)
+                    .await?
+                    .map(|row| row.try_get::<i64, _>("id"))
+                    .transpose()?
+            });
+            if let Some(id) = existing {
+                return Ok(TaskId(id));
+            }
+        }
+        Err(Error::config(
+            "the idempotency key kept conflicting with a task being deleted",
+        ))
+    }
+
+    /// Tells schedulers that a task is due at `run_at`: those of this
+    /// process directly, those of other processes by `NOTIFY`.
+    pub(crate) async fn announce(&self, id: i64, run_at: i64) -> Result<(), Error> {
+        let _ = self.inner.local.send((id, run_at));
+        if let Db::Postgres(pool) = self.db() {
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(&self.inner.channel)
+                .bind(format!("{id}:{run_at}"))
+                .execute(pool)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Cancels a task that is still scheduled. Returns whether it was: `false`
+    /// if it is running, finished, dead, cancelled already, or unknown. A
+    /// cancelled task is never delivered afterwards; one that a node claimed
+    /// first is not cancelled.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`].
+    pub async fn cancel(&self, id: TaskId) -> Result<bool, Error> {
+        let now = now_ms();
+        let n = with_pool!(self.db(), pool => {
+            sqlx::query(
+                "UPDATE ttw_tasks SET state = 'cancelled', updated_at = $2, finished_at = $2 \
+                 WHERE id = $1 AND state = 'scheduled'",
+            )
+            .bind(id.0)
+            .bind(now)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        Ok(n == 1)
+    }
+
+    /// Moves a task that is still scheduled to a new time. Returns whether it
+    /// was still scheduled (as [`Store::cancel`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_out_of_range`] for a time the store cannot hold,
+    /// [`Error::is_database`].
+    pub async fn reschedule(&self, id: TaskId, at: SystemTime) -> Result<bool, Error> {
+        let run_at = to_ms(at)?;
+        let now = now_ms();
+        let n = with_pool!(self.db(), pool => {
+            sqlx::query("UPDATE ttw_tasks SET run_at = $2, updated_at = $3 WHERE id = $1 AND state = 'scheduled'")
+                .bind(id.0)
+                .bind(run_at)
+                .bind(now)
+                .execute(pool)
+                .await?
+                .rows_affected()
+        });
+        if n == 1 {
+            self.announce(id.0, run_at).await?;
+        }
+        Ok(n == 1)
+    }
+
+    /// Schedules a dead task again, due at once with its attempts reset.
+    /// Returns whether it was dead.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`].
+    pub async fn redrive(&self, id: TaskId) -> Result<bool, Error> {
+        let now = now_ms();
+        let n = with_pool!(self.db(), pool => {
+            sqlx::query(
+                "UPDATE ttw_tasks SET state = 'scheduled', attempts = 0, run_at = $2, updated_at = $2, \
+                 finished_at = NULL WHERE id = $1 AND state = 'dead'",
+            )
+            .bind(id.0)
+            .bind(now)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        if n == 1 {
+            self.announce(id.0, now).await?;
+        }
+        Ok(n == 1)
+    }
+
+    /// A task's state, attempts, last error and payload, or `None` if there
+    /// is no such task (never was, or deleted after its retention).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`].
+    pub async fn get(&self, id: TaskId) -> Result<Option<TaskInfo>, Error> {
+        let info = with_pool!(self.db(), pool => {
+            match sqlx::query(
+                "SELECT id, state, run_at, attempts, max_attempts, last_error, idempotency_key, payload \
+                 FROM ttw_tasks WHERE id = $1",
+            )
+            .bind(id.0)
+            .fetch_optional(pool)
+            .await?
+            {
+                None => None,
+                Some(row) => Some(TaskInfo {
+                    id: TaskId(row.try_get("id")?),
+                    state: TaskState::parse(row.try_get::<String, _>("state")?.as_str()),
+                    run_at: from_ms(row.try_get("run_at")?),
+                    attempts: clamp_u32(row.try_get("attempts")?),
+                    max_attempts: row.try_get::<Option<i64>, _>("max_attempts")?.map(clamp_u32),
+                    last_error: row.try_get("last_error")?,
+                    idempotency_key: row.try_get("idempotency_key")?,
+                    payload: row.try_get("payload")?,
+                }),
+            }
+        });
+        Ok(info)
+    }
+
+    /// How many tasks are in each state, as `(scheduled, running, done,
+    /// dead, cancelled)`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`].
+    pub async fn counts(&self) -> Result<StateCounts, Error> {
+        let rows: Vec<(String, i64)> = with_pool!(self.db(), pool => {
+            sqlx::query_as("SELECT state, COUNT(*) FROM ttw_tasks GROUP BY state")
+                .fetch_all(pool)
+                .await?
+        });
+        let mut counts = StateCounts::default();
+        for (state, n) in rows {
+            let n = u64::try_from(n).unwrap_or(0);
+            match TaskState::parse(&state) {
+                TaskState::Scheduled => counts.scheduled = n,
+                TaskState::Running => counts.running = n,
+                TaskState::Done => counts.done = n,
+                TaskState::Dead => counts.dead = n,
+                TaskState::Cancelled => counts.cancelled = n,
+            }
+        }
+        Ok(counts)
+    }
+
+    // ----- what the scheduler runs -----
+
+    /// Scheduled tasks of this session's shards due before `horizon`, and,
+    /// with `since`, changed at or after it.
+    pub(crate) async fn due_before(
+        &self,
+        session: &str,
+        horizon: i64,
+        since: Option<i64>,
+    ) -> Result<Vec<(i64, i64)>, Error> {
+        let rows: Vec<(i64, i64)> = with_pool!(self.db(), pool => {
+            sqlx::query_as(
+                "SELECT id, run_at FROM ttw_tasks WHERE state = 'scheduled' AND run_at < $1 \
+                 AND updated_at >= $2 \
+                 AND (id % $3) IN (SELECT shard FROM ttw_leases WHERE owner_session = $4)",
+            )
+            .bind(horizon)
+            .bind(since.unwrap_or(i64::MIN))
+            .bind(self.shards_i64())
+            .bind(session)
+            .fetch_all(pool)
+            .await?
+        });
+        Ok(rows)
+    }
+
+    /// The claim, in one statement: of `ids`, those still scheduled, due by
+    /// `now`, and in a shard whose lease this session holds move to running,
+    /// with the attempt counted, the node and lease epoch stamped, and a lock
+    /// until `locked_until`.
+    pub(crate) async fn claim(
+        &self,
+        session: &str,
+        ids: &[i64],
+        now: i64,
+        locked_until: i64,
+    ) -> Result<Vec<Claimed>, Error> {
+        let sql = format!(
+            "UPDATE ttw_tasks SET state = 'running', attempts = attempts + 1, locked_by = $1, \
+             lock_epoch = (SELECT l.epoch FROM ttw_leases l WHERE l.shard = ttw_tasks.id % $2), \
+             locked_until = $3, updated_at = $4 \
+             WHERE state = 'scheduled' AND run_at <= $4 \
+             AND EXISTS (SELECT 1 FROM ttw_leases l WHERE l.shard = ttw_tasks.id % $2 AND l.owner_session = $1) \
+             AND id IN ({}) \
+             RETURNING id, run_at, attempts, payload, idempotency_key",
+            placeholders(5, ids.len())
+        );
+        let claimed = with_pool!(self.db(), pool => {
+            let mut query = sqlx::query(&sql).bind(session).bind(self.shards_i64()).bind(locked_until).bind(now);
+            for id in ids {
+                query = query.bind(id);
+            }
+            let rows = query.fetch_all(pool).await?;
+            let mut out = Vec::with_capacity(rows.len());
+            for row in rows {
+                out.push(Claimed {
+                    id: row.try_get("id")?,
+                    run_at: row.try_get("run_at")?,
+                    attempt: row.try_get("attempts")?,
+                    payload: row.try_get("payload")?,
+                    idempotency_key: row.try_get("idempotency_key")?,
+                });
+            }
+            out
+        });
+        Ok(claimed)
+    }
+
+    /// For ids a claim did not take: `(id, state, run_at, owned)` where
+    /// `owned` says whether this session holds the shard's lease.
+    pub(crate) async fn why_unclaimed(
+        &self,
+        session: &str,
+        ids: &[i64],
+    ) -> Result<Vec<(i64, String, i64, bool)>, Error> {
+        let sql = format!(
+            "SELECT t.id, t.state, t.run_at, \
+             CASE WHEN l.owner_session = $1 THEN 1 ELSE 0 END AS owned \
+             FROM ttw_tasks t JOIN ttw_leases l ON l.shard = t.id % $2 WHERE t.id IN ({})",
+            placeholders(3, ids.len())
+        );
+        let rows = with_pool!(self.db(), pool => {
+            let mut query = sqlx::query(&sql).bind(session).bind(self.shards_i64());
+            for id in ids {
+                query = query.bind(id);
+            }
+            let rows = query.fetch_all(pool).await?;
+            let mut out = Vec::with_capacity(rows.len());
+            for row in rows {
+                out.push((
+                    row.try_get("id")?,
+                    row.try_get("state")?,
+                    row.try_get("run_at")?,
+                    row.try_get::<i32, _>("owned")? == 1,
+                ));
+            }
+            out
+        });
+        Ok(rows)
+    }
+
+    /// Marks attempt `attempt` of task `id` done, if this session still holds
+    /// it: the task is running that attempt under this session, and the
+    /// shard's lease is this session's at the epoch the claim stamped.
+    pub(crate) async fn complete(
+        &self,
+        session: &str,
+        id: i64,
+        attempt: i64,
+    ) -> Result<bool, Error> {
+        let now = now_ms();
+        let n = with_pool!(self.db(), pool => {
+            sqlx::query(
+                "UPDATE ttw_tasks SET state = 'done', locked_by = NULL, locked_until = NULL, \
+                 updated_at = $3, finished_at = $3 \
+                 WHERE id = $1 AND attempts = $2 AND state = 'running' AND locked_by = $4 \
+                 AND EXISTS (SELECT 1 FROM ttw_leases l WHERE l.shard = ttw_tasks.id % $5 \
+                 AND l.owner_session = $4 AND l.epoch = ttw_tasks.lock_epoch)",
+            )
+            .bind(id)
+            .bind(attempt)
+            .bind(now)
+            .bind(session)
+            .bind(self.shards_i64())
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        Ok(n == 1)
+    }
+
+    /// Records a failed attempt under the same fence as
+    /// [`Store::complete`]: a retry at `retry_at`, or dead once the attempts
+    /// reach the task's limit (`default_max` when it has none). `None` if
+    /// the fence refused it.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn fail(
+        &self,
+        session: &str,
+        id: i64,
+        attempt: i64,
+        error: &str,
+        retry_at: i64,
+        default_max: i64,
+    ) -> Result<Option<Failed>, Error> {
+        let now = now_ms();
+        let row: Option<(String, i64)> = with_pool!(self.db(), pool => {
+            sqlx::query_as(
+                "UPDATE ttw_tasks SET \
+                 state = CASE WHEN attempts >= COALESCE(max_attempts, $6) THEN 'dead' ELSE 'scheduled' END, \
+                 run_at = CASE WHEN attempts >= COALESCE(max_attempts, $6) THEN run_at ELSE $7 END, \
+                 finished_at = CASE WHEN attempts >= COALESCE(max_attempts, $6) THEN $3 ELSE NULL END, \
+                 last_error = $8, locked_by = NULL, locked_until = NULL, updated_at = $3 \
+                 WHERE id = $1 AND attempts = $2 AND state = 'running' AND locked_by = $4 \
+                 AND EXISTS (SELECT 1 FROM ttw_leases l WHERE l.shard = ttw_tasks.id % $5 \
+                 AND l.owner_session = $4 AND l.epoch = ttw_tasks.lock_epoch) \
+                 RETURNING state, run_at",
+            )
+            .bind(id)
+            .bind(attempt)
+            .bind(now)
+            .bind(session)
+            .bind(self.shards_i64())
+            .bind(default_max)
+            .bind(retry_at)
+            .bind(error)
+            .fetch_optional(pool)
+            .await?
+        });
+        Ok(row.map(|(state, run_at)| {
+            if state == "dead" {
+                Failed::Dead
+            } else {
+                Failed::Retry(run_at)
+            }
+        }))
+    }
+
+    /// Running tasks of this session's shards whose lock ran out (their node
+    /// died, or lost the shard, mid-delivery) go back to scheduled, due at
+    /// once, or to dead when out of attempts. Returns `(id, run_at, dead)`.
+    pub(crate) async fn reclaim_expired(
+        &self,
+        session: &str,
+        default_max: i64,
+    ) -> Result<Vec<(i64, i64, bool)>, Error> {
+        let now = now_ms();
+        let rows: Vec<(i64, i64, String)> = with_pool!(self.db(), pool => {
+            sqlx::query_as(
+                "UPDATE ttw_tasks SET \
+                 state = CASE WHEN attempts >= COALESCE(max_attempts, $1) THEN 'dead' ELSE 'scheduled' END, \
+                 finished_at = CASE WHEN attempts >= COALESCE(max_attempts, $1) THEN $2 ELSE NULL END, \
+                 run_at = CASE WHEN attempts >= COALESCE(max_attempts, $1) THEN run_at ELSE $2 END, \
+                 last_error = 'lock expired: the node delivering it stopped or lost its shard', \
+                 locked_by = NULL, locked_until = NULL, updated_at = $2 \
+                 WHERE state = 'running' AND locked_until < $2 \
+                 AND (id % $3) IN (SELECT shard FROM ttw_leases WHERE owner_session = $4) \
+                 RETURNING id, run_at, state",
+            )
+            .bind(default_max)
+            .bind(now)
+            .bind(self.shards_i64())
+            .bind(session)
+            .fetch_all(pool)
+            .await?
+        });
+        Ok(rows
+            .into_iter()
+            .map(|(id, run_at, state)| (id, run_at, state == "dead"))
+            .collect())
+    }
+
+    /// Deletes done and cancelled tasks that finished before `before`.
+    pub(crate) async fn sweep(&self, before: i64) -> Result<u64, Error> {
+        let n = with_pool!(self.db(), pool => {
+            sqlx::query("DELETE FROM ttw_tasks WHERE state IN ('done', 'cancelled') AND finished_at < $1")
+                .bind(before)
+                .execute(pool)
+                .await?
+                .rows_affected()
+        });
+        Ok(n)
+    }
+}
+
+/// How many tasks are in each state, from [`Store::counts`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StateCounts {
+    /// Waiting for their time.
+    pub scheduled: u64,
+    /// Being delivered.
+    pub running: u64,
+    /// Delivered and acknowledged (within the retention).
+    pub done: u64,
+    /// Out of attempts.
+    pub dead: u64,
+    /// Cancelled (within the retention).
+    pub cancelled: u64,
+}
+
+fn clamp_u32(n: i64) -> u32 {
+    u32::try_from(n.max(0)).unwrap_or(u32::MAX)
+}
+
+enum When {
+    At(SystemTime),
+    Delay(Duration),
+}
+
+/// A task being scheduled, from [`Store::schedule`]; `.await` it to store the
+/// task and get its [`TaskId`].
+///
+/// # Errors
+///
+/// [`Error::is_payload_too_large`], [`Error::is_out_of_range`] (a time before
+/// the Unix epoch or after [`MAX_RUN_AT`](super::MAX_RUN_AT), or a delay that
+/// overflows), [`Error::is_database`].
+#[must_use = "a task is stored only when the builder is awaited"]
+pub struct Schedule<'a> {
+    store: &'a Store,
+    payload: Vec<u8>,
+    at: When,
+    idempotency_key: Option<String>,
+    max_attempts: Option<u32>,
+}
+
+impl fmt::Debug for Schedule<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Schedule")
+            .field("payload_len", &self.payload.len())
+            .field("idempotency_key", &self.idempotency_key)
+            .field("max_attempts", &self.max_attempts)
+            .finish()
+    }
+}
+
+impl Schedule<'_> {
+    /// Due this long from now.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.at = When::Delay(delay);
+        self
+    }
+
+    /// Due at this time (a time in the past is due at once).
+    pub fn at(mut self, at: SystemTime) -> Self {
+        self.at = When::At(at);
+        self
+    }
+
+    /// Scheduling another task with the same key, while this one is kept,
+    /// creates nothing and returns this task's id.
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// This task's own attempt limit (at least 1), instead of the
+    /// scheduler's.
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = Some(n.max(1));
+        self
+    }
+}
+
+impl<'a> IntoFuture for Schedule<'a> {
+    type Output = Result<TaskId, Error>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<TaskId, Error>> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            self.store
+                .insert(
+                    self.payload,
+                    self.at,
+                    self.idempotency_key,
+                    self.max_attempts,
+                )
+                .await
+        })
+    }
+}

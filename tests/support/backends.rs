@@ -1,0 +1,188 @@
+//! Runs each durable test on both backends: SQLite always (a fresh file in
+//! a temporary directory), PostgreSQL when `DATABASE_URL` is set (a fresh
+//! schema per test, dropped at the end).
+//!
+//! Without `DATABASE_URL` a PostgreSQL test prints that it was skipped; under
+//! `CI` it fails instead, so CI can never pass without running them.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use tokio_timing_wheel::durable::{Store, StoreBuilder};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// A place for one test's tables, and a way to open more stores on it (a
+/// restarted process, another node).
+pub struct Db {
+    pub backend: Backend,
+    sqlite: Option<PathBuf>,
+    postgres: Option<(String, String)>,
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+fn unique(name: &str) -> String {
+    format!(
+        "ttw_{}_{}_{}",
+        name.replace(|c: char| !c.is_ascii_alphanumeric(), "_"),
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+impl Db {
+    /// A fresh database for `name`, or `None` (after saying so) when the
+    /// backend is not available here.
+    pub fn new(backend: Backend, name: &str) -> Option<Db> {
+        match backend {
+            Backend::Sqlite => {
+                let dir = std::env::temp_dir().join(unique(name));
+                std::fs::create_dir_all(&dir).unwrap();
+                Some(Db {
+                    backend,
+                    sqlite: Some(dir.join("tasks.db")),
+                    postgres: None,
+                })
+            }
+            Backend::Postgres => match std::env::var("DATABASE_URL") {
+                Ok(url) if !url.is_empty() => Some(Db {
+                    backend,
+                    sqlite: None,
+                    postgres: Some((url, unique(name).to_lowercase())),
+                }),
+                _ => {
+                    if std::env::var_os("CI").is_some() {
+                        panic!("CI is set but DATABASE_URL is not: the PostgreSQL tests must run in CI");
+                    }
+                    eprintln!("SKIPPED {name} on PostgreSQL: DATABASE_URL is not set");
+                    None
+                }
+            },
+        }
+    }
+
+    /// Opens a store (the first open creates the schema).
+    pub async fn try_open_with(
+        &self,
+        builder: StoreBuilder,
+    ) -> Result<Store, tokio_timing_wheel::durable::Error> {
+        let builder = builder.connect_timeout(Duration::from_secs(20));
+        match self.backend {
+            Backend::Sqlite => builder.sqlite(self.sqlite.as_ref().unwrap()).await,
+            Backend::Postgres => {
+                let (url, schema) = self.postgres.as_ref().unwrap();
+                builder.postgres_schema(schema.clone()).postgres(url).await
+            }
+        }
+    }
+
+    /// Opens a store, panicking on failure.
+    pub async fn open_with(&self, builder: StoreBuilder) -> Store {
+        self.try_open_with(builder).await.unwrap()
+    }
+
+    /// Opens a store with 16 shards.
+    pub async fn open(&self) -> Store {
+        self.open_with(Store::builder().shards(16)).await
+    }
+
+    /// Runs one statement on the test's tables, outside the crate (fault
+    /// injection and checks).
+    pub async fn exec(&self, sql: &str) {
+        match self.backend {
+            Backend::Sqlite => {
+                let pool = sqlx::SqlitePool::connect(&format!(
+                    "sqlite://{}",
+                    self.sqlite.as_ref().unwrap().display()
+                ))
+                .await
+                .unwrap();
+                sqlx::query(sql).execute(&pool).await.unwrap();
+                pool.close().await;
+            }
+            Backend::Postgres => {
+                let (url, schema) = self.postgres.as_ref().unwrap();
+                let pool = sqlx::PgPool::connect(url).await.unwrap();
+                sqlx::query(&format!("SET search_path TO {schema}"))
+                    .execute(&pool)
+                    .await
+                    .ok();
+                let mut conn = pool.acquire().await.unwrap();
+                sqlx::query(&format!("SET search_path TO {schema}"))
+                    .execute(&mut *conn)
+                    .await
+                    .unwrap();
+                sqlx::query(sql).execute(&mut *conn).await.unwrap();
+                drop(conn);
+                pool.close().await;
+            }
+        }
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if let Some(path) = &self.sqlite {
+            if let Some(dir) = path.parent() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+        if let Some((url, schema)) = self.postgres.take() {
+            // Best effort, on a thread of its own: the test's runtime may be
+            // gone already.
+            let _ = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    if let Ok(pool) = sqlx::PgPool::connect(&url).await {
+                        let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                            .execute(&pool)
+                            .await;
+                        pool.close().await;
+                    }
+                });
+            })
+            .join();
+        }
+    }
+}
+
+/// Declares `$name` as two tests, `$name::sqlite` and `$name::postgres`,
+/// each running `$body(db: Db)` on a multi-threaded runtime.
+#[macro_export]
+macro_rules! on_both {
+    ($(#[$meta:meta])* async fn $name:ident($db:ident: Db) $body:block) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            async fn run($db: Db) $body
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn sqlite() {
+                if let Some(db) = Db::new(Backend::Sqlite, stringify!($name)) {
+                    run(db).await;
+                }
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$meta])*
+            async fn postgres() {
+                if let Some(db) = Db::new(Backend::Postgres, stringify!($name)) {
+                    run(db).await;
+                }
+            }
+        }
+    };
+}
