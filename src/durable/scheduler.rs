@@ -392,10 +392,13 @@ impl Scheduler {
 
     /// Stops at once, as a crash would: deliveries in flight are cancelled
     /// and not recorded, leases are not released (others take the shards
-    /// when they expire), and later `ack`s fail. For fault drills and tests;
-    /// use [`Scheduler::shutdown`] otherwise.
-    pub fn abort(mut self) {
+    /// when they expire), and later `ack`s fail. Returns the counters as
+    /// the node died: `delivered - succeeded - failed` is what it had in
+    /// flight, the most tasks its death can cause to be delivered twice.
+    /// For fault drills and tests; use [`Scheduler::shutdown`] otherwise.
+    pub fn abort(mut self) -> SchedulerStats {
         self.abort_now();
+        self.stats()
     }
 
     fn abort_now(&mut self) {

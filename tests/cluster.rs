@@ -1,0 +1,275 @@
+//! Several nodes in one process, each with its own pool, on SQLite and
+//! PostgreSQL: a node killed half-way, a node paused past its lease, a node
+//! joining, and a graceful hand-over.
+#![cfg(feature = "durable")]
+
+#[path = "support/backends.rs"]
+mod backends;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use backends::{Backend, Db};
+use tokio_timing_wheel::durable::{Scheduler, SchedulerBuilder, Store, TaskId};
+
+const HEARTBEAT: Duration = Duration::from_millis(300);
+const TTL: Duration = Duration::from_secs(2);
+
+/// One delivery: which node, which task, when it started and ended, when it
+/// was due.
+#[derive(Debug, Clone)]
+struct Run {
+    node: usize,
+    task: TaskId,
+    started: SystemTime,
+    ended: SystemTime,
+    due: SystemTime,
+}
+
+#[derive(Clone, Default)]
+struct Ledger(Arc<Mutex<Vec<Run>>>);
+
+impl Ledger {
+    fn runs(&self) -> Vec<Run> {
+        self.0.lock().unwrap().clone()
+    }
+
+    fn unique(&self) -> usize {
+        self.per_task().len()
+    }
+
+    fn per_task(&self) -> HashMap<TaskId, Vec<Run>> {
+        let mut map: HashMap<TaskId, Vec<Run>> = HashMap::new();
+        for run in self.runs() {
+            map.entry(run.task).or_default().push(run);
+        }
+        map
+    }
+
+    async fn wait_unique(&self, n: usize, within: Duration) {
+        let deadline = Instant::now() + within;
+        while self.unique() < n {
+            assert!(
+                Instant::now() < deadline,
+                "only {} of {n} tasks delivered within {within:?}",
+                self.unique()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// No delivery before its time, and no two deliveries of one task at
+    /// once (on two nodes, or twice on one).
+    fn assert_never_early_never_concurrent(&self) {
+        for (task, mut runs) in self.per_task() {
+            runs.sort_by_key(|r| r.started);
+            for r in &runs {
+                assert!(
+                    r.started >= r.due,
+                    "task {task} ran early on node {}",
+                    r.node
+                );
+            }
+            for pair in runs.windows(2) {
+                assert!(
+                    pair[1].started >= pair[0].ended,
+                    "task {task} delivered by nodes {} and {} at once",
+                    pair[0].node,
+                    pair[1].node
+                );
+            }
+        }
+    }
+}
+
+fn node(store: &Store, name: &str) -> SchedulerBuilder {
+    Scheduler::builder(store.clone())
+        .node_id(name)
+        .window(Duration::from_secs(3))
+        .catch_up_interval(Duration::from_millis(200))
+        .heartbeat(HEARTBEAT)
+        .lease_ttl(TTL)
+        .callback_timeout(Duration::from_secs(1))
+        .lock_grace(Duration::from_millis(300))
+}
+
+async fn start(
+    builder: SchedulerBuilder,
+    index: usize,
+    ledger: &Ledger,
+    work: Duration,
+) -> Scheduler {
+    let ledger = ledger.clone();
+    builder
+        .start(move |task| {
+            let ledger = ledger.clone();
+            async move {
+                let started = SystemTime::now();
+                tokio::time::sleep(work).await;
+                ledger.0.lock().unwrap().push(Run {
+                    node: index,
+                    task: task.id(),
+                    started,
+                    ended: SystemTime::now(),
+                    due: task.run_at(),
+                });
+                Ok::<_, String>(())
+            }
+        })
+        .await
+        .unwrap()
+}
+
+async fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    started.elapsed()
+}
+
+async fn spread(store: &Store, n: u64, over: Duration, after: Duration) -> Vec<TaskId> {
+    let start = SystemTime::now() + after;
+    let mut ids = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let at = start + over.mul_f64(i as f64 / n as f64);
+        ids.push(
+            store
+                .schedule(i.to_le_bytes().to_vec())
+                .at(at)
+                .await
+                .unwrap(),
+        );
+    }
+    ids
+}
+
+on_both! {
+    /// Three nodes, 10,000 tasks over 20 s; one node is killed half-way
+    /// (tasks aborted, leases not released). Every task is delivered, none
+    /// early, none lost; duplicates are at most what the dead node had in
+    /// flight; the survivors own every shard within TTL + one heartbeat.
+    async fn a_killed_node_loses_nothing(db: Db) {
+        let stores = [db.open().await, db.open().await, db.open().await];
+        let ledger = Ledger::default();
+        let mut nodes = Vec::new();
+        for (i, store) in stores.iter().enumerate() {
+            nodes.push(Some(start(node(store, &format!("n{i}")), i, &ledger, Duration::from_millis(5)).await));
+        }
+        let total = 10_000;
+        let ids = spread(&stores[0], total, Duration::from_secs(20), Duration::from_secs(1)).await;
+        let shards = stores[0].shards();
+
+        wait_until("balanced", Duration::from_secs(10), || {
+            nodes.iter().flatten().all(|n| n.stats().shards_owned >= shards / 3 - 1)
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+
+        let stats = nodes[1].take().unwrap().abort();
+        let killed_at = Instant::now();
+        let at_risk = stats.delivered - stats.succeeded - stats.failed;
+
+        let survivors: Vec<&Scheduler> = nodes.iter().flatten().collect();
+        let takeover = wait_until("survivors own every shard", TTL + HEARTBEAT * 4, || {
+            survivors.iter().map(|n| n.stats().shards_owned).sum::<u32>() == shards
+        })
+        .await;
+        assert!(takeover <= TTL + HEARTBEAT * 4, "took {takeover:?}");
+        assert!(killed_at.elapsed() < Duration::from_secs(10));
+
+        ledger.wait_unique(total as usize, Duration::from_secs(25)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let per_task = ledger.per_task();
+        for id in &ids {
+            assert!(per_task.contains_key(id), "task {id} lost");
+        }
+        ledger.assert_never_early_never_concurrent();
+        let duplicates: u64 = per_task.values().map(|r| r.len() as u64 - 1).sum();
+        assert!(duplicates <= at_risk, "{duplicates} duplicates, but only {at_risk} were in flight on the dead node");
+        let takeovers: u64 = survivors.iter().map(|n| n.stats().lease_takeovers).sum();
+        assert!(takeovers > 0);
+        for n in nodes.into_iter().flatten() {
+            n.shutdown().await.unwrap();
+        }
+    }
+}
+
+on_both! {
+    /// A node whose heartbeat stops while its wheel runs (a long pause):
+    /// its leases expire and another node takes them; its own claims in
+    /// those shards are then refused by the fence, and no task is delivered
+    /// by two nodes at once.
+    async fn a_paused_node_is_fenced(db: Db) {
+        let (sa, sb) = (db.open().await, db.open().await);
+        let ledger = Ledger::default();
+        let a = start(node(&sa, "a"), 0, &ledger, Duration::from_millis(2)).await;
+        let b = start(node(&sb, "b"), 1, &ledger, Duration::from_millis(2)).await;
+        let shards = sa.shards();
+        wait_until("balanced", Duration::from_secs(10), || {
+            a.stats().shards_owned == shards / 2 && b.stats().shards_owned == shards / 2
+        })
+        .await;
+        // Tasks for the next few seconds are in both wheels.
+        let ids = spread(&sa, 600, Duration::from_secs(5), Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        a.fault_pause_heartbeat(true);
+        wait_until("b took a's shards", TTL + HEARTBEAT * 4, || b.stats().shards_owned == shards).await;
+        ledger.wait_unique(ids.len(), Duration::from_secs(15)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        ledger.assert_never_early_never_concurrent();
+        let a_stats = a.stats();
+        assert!(a_stats.claims_lost > 0, "a's stale wheel should have tried, and failed, to claim: {a_stats:?}");
+        assert_eq!(a_stats.shards_owned, shards / 2, "a still believes it holds its shards");
+        // b delivered what a could not.
+        let by_b = ledger.runs().iter().filter(|r| r.node == 1).count();
+        assert!(by_b > ids.len() / 2);
+        // Resumed, a learns it lost them.
+        a.fault_pause_heartbeat(false);
+        wait_until("a notices", Duration::from_secs(5), || a.stats().shards_owned < shards / 2).await;
+        a.shutdown().await.unwrap();
+        b.shutdown().await.unwrap();
+    }
+}
+
+on_both! {
+    /// A node joining takes its share within a few heartbeats, and a
+    /// graceful shutdown hands its shards over without waiting for the TTL
+    /// and without a gap: no task is late by more than a heartbeat or two.
+    async fn join_and_graceful_handover(db: Db) {
+        let (sa, sb) = (db.open().await, db.open().await);
+        let ledger = Ledger::default();
+        let a = start(node(&sa, "a"), 0, &ledger, Duration::from_millis(1)).await;
+        let shards = sa.shards();
+        assert_eq!(a.stats().shards_owned, shards);
+        let ids = spread(&sa, 1_000, Duration::from_secs(6), Duration::from_millis(200)).await;
+
+        let b = start(node(&sb, "b"), 1, &ledger, Duration::from_millis(1)).await;
+        let joined = wait_until("b takes its share", HEARTBEAT * 10, || {
+            a.stats().shards_owned == shards / 2 && b.stats().shards_owned == shards / 2
+        })
+        .await;
+        assert!(joined < HEARTBEAT * 10);
+
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let handed_at = Instant::now();
+        a.shutdown().await.unwrap();
+        wait_until("b owns everything", HEARTBEAT * 4, || b.stats().shards_owned == shards).await;
+        assert!(handed_at.elapsed() < TTL, "handed over before the TTL");
+
+        ledger.wait_unique(ids.len(), Duration::from_secs(15)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        ledger.assert_never_early_never_concurrent();
+        assert!(ledger.per_task().values().all(|r| r.len() == 1), "no duplicates without a crash");
+        let worst = ledger
+            .runs()
+            .iter()
+            .map(|r| r.started.duration_since(r.due).unwrap())
+            .max()
+            .unwrap();
+        assert!(worst < HEARTBEAT * 3, "a task was {worst:?} late across join and hand-over");
+        b.shutdown().await.unwrap();
+    }
+}
