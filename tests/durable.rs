@@ -586,3 +586,37 @@ async fn unreachable_database_is_an_error() {
         .unwrap_err();
     assert!(err.is_database(), "{err}");
 }
+
+on_both! {
+    /// Regression: the in-process listener subscribed to new schedules only
+    /// once its task first ran, so a task scheduled right after `start`
+    /// returned could miss the wheel and wait for the catch-up poll.
+    async fn scheduled_right_after_start_is_not_left_to_the_poll(db: Db) {
+        let store = db.open().await;
+        let log = Log::default();
+        let scheduler = start_logging(fast(&store).catch_up_interval(Duration::from_secs(30)), &log).await;
+        let id = store.schedule(b"now".to_vec()).await.unwrap();
+        log.wait_for(1, Duration::from_secs(2)).await;
+        assert_eq!(log.0.lock().unwrap()[0].0, id);
+        scheduler.shutdown().await.unwrap();
+    }
+}
+
+/// Regression: dropping a scheduler after its runtime had shut down
+/// panicked, because the drop spawned a task to stop the wheel.
+#[test]
+fn dropping_a_scheduler_outside_a_runtime_does_not_panic() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let scheduler = runtime.block_on(async {
+        let store = Store::sqlite_in_memory().await.unwrap();
+        Scheduler::builder(store)
+            .start(|_task| async { Ok::<_, String>(()) })
+            .await
+            .unwrap()
+    });
+    drop(runtime);
+    drop(scheduler);
+}

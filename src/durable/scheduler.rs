@@ -255,8 +255,10 @@ impl SchedulerBuilder {
         let session = format!("{node_id}/{:016x}", random_u64());
         let (wheel, expirations) = TimingWheel::builder().build::<i64, i64>();
         let shards = self.store.shards();
+        // Subscribed before the first window load, so that nothing scheduled
+        // in-process from here on is missed.
+        let local = self.store.inner.local.subscribe();
         let node = Arc::new(Node {
-            local: self.store.inner.local.subscribe(),
             store: self.store,
             node_id,
             session,
@@ -276,7 +278,7 @@ impl SchedulerBuilder {
         node.beat().await?;
         node.load_window().await?;
         let control = tokio::spawn(node.clone().control());
-        let listener = tokio::spawn(node.clone().listen());
+        let listener = tokio::spawn(node.clone().listen(local));
         let dispatcher = tokio::spawn(node.clone().dispatch(expirations, mode));
         Ok(Scheduler {
             node,
@@ -408,10 +410,14 @@ impl Scheduler {
         if let Some(dispatcher) = self.dispatcher.take() {
             dispatcher.abort();
         }
-        let wheel = self.node.wheel.clone();
-        tokio::spawn(async move {
-            let _ = wheel.stop().await;
-        });
+        // Outside a runtime (dropped after it ended) the driver is gone or
+        // goes with the runtime.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let wheel = self.node.wheel.clone();
+            runtime.spawn(async move {
+                let _ = wheel.stop().await;
+            });
+        }
     }
 
     /// Fault injection: stop (`true`) or resume (`false`) this node's
@@ -489,7 +495,6 @@ pub(crate) struct Node {
     /// Tasks due before this time (ms) belong in the wheel.
     horizon: AtomicI64,
     wheel: TimingWheel<i64, i64>,
-    local: broadcast::Receiver<(i64, i64)>,
     semaphore: Arc<Semaphore>,
     stopping: Notify,
     reload: Notify,
@@ -645,8 +650,7 @@ impl Node {
 
     /// Takes schedules of this process directly, and of other processes by
     /// `LISTEN` on PostgreSQL.
-    async fn listen(self: Arc<Self>) {
-        let mut local = self.local.resubscribe();
+    async fn listen(self: Arc<Self>, mut local: broadcast::Receiver<(i64, i64)>) {
         let mut pg = None;
         if let (Some(options), super::store::Db::Postgres(_)) =
             (&self.store.inner.listen, self.store.db())
