@@ -173,11 +173,14 @@ on_both! {
         let at_risk = stats.delivered - stats.succeeded - stats.failed;
 
         let survivors: Vec<&Scheduler> = nodes.iter().flatten().collect();
-        let takeover = wait_until("survivors own every shard", TTL + HEARTBEAT * 4, || {
+        // TTL + one heartbeat, plus a little for the statements and this
+        // loop's own polling.
+        let bound = TTL + HEARTBEAT + Duration::from_millis(300);
+        let takeover = wait_until("survivors own every shard", bound, || {
             survivors.iter().map(|n| n.stats().shards_owned).sum::<u32>() == shards
         })
         .await;
-        assert!(takeover <= TTL + HEARTBEAT * 4, "took {takeover:?}");
+        eprintln!("takeover after {takeover:?} (bound {bound:?})");
         assert!(killed_at.elapsed() < Duration::from_secs(10));
 
         ledger.wait_unique(total as usize, Duration::from_secs(25)).await;

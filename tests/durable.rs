@@ -620,3 +620,21 @@ fn dropping_a_scheduler_outside_a_runtime_does_not_panic() {
     drop(runtime);
     drop(scheduler);
 }
+
+on_both! {
+    /// Tasks due beyond the window cost no memory: only those inside it
+    /// wait in the wheel.
+    async fn only_the_window_is_in_memory(db: Db) {
+        let store = db.open().await;
+        for _ in 0..500 {
+            store.schedule(vec![]).delay(Duration::from_secs(365 * 24 * 3600)).await.unwrap();
+        }
+        for _ in 0..10 {
+            store.schedule(vec![]).delay(Duration::from_secs(60)).await.unwrap();
+        }
+        let log = Log::default();
+        let scheduler = start_logging(fast(&store).window(Duration::from_secs(120)), &log).await;
+        assert_eq!(scheduler.wheel_stats().await.unwrap().pending, 10);
+        scheduler.shutdown().await.unwrap();
+    }
+}

@@ -367,6 +367,16 @@ impl Scheduler {
         self.node.stats()
     }
 
+    /// The counters of this node's in-memory wheel: `pending` is how many
+    /// tasks wait in memory (those of its shards due within the window).
+    ///
+    /// # Errors
+    ///
+    /// The wheel's [`crate::Error::is_closed`] once the scheduler stopped.
+    pub async fn wheel_stats(&self) -> Result<crate::Stats, crate::Error> {
+        self.node.wheel.stats().await
+    }
+
     /// Stops gracefully: no new claims; deliveries in flight finish (within
     /// `callback_timeout`) and are recorded; then the node releases its
     /// leases at once so other nodes take its shards without waiting for
@@ -835,6 +845,9 @@ impl Node {
                     Err(err) => self.failure(&task, &err).await,
                 };
                 if let Err(err) = recorded {
+                    eprintln!(
+                        task.id, task.attempt
+                    );
                     if !err.is_lost() {
                         tracing::warn!(node = %self.node_id, id = %task.id, %err, "could not record an outcome");
                     }
