@@ -91,7 +91,7 @@ fn node(store: &Store, name: &str) -> SchedulerBuilder {
         .heartbeat(HEARTBEAT)
         .lease_ttl(TTL)
         .callback_timeout(Duration::from_secs(1))
-        .lock_grace(Duration::from_millis(300))
+        .lock_grace(Duration::from_secs(3))
 }
 
 async fn start(

@@ -79,7 +79,9 @@ fn fast(store: &Store) -> SchedulerBuilder {
         .heartbeat(Duration::from_millis(200))
         .lease_ttl(Duration::from_secs(2))
         .callback_timeout(Duration::from_secs(2))
-        .lock_grace(Duration::from_millis(200))
+        // Long enough that a loaded machine never lets a lock run out
+        // under a healthy node; the crash test shortens it.
+        .lock_grace(Duration::from_secs(5))
         .backoff(Backoff::exponential(
             Duration::from_millis(50),
             Duration::from_millis(200),
@@ -365,7 +367,7 @@ on_both! {
     async fn stream_ack_nack_drop_and_timeout(db: Db) {
         let store = db.open().await;
         let (scheduler, mut deliveries) = fast(&store)
-            .callback_timeout(Duration::from_millis(300))
+            .callback_timeout(Duration::from_secs(1))
             .max_attempts(2)
             .start_stream()
             .await
@@ -391,7 +393,7 @@ on_both! {
 
         let slow = store.schedule(b"slow".to_vec()).await.unwrap();
         let d = deliveries.next().await.unwrap();
-        tokio::time::sleep(Duration::from_millis(600)).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
         let err = d.ack().await.unwrap_err();
         assert!(err.is_lost(), "{err}");
         let info = store.get(slow).await.unwrap().unwrap();
@@ -412,7 +414,7 @@ on_both! {
     async fn restart_delivers_everything(db: Db) {
         let store = db.open().await;
         let log = Log::default();
-        let first = start_logging(fast(&store).node_id("n1"), &log).await;
+        let first = start_logging(fast(&store).node_id("n1").lock_grace(Duration::from_millis(200)), &log).await;
         let mut ids = Vec::new();
         for i in 0..200u64 {
             ids.push(store.schedule(vec![1]).delay(Duration::from_millis(i * 8)).await.unwrap());
@@ -451,6 +453,7 @@ on_both! {
         let first = fast(&store)
             .node_id("crashing")
             .callback_timeout(Duration::from_millis(500))
+            .lock_grace(Duration::from_millis(200))
             .start(move |_task| {
                 let s = s.clone();
                 async move {
