@@ -845,9 +845,6 @@ impl Node {
                     Err(err) => self.failure(&task, &err).await,
                 };
                 if let Err(err) = recorded {
-                    eprintln!(
-                        task.id, task.attempt
-                    );
                     if !err.is_lost() {
                         tracing::warn!(node = %self.node_id, id = %task.id, %err, "could not record an outcome");
                     }
