@@ -194,7 +194,7 @@ async fn main() {
             _ => lost += 1,
         }
     }
-    let ledger = ledger.lock().unwrap();
+    let ledger = std::mem::take(&mut *ledger.lock().unwrap());
     let duplicates: u32 = ledger.ok.values().map(|n| n - 1).sum();
     let mut lateness = ledger.lateness.clone();
     lateness.sort_by(|a, b| a.total_cmp(b));
