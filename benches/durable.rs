@@ -20,6 +20,10 @@
 //! - burst: N tasks due at one instant: completed tasks per second, from the
 //!   due time until the last is marked done.
 
+#[path = "../examples/support/percentile.rs"]
+mod percentile;
+
+use percentile::percentile;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -284,13 +288,6 @@ async fn run(place: &Place, system: System, n: u64, spread: Duration) -> Outcome
     Outcome { lateness, span }
 }
 
-fn pct(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
 #[tokio::main]
 async fn main() {
     // `cargo bench` passes `--bench`; nothing else is read from the command line.
@@ -324,8 +321,8 @@ async fn main() {
                 "{:<10} {:<8} {:>14.1} {:>14.1} {:>14.1} {:>18.0}",
                 format!("{backend:?}"),
                 format!("{system:?}"),
-                pct(&spread.lateness, 0.5),
-                pct(&spread.lateness, 0.99),
+                percentile(&spread.lateness, 0.5),
+                percentile(&spread.lateness, 0.99),
                 spread.lateness.last().copied().unwrap_or(f64::NAN),
                 n as f64 / burst.span.as_secs_f64().max(1e-3)
             );

@@ -16,6 +16,10 @@
 //! It prints a line per node every second and a summary: delivered,
 //! duplicates, lost (must be 0), takeover time and lateness.
 
+#[path = "support/percentile.rs"]
+mod percentile;
+
+use percentile::percentile;
 use std::collections::HashMap;
 use std::io::Write;
 use std::process::Stdio;
@@ -238,13 +242,6 @@ fn spawn_process_node(
         }
     });
     NodeHandle::Process(child)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
 #[tokio::main]

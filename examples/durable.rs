@@ -14,6 +14,10 @@
 //! retried, dead, duplicates, lost (must be 0) and lateness, and exits
 //! non-zero if anything was lost.
 
+#[path = "support/percentile.rs"]
+mod percentile;
+
+use percentile::percentile;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -89,13 +93,6 @@ async fn start(store: Store, ledger: Arc<Mutex<Ledger>>) -> Scheduler {
         })
         .await
         .expect("start the scheduler")
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
 #[tokio::main]
