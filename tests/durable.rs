@@ -641,3 +641,52 @@ on_both! {
         scheduler.shutdown().await.unwrap();
     }
 }
+
+/// Regression: a delivery's timeout was counted from when its supervisor
+/// first ran, not from the claim, so on a runtime too busy to start it in
+/// time a handler could start after its task's lock had run out, while the
+/// task was being reclaimed and delivered again. Here the first handler
+/// blocks the only runtime thread past the other task's deadline: the other
+/// task's first attempt must not run at all (it fails and is retried).
+#[tokio::test(flavor = "current_thread")]
+async fn a_delivery_never_starts_after_its_deadline() {
+    let db = Db::new(Backend::Sqlite, "never_starts_late").unwrap();
+    let store = db.open().await;
+    let at = SystemTime::now() + Duration::from_millis(500);
+    let a = store.schedule(b"a".to_vec()).at(at).await.unwrap();
+    let b = store.schedule(b"b".to_vec()).at(at).await.unwrap();
+    let runs: Arc<Mutex<Vec<(TaskId, u32)>>> = Arc::default();
+    let r = runs.clone();
+    let scheduler = fast(&store)
+        .callback_timeout(Duration::from_millis(300))
+        .start(move |task| {
+            let r = r.clone();
+            async move {
+                let first = {
+                    let mut runs = r.lock().unwrap();
+                    runs.push((task.id(), task.attempt()));
+                    runs.len() == 1
+                };
+                if first {
+                    // Starve the runtime, as a blocking handler or an
+                    // overloaded machine would.
+                    std::thread::sleep(Duration::from_millis(600));
+                }
+                Ok::<_, String>(())
+            }
+        })
+        .await
+        .unwrap();
+    wait_state(&store, a, TaskState::Done, Duration::from_secs(10)).await;
+    wait_state(&store, b, TaskState::Done, Duration::from_secs(10)).await;
+    let runs = runs.lock().unwrap().clone();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[0].1, 1, "{runs:?}");
+    assert_eq!(runs[1].1, 2, "the starved attempt ran late: {runs:?}");
+    let info = store.get(runs[1].0).await.unwrap().unwrap();
+    assert!(info
+        .last_error
+        .unwrap()
+        .contains("not started before its deadline"));
+    scheduler.shutdown().await.unwrap();
+}

@@ -125,8 +125,10 @@ impl SchedulerBuilder {
     }
 
     /// How long a handler may run, or a streamed delivery may stay
-    /// unsettled, before the attempt counts as failed (default 60 s). A
-    /// handler past it is cancelled.
+    /// unsettled, before the attempt counts as failed (default 60 s),
+    /// measured from the claim. A handler past it is cancelled, and one the
+    /// runtime could not even start by then is not started, so a delivery
+    /// always ends before its lock (`callback_timeout + lock_grace`) runs out.
     pub fn callback_timeout(mut self, timeout: Duration) -> Self {
         self.config.callback_timeout = timeout;
         self
@@ -277,6 +279,8 @@ impl SchedulerBuilder {
         // Join, take shards and load their window before returning.
         node.beat().await?;
         node.load_window().await?;
+        // The first heartbeat asked for a window load, which just happened.
+        let _ = node.reload.notified().now_or_never();
         let control = tokio::spawn(node.clone().control());
         let listener = tokio::spawn(node.clone().listen(local));
         let dispatcher = tokio::spawn(node.clone().dispatch(expirations, mode));
@@ -761,6 +765,10 @@ impl Node {
             .acquire_many_owned(ids.len() as u32)
             .await
             .map_err(|_| Error::closed())?;
+        // Each delivery must end by `deadline`, measured from before the
+        // claim, so that it always ends (and its outcome is written within
+        // the grace) before its lock runs out and the task is reclaimed.
+        let deadline = tokio::time::Instant::now() + self.config.callback_timeout;
         let now = now_ms();
         let lock = now + ms(self.config.callback_timeout) + ms(self.config.lock_grace);
         let claimed = match self.store.claim(&self.session, &ids, now, lock).await {
@@ -790,7 +798,10 @@ impl Node {
             let task = Task::from_claimed(c);
             let shard = self.shard_of(task.id.0);
             self.in_flight[shard].fetch_add(1, Ordering::AcqRel);
-            running.spawn(self.clone().supervise(task, shard, mode.clone(), permit));
+            running.spawn(
+                self.clone()
+                    .supervise(task, shard, mode.clone(), permit, deadline),
+            );
         }
         // Only after the claimed tasks are running: a failure here must not
         // strand them.
@@ -829,12 +840,24 @@ impl Node {
         shard: usize,
         mode: Mode,
         permit: OwnedSemaphorePermit,
+        deadline: tokio::time::Instant,
     ) {
         let timeout = self.config.callback_timeout;
         match mode {
+            // A runtime too busy to start the delivery before its deadline:
+            // starting it now could overlap a redelivery after the lock ran
+            // out, so the attempt fails without running.
+            _ if tokio::time::Instant::now() >= deadline => {
+                let _ = self
+                    .failure(
+                        &task,
+                        "not started before its deadline (the runtime was too busy)",
+                    )
+                    .await;
+            }
             Mode::Handler(handler) => {
                 let run = AssertUnwindSafe(handler(task.clone())).catch_unwind();
-                let outcome = match tokio::time::timeout(timeout, run).await {
+                let outcome = match tokio::time::timeout_at(deadline, run).await {
                     Ok(Ok(Ok(()))) => Ok(()),
                     Ok(Ok(Err(err))) => Err(err),
                     Ok(Err(panic)) => Err(format!("handler panicked: {}", panic_message(&panic))),
@@ -860,7 +883,7 @@ impl Node {
                 let outcome = if tx.send(delivery).await.is_err() {
                     Some("no consumer: the delivery stream was dropped".to_string())
                 } else {
-                    match tokio::time::timeout(timeout, settled_rx).await {
+                    match tokio::time::timeout_at(deadline, settled_rx).await {
                         Ok(Ok(())) => None,
                         Ok(Err(_)) => Some("delivery dropped without ack".to_string()),
                         Err(_) => Some(format!("not acknowledged within {timeout:?}")),
