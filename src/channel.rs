@@ -87,7 +87,7 @@ impl<T> Sender<T> {
     }
 
     fn push(&self, value: T) -> Result<(), T> {
-        {
+        let was_empty = {
             let mut queue = self.0.lock();
             // Checked under the lock: `close` sets it under the same lock, so
             // nothing is queued after the receiver took its last batch.
@@ -95,8 +95,15 @@ impl<T> Sender<T> {
                 return Err(value);
             }
             queue.push_back(value);
+            queue.len() == 1
+        };
+        // The receiver only waits after finding the queue empty under the
+        // lock (with its waker registered first), so only the push that
+        // makes the queue non-empty needs to wake it; later pushes find it
+        // woken already or about to look again.
+        if was_empty {
+            self.0.rx_waker.wake();
         }
-        self.0.rx_waker.wake();
         Ok(())
     }
 
@@ -216,6 +223,35 @@ mod tests {
         assert_eq!(rx.try_recv_many(&mut out, 10), 1);
         assert_eq!(out, [1, 2, 3]);
         assert_eq!(rx.poll_recv_many(&mut noop(), &mut out, 10), Poll::Pending);
+    }
+
+    /// Only a push into an empty queue wakes the receiver; pushes after it
+    /// are found when the receiver runs, so none is missed.
+    #[test]
+    fn a_waiting_receiver_misses_no_push() {
+        let (tx, mut rx) = channel(8);
+        let mut out = Vec::new();
+        let mut recv = tokio_test::task::spawn(());
+        assert!(recv
+            .enter(|cx, _| rx.poll_recv_many(cx, &mut out, 10))
+            .is_pending());
+        tx.try_send(1).unwrap();
+        assert!(recv.is_woken());
+        tx.try_send(2).unwrap();
+        assert_eq!(
+            recv.enter(|cx, _| rx.poll_recv_many(cx, &mut out, 10)),
+            Poll::Ready(2)
+        );
+        assert!(recv
+            .enter(|cx, _| rx.poll_recv_many(cx, &mut out, 10))
+            .is_pending());
+        tx.try_send(3).unwrap();
+        assert!(recv.is_woken());
+        assert_eq!(
+            recv.enter(|cx, _| rx.poll_recv_many(cx, &mut out, 10)),
+            Poll::Ready(1)
+        );
+        assert_eq!(out, [1, 2, 3]);
     }
 
     #[tokio::test]

@@ -16,6 +16,7 @@ pub(crate) struct Clock {
 }
 
 const NANOS_PER_SEC: u128 = 1_000_000_000;
+const MILLI: u64 = 1_000_000;
 
 impl Clock {
     /// A clock whose tick 0 is `start`. `tick` must be at least 1 ns.
@@ -54,10 +55,22 @@ impl Clock {
     /// that could overflow.
     pub(crate) fn delay_tick(&self, delay: Duration, now: Instant) -> u64 {
         if delay.is_zero() {
-            self.now_tick(now)
-        } else {
-            self.ceil(self.since_start(now) + delay.as_nanos())
+            return self.now_tick(now);
         }
+        if self.tick_nanos == MILLI {
+            // The default tick: whole seconds are whole ticks, so only the
+            // sub-second part is divided, by a constant (no 128-bit or
+            // variable division on the heartbeat path). Same result as below.
+            let total = now.saturating_duration_since(self.start).checked_add(delay);
+            if let Some(ticks) = total.and_then(|t| {
+                t.as_secs()
+                    .checked_mul(1_000)?
+                    .checked_add(u64::from(t.subsec_nanos()).div_ceil(MILLI))
+            }) {
+                return ticks;
+            }
+        }
+        self.ceil(self.since_start(now) + delay.as_nanos())
     }
 
     /// The instant of `tick`, if it can be represented.
@@ -87,6 +100,46 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    /// The millisecond fast path of `delay_tick` gives exactly the general
+    /// rounding, at sub-millisecond offsets, second boundaries and the
+    /// saturating extreme.
+    #[test]
+    fn millisecond_delay_ticks_match_the_general_rounding() {
+        let start = Instant::now();
+        let clock = Clock::new(start, ms(1));
+        let offsets = [
+            0u64,
+            1,
+            999_999,
+            1_000_000,
+            1_000_001,
+            2_500_000,
+            999_999_999,
+            1_000_000_000,
+        ];
+        let delays = [
+            Duration::from_nanos(1),
+            Duration::from_nanos(999_999),
+            ms(1),
+            Duration::from_nanos(1_000_001),
+            Duration::from_secs(1),
+            Duration::new(30, 123_456_789),
+            Duration::from_secs(u64::MAX / 1_000 + 1),
+            Duration::MAX,
+        ];
+        for offset in offsets {
+            let now = start + Duration::from_nanos(offset);
+            for delay in delays {
+                let general = clock.ceil(clock.since_start(now) + delay.as_nanos());
+                assert_eq!(
+                    clock.delay_tick(delay, now),
+                    general,
+                    "offset {offset} delay {delay:?}"
+                );
+            }
+        }
     }
 
     #[test]

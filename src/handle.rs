@@ -1,10 +1,12 @@
 //! The cloneable handle callers use to set, move and remove timers.
 
 use std::fmt;
+use std::future::Future;
 use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::Either;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -752,34 +754,38 @@ where
 
     async fn send_set(&self, key: K, value: V, when: u64) -> Result<(), Error> {
         let (key, value) = self.admit(key, value)?;
-        self.shards
-            .for_key(&key)
-            .send(Command::Set { key, value, when })
-            .await
-            .map_err(|command| {
-                self.shared.release(1);
-                let (key, value) = into_timer(command);
-                Error::closed_with(key, value)
-            })
+        let shard = self.shards.for_key(&key);
+        let refused = match shard.try_send(Command::Set { key, value, when }) {
+            Ok(()) => return Ok(()),
+            Err(TrySendError::Full(command)) => match shard.send(command).await {
+                Ok(()) => return Ok(()),
+                Err(command) => command,
+            },
+            Err(TrySendError::Closed(command)) => command,
+        };
+        self.shared.release(1);
+        let (key, value) = into_timer(refused);
+        Err(Error::closed_with(key, value))
     }
 
-    async fn send_move(&self, key: K, when: u64) -> Result<(), Error> {
+    // Not `async fn`s: each returns the channel's future itself, so a
+    // heartbeat's `move_timer` polls one state machine less.
+    fn send_move(&self, key: K, when: u64) -> impl Future<Output = Result<(), Error>> + '_ {
         if !self.shared.receiver_alive() && !self.shards.is_closed() {
-            return Err(Error::receiver_dropped());
+            return Either::Left(std::future::ready(Err(Error::receiver_dropped())));
         }
-        self.send_keyed(key, |key| Command::Move { key, when })
-            .await
+        Either::Right(self.send_keyed(key, move |key| Command::Move { key, when }))
     }
 
     /// Sends the command for `key` to its shard, moving the key in (no
     /// clone on the hot path).
-    async fn send_keyed(
+    fn send_keyed(
         &self,
         key: K,
         command: impl FnOnce(K) -> Command<K, V>,
-    ) -> Result<(), Error> {
+    ) -> impl Future<Output = Result<(), Error>> + '_ {
         let shard = self.shards.for_key(&key);
-        send_on(shard, command(key)).await
+        send_on(shard, command(key))
     }
 }
 
@@ -787,7 +793,13 @@ async fn send_on<K, V>(
     shard: &crate::channel::Sender<Command<K, V>>,
     command: Command<K, V>,
 ) -> Result<(), Error> {
-    shard.send(command).await.map_err(|_| Error::closed())
+    // A free slot is the common case: push without entering the channel's
+    // own send future.
+    match shard.try_send(command) {
+        Ok(()) => Ok(()),
+        Err(TrySendError::Full(command)) => shard.send(command).await.map_err(|_| Error::closed()),
+        Err(TrySendError::Closed(_)) => Err(Error::closed()),
+    }
 }
 
 /// The key and value of a `Set` command that could not be sent.
