@@ -293,18 +293,10 @@ impl SchedulerBuilder {
     }
 }
 
+#[derive(Clone)]
 enum Mode {
     Handler(Handler),
     Stream(mpsc::Sender<Delivery>),
-}
-
-impl Clone for Mode {
-    fn clone(&self) -> Self {
-        match self {
-            Mode::Handler(h) => Mode::Handler(h.clone()),
-            Mode::Stream(tx) => Mode::Stream(tx.clone()),
-        }
-    }
 }
 
 /// A running scheduler: the node's leases, its wheel, and its deliveries.
