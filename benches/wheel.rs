@@ -47,8 +47,12 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-async fn fire_wheel(delays: &[Duration]) {
-    let (wheel, mut expired) = TimingWheel::builder().command_capacity(4096).build();
+async fn fire_wheel(delays: &[Duration], reserve: bool) {
+    let capacity = if reserve { delays.len() } else { 0 };
+    let (wheel, mut expired) = TimingWheel::builder()
+        .command_capacity(4096)
+        .capacity(capacity)
+        .build();
     for (key, delay) in delays.iter().enumerate() {
         wheel
             .set_timer(key as u64, key as u64, *delay)
@@ -60,8 +64,12 @@ async fn fire_wheel(delays: &[Duration]) {
     }
 }
 
-async fn fire_delay_queue(delays: &[Duration]) {
-    let mut queue = DelayQueue::new();
+async fn fire_delay_queue(delays: &[Duration], reserve: bool) {
+    let mut queue = if reserve {
+        DelayQueue::with_capacity(delays.len())
+    } else {
+        DelayQueue::new()
+    };
     let mut keys = HashMap::with_capacity(delays.len());
     for (key, delay) in delays.iter().enumerate() {
         keys.insert(key as u64, queue.insert(key as u64, *delay));
@@ -95,14 +103,14 @@ fn fire(c: &mut Criterion) {
     group.bench_function("timing_wheel", |b| {
         b.iter_batched(
             runtime,
-            |rt| rt.block_on(fire_wheel(&delays)),
+            |rt| rt.block_on(fire_wheel(&delays, false)),
             BatchSize::PerIteration,
         )
     });
     group.bench_function("delay_queue", |b| {
         b.iter_batched(
             runtime,
-            |rt| rt.block_on(fire_delay_queue(&delays)),
+            |rt| rt.block_on(fire_delay_queue(&delays, false)),
             BatchSize::PerIteration,
         )
     });
@@ -110,6 +118,25 @@ fn fire(c: &mut Criterion) {
         b.iter_batched(
             runtime,
             |rt| rt.block_on(fire_sleep_tasks(&delays)),
+            BatchSize::PerIteration,
+        )
+    });
+    group.finish();
+    // Both reserve room for every timer up front: `Builder::capacity` and
+    // `DelayQueue::with_capacity`.
+    let mut group = c.benchmark_group("fire_1m_reserved");
+    group.sample_size(10);
+    group.bench_function("timing_wheel", |b| {
+        b.iter_batched(
+            runtime,
+            |rt| rt.block_on(fire_wheel(&delays, true)),
+            BatchSize::PerIteration,
+        )
+    });
+    group.bench_function("delay_queue", |b| {
+        b.iter_batched(
+            runtime,
+            |rt| rt.block_on(fire_delay_queue(&delays, true)),
             BatchSize::PerIteration,
         )
     });

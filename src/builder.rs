@@ -49,6 +49,7 @@ pub struct Builder {
     max_concurrency: usize,
     max_pending: Option<usize>,
     shards: usize,
+    capacity: usize,
 }
 
 impl Default for Builder {
@@ -60,6 +61,7 @@ impl Default for Builder {
             max_concurrency: DEFAULT_MAX_CONCURRENCY,
             max_pending: None,
             shards: 1,
+            capacity: 0,
         }
     }
 }
@@ -160,6 +162,39 @@ impl Builder {
     /// ```
     pub fn max_pending(mut self, limit: usize) -> Self {
         self.max_pending = Some(limit);
+        self
+    }
+
+    /// Reserves room for `timers` pending timers when the wheel starts
+    /// (default 0: grow as timers come), like `Vec::with_capacity`. A wheel
+    /// that grows on its own now and then moves its entries to a larger
+    /// table, and that pause delays every expiration due meanwhile (some
+    /// milliseconds at a million timers); reserving up front avoids it.
+    /// With [`shards`](Self::shards), each shard reserves its share.
+    ///
+    /// This reserves memory, it is not a limit: for a bound, see
+    /// [`max_pending`](Self::max_pending). A reservation the allocator
+    /// refuses, or one beyond what a wheel can hold (`u32::MAX - 1` timers
+    /// a shard), is skipped (logged at `warn` through `tracing`) and the
+    /// wheel grows as needed instead; it never panics.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let (wheel, _expired) = TimingWheel::builder().capacity(100_000).build();
+    /// for key in 0..100_000u64 {
+    ///     wheel.set_timer(key, (), Duration::from_secs(60)).await.unwrap();
+    /// }
+    /// assert_eq!(wheel.stats().await.unwrap().pending, 100_000);
+    /// # }
+    /// ```
+    pub fn capacity(mut self, timers: usize) -> Self {
+        self.capacity = timers;
         self
     }
 
@@ -322,7 +357,8 @@ impl Builder {
             // close at once.
             let (sleep_tx, sleep_rx) = mpsc::unbounded_channel();
             sleeps.get_or_insert(sleep_tx);
-            let driver = Driver::new(rx, sleep_rx, Arc::clone(&shared), clock);
+            let mut driver = Driver::new(rx, sleep_rx, Arc::clone(&shared), clock);
+            driver.reserve(self.capacity.div_ceil(self.shards));
             runtime.spawn(driver.run());
             senders.push(tx);
         }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tracing::{debug, error, trace};
+use tracing::{debug, error, trace, warn};
 
 use crate::channel::Receiver;
 use crate::clock::Clock;
@@ -94,6 +94,17 @@ where
             stats: Stats::default(),
             close: Some(CloseOnDrop(Arc::clone(&shared))),
             shared,
+        }
+    }
+
+    /// Reserves room for `timers` pending timers; see
+    /// [`Builder::capacity`](crate::Builder::capacity).
+    pub(crate) fn reserve(&mut self, timers: usize) {
+        if timers > 0 && !self.wheel.reserve(timers) {
+            warn!(
+                timers,
+                "could not reserve room for the timers asked; the wheel will grow as needed"
+            );
         }
     }
 

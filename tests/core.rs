@@ -477,3 +477,28 @@ fn handles_and_streams_have_the_documented_auto_traits() {
     send_unpin::<Expirations<u8, K>>();
     stream::<Expirations<u8, K>>();
 }
+
+/// A reservation, whatever its size, never changes what the wheel does:
+/// one too large to grant is skipped instead of panicking.
+#[tokio::test(start_paused = true)]
+async fn any_reserved_capacity_is_accepted() {
+    for (capacity, shards) in [(1_000, 1), (1_000, 4), (usize::MAX, 1), (usize::MAX, 3)] {
+        let (wheel, mut expired) = TimingWheel::builder()
+            .capacity(capacity)
+            .shards(shards)
+            .build();
+        for key in 0..100u32 {
+            wheel
+                .set_timer(key, key, Duration::from_millis(u64::from(100 - key)))
+                .await
+                .unwrap();
+        }
+        let mut fired = Vec::new();
+        while fired.len() < 100 {
+            fired.push(*expired.recv().await.unwrap().key());
+        }
+        fired.sort_unstable();
+        assert_eq!(fired, (0..100).collect::<Vec<_>>(), "capacity {capacity}");
+        assert_eq!(wheel.stop().await.unwrap(), []);
+    }
+}

@@ -66,6 +66,36 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
         }
     }
 
+    /// Reserves room for `additional` more entries, so that many inserts
+    /// neither allocate nor rehash the key index. Returns `false`, reserving
+    /// nothing more, if the memory cannot be had; the wheel then grows as
+    /// entries come, as it would have anyway.
+    /// More than the wheel can ever hold (`u32::MAX - 1` entries) is refused
+    /// outright.
+    pub(crate) fn reserve(&mut self, additional: usize) -> bool {
+        if additional > NIL as usize - 1 - self.entries.len() {
+            return false;
+        }
+        // The slab's own reservation aborts on failure: ask the allocator
+        // for a block of its size first, and only go on if that was granted.
+        let slab_bytes = additional.checked_mul(std::mem::size_of::<(usize, Entry<K, V>)>());
+        let granted =
+            slab_bytes.is_some_and(|bytes| Vec::<u8>::new().try_reserve_exact(bytes).is_ok());
+        if !granted {
+            return false;
+        }
+        let (entries, hasher) = (&self.entries, &self.hasher);
+        if self
+            .index
+            .try_reserve(additional, |&i| hasher.hash_one(&entries[i as usize].key))
+            .is_err()
+        {
+            return false;
+        }
+        self.entries.reserve(additional);
+        true
+    }
+
     /// The tick the wheel has advanced to.
     #[cfg(test)]
     pub(crate) fn elapsed(&self) -> u64 {

@@ -4,7 +4,7 @@ use proptest::prelude::*;
 
 use super::Wheel;
 
-fn fire_all<V>(wheel: &mut Wheel<u32, V>, now: u64) -> Vec<(u32, V, u64)> {
+fn fire_all<K: Eq + std::hash::Hash, V>(wheel: &mut Wheel<K, V>, now: u64) -> Vec<(K, V, u64)> {
     wheel.advance(now);
     std::iter::from_fn(|| wheel.pop_due()).collect()
 }
@@ -398,4 +398,32 @@ proptest! {
     ) {
         check(start, ops)?;
     }
+}
+
+#[test]
+fn reserved_room_takes_inserts_without_growing() {
+    let mut wheel = Wheel::<u32, u32>::new();
+    assert!(wheel.reserve(10_000));
+    let (slab, index) = (wheel.entries.capacity(), wheel.index.capacity());
+    assert!(
+        slab >= 10_000 && index >= 10_000,
+        "slab {slab}, index {index}"
+    );
+    for key in 0..10_000u32 {
+        wheel.insert(key, key, 1 + u64::from(key) * 7).unwrap();
+    }
+    assert_eq!(wheel.entries.capacity(), slab, "the slab grew");
+    assert_eq!(wheel.index.capacity(), index, "the key index was rehashed");
+    assert_eq!(fire_all(&mut wheel, 70_000).len(), 10_000);
+}
+
+#[test]
+fn a_reservation_too_large_to_grant_is_refused_without_harm() {
+    let mut wheel = Wheel::<u64, u64>::new();
+    wheel.insert(1, 1, 5).unwrap();
+    // More than the wheel can index.
+    assert!(!wheel.reserve(usize::MAX));
+    assert!(!wheel.reserve(u32::MAX as usize - 1));
+    wheel.insert(2, 2, 3).unwrap();
+    assert_eq!(fire_all(&mut wheel, 5), vec![(2, 2, 3), (1, 1, 5)]);
 }
