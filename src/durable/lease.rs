@@ -25,14 +25,18 @@ pub(crate) struct Beat {
 
 /// One heartbeat of node `node` (session `session`): record liveness, renew
 /// held leases, then take or give back shards toward the fair share.
-/// `busy` says which shards still have deliveries in flight; those are not
-/// given back.
+/// Before a surplus shard is given back, `give_back` must agree: it marks
+/// the shard so no new claim starts in it, and refuses while a delivery is
+/// in flight there (see [`ShardTable::begin_release`]). The caller clears
+/// the marks once it has recorded the result.
+///
+/// [`ShardTable::begin_release`]: super::shards::ShardTable::begin_release
 pub(crate) async fn heartbeat(
     store: &Store,
     node: &str,
     session: &str,
     ttl_ms: i64,
-    busy: impl Fn(u32) -> bool,
+    give_back: impl Fn(u32) -> bool,
 ) -> Result<Beat, Error> {
     let now = now_ms();
     let db = store.db();
@@ -123,13 +127,15 @@ pub(crate) async fn heartbeat(
         // Give back surplus shards that have nothing in flight, so a node
         // that joined can take them without waiting for a lease to expire.
         let surplus = owned.len() - target;
-        let give: Vec<u32> = owned
-            .iter()
-            .rev()
-            .copied()
-            .filter(|&s| !busy(s))
-            .take(surplus)
-            .collect();
+        let mut give: Vec<u32> = Vec::with_capacity(surplus);
+        for &shard in owned.iter().rev() {
+            if give.len() == surplus {
+                break;
+            }
+            if give_back(shard) {
+                give.push(shard);
+            }
+        }
         if !give.is_empty() {
             release(store, session, Some(&give)).await?;
             owned.retain(|s| !give.contains(s));

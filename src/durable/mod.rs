@@ -103,6 +103,7 @@ mod error;
 mod lease;
 mod scheduler;
 mod schema;
+mod shards;
 pub(crate) mod store;
 
 use std::time::Duration;

@@ -7,7 +7,7 @@ use std::fmt;
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +19,7 @@ use tokio::time::MissedTickBehavior;
 
 use super::delivery::{Backoff, Deliveries, Delivery, Task};
 use super::lease;
+use super::shards::ShardTable;
 use super::store::{now_ms, Failed, Store};
 use super::Error;
 use crate::{Expirations, TimingWheel};
@@ -264,8 +265,7 @@ impl SchedulerBuilder {
             store: self.store,
             node_id,
             session,
-            owned: (0..shards).map(|_| AtomicBool::new(false)).collect(),
-            in_flight: (0..shards).map(|_| AtomicU32::new(0)).collect(),
+            shards: ShardTable::new(shards),
             horizon: AtomicI64::new(0),
             wheel,
             semaphore: Arc::new(Semaphore::new(config.max_concurrency)),
@@ -494,10 +494,9 @@ pub(crate) struct Node {
     node_id: String,
     session: String,
     config: Config,
-    /// Which shards this node believes it holds (the database decides).
-    owned: Vec<AtomicBool>,
-    /// Deliveries in flight per shard (such shards are not given back).
-    in_flight: Vec<AtomicU32>,
+    /// Which shards this node believes it holds, their deliveries in
+    /// flight, and which are being given back.
+    shards: ShardTable,
     /// Tasks due before this time (ms) belong in the wheel.
     horizon: AtomicI64,
     wheel: TimingWheel<i64, i64>,
@@ -514,11 +513,7 @@ impl Node {
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         SchedulerStats {
-            shards_owned: self
-                .owned
-                .iter()
-                .filter(|o| o.load(Ordering::Relaxed))
-                .count() as u32,
+            shards_owned: self.shards.owned_count(),
             lease_takeovers: get(&c.takeovers),
             claims_lost: get(&c.claims_lost),
             completions_lost: get(&c.completions_lost),
@@ -528,11 +523,7 @@ impl Node {
             retried: get(&c.retried),
             dead: get(&c.dead),
             reclaimed: get(&c.reclaimed),
-            in_flight: self
-                .in_flight
-                .iter()
-                .map(|n| u64::from(n.load(Ordering::Relaxed)))
-                .sum(),
+            in_flight: self.shards.in_flight_total(),
         }
     }
 
@@ -541,7 +532,7 @@ impl Node {
     }
 
     fn owns(&self, id: i64) -> bool {
-        self.owned[self.shard_of(id)].load(Ordering::Acquire)
+        self.shards.owns(self.shard_of(id))
     }
 
     /// Puts a task into the wheel if it is due inside the loaded window.
@@ -564,18 +555,25 @@ impl Node {
             &self.node_id,
             &self.session,
             ms(self.config.lease_ttl),
-            |shard| self.in_flight[shard as usize].load(Ordering::Acquire) > 0,
+            |shard| self.shards.begin_release(shard as usize),
         )
-        .await?;
-        let mut now_owned = vec![false; self.owned.len()];
-        for &shard in &beat.owned {
-            now_owned[shard as usize] = true;
-        }
-        for (flag, &owned) in self.owned.iter().zip(&now_owned) {
-            let was = flag.swap(owned, Ordering::AcqRel);
-            if was && !owned {
-                tracing::info!(node = %self.node_id, "lost a shard lease");
+        .await;
+        let beat = match beat {
+            Ok(beat) => beat,
+            Err(err) => {
+                // A release may not have happened: the shards it marked
+                // take claims again (and if it did, the database refuses
+                // them).
+                self.shards.end_releases();
+                return Err(err);
             }
+        };
+        let lost = self.shards.set_owned(&beat.owned);
+        // Only now that the shards given back are no longer held may the
+        // marks go.
+        self.shards.end_releases();
+        if lost > 0 {
+            tracing::info!(node = %self.node_id, lost, "gave back or lost shard leases");
         }
         self.counters
             .takeovers
@@ -741,22 +739,38 @@ impl Node {
         mode: &Mode,
         running: &mut JoinSet<()>,
     ) -> Result<(), Error> {
-        // Ids of shards given back are dropped quietly; the new owner has
-        // loaded them.
-        let ids: Vec<i64> = fired
-            .iter()
-            .map(|f| f.0)
-            .filter(|&id| self.owns(id))
-            .collect();
+        // Each id registers in its shard before the claim, so the shard is
+        // not given back under it. Ids of shards given back are dropped
+        // quietly: the new owner has loaded them. Ids of a shard being
+        // given back right now come back shortly, to be claimed here if
+        // the release fails or dropped if it succeeds.
+        let mut ids: Vec<i64> = Vec::with_capacity(fired.len());
+        for &(id, run_at) in &fired {
+            let shard = self.shard_of(id);
+            if self.shards.enter(shard) {
+                ids.push(id);
+            } else if self.shards.owns(shard) {
+                let _ = self
+                    .wheel
+                    .set_timer(id, run_at, Duration::from_millis(50))
+                    .await;
+            }
+        }
         if ids.is_empty() {
             return Ok(());
         }
-        let mut permits = self
+        let mut permits = match self
             .semaphore
             .clone()
             .acquire_many_owned(ids.len() as u32)
             .await
-            .map_err(|_| Error::closed())?;
+        {
+            Ok(permits) => permits,
+            Err(_) => {
+                self.exit_all(&ids);
+                return Err(Error::closed());
+            }
+        };
         // Each delivery must end by `deadline`, measured from before the
         // claim, so that it always ends (and its outcome is written within
         // the grace) before its lock runs out and the task is reclaimed.
@@ -766,6 +780,7 @@ impl Node {
         let claimed = match self.store.claim(&self.session, &ids, now, lock).await {
             Ok(claimed) => claimed,
             Err(err) => {
+                self.exit_all(&ids);
                 // The database is unreachable: try these again shortly.
                 for (id, run_at) in fired {
                     let _ = self
@@ -784,12 +799,13 @@ impl Node {
         } else {
             Vec::new()
         };
+        // The claimed ids stay registered until their outcome is recorded.
+        self.exit_all(&missing);
         for c in claimed {
             self.counters.delivered.fetch_add(1, Ordering::Relaxed);
             let permit = permits.split(1).expect("one permit per claimed id");
             let task = Task::from_claimed(c);
             let shard = self.shard_of(task.id.0);
-            self.in_flight[shard].fetch_add(1, Ordering::AcqRel);
             running.spawn(
                 self.clone()
                     .supervise(task, shard, mode.clone(), permit, deadline),
@@ -801,6 +817,13 @@ impl Node {
             self.explain_unclaimed(&missing).await?;
         }
         Ok(())
+    }
+
+    /// Ends the registration of ids that will not be delivered.
+    fn exit_all(&self, ids: &[i64]) {
+        for &id in ids {
+            self.shards.exit(self.shard_of(id));
+        }
     }
 
     /// Sorts out fired ids the claim did not take: not due yet by the wall
@@ -886,7 +909,7 @@ impl Node {
                 }
             }
         }
-        self.in_flight[shard].fetch_sub(1, Ordering::AcqRel);
+        self.shards.exit(shard);
         drop(permit);
     }
 
