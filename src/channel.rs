@@ -6,7 +6,10 @@
 //! the driver. The queue never holds more than the capacity, so once it has
 //! grown to its working size nothing is allocated per command; a linked list
 //! of blocks, as in Tokio's `mpsc`, allocates a block now and then. The
-//! driver takes a whole batch under one lock.
+//! driver takes everything queued under one lock by swapping its own empty
+//! buffer for the queue, so no command is copied on the way; the slots those
+//! commands hold are freed only as the driver applies them, so the channel's
+//! bound covers commands taken and not yet applied too.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -144,40 +147,48 @@ impl<T> fmt::Debug for Sender<T> {
 pub(crate) struct Receiver<T>(Arc<Chan<T>>);
 
 impl<T> Receiver<T> {
-    /// Moves up to `limit` queued commands, in order, into `out`. Returns
+    /// Moves every queued command, in order, to the back of `out`. Returns
     /// how many, or `Ready(0)` once the channel is empty and every sender is
-    /// gone (or it was closed).
-    pub(crate) fn poll_recv_many(
+    /// gone (or it was closed). The commands keep their slots until
+    /// [`release`](Self::release).
+    pub(crate) fn poll_recv_all(
         &mut self,
         cx: &mut Context<'_>,
-        out: &mut Vec<T>,
-        limit: usize,
+        out: &mut VecDeque<T>,
     ) -> Poll<usize> {
-        let n = self.try_recv_many(out, limit);
+        let n = self.try_recv_all(out);
         if n > 0 {
             return Poll::Ready(n);
         }
         self.0.rx_waker.register(cx.waker());
         // Look again: a send or the last sender's drop may have come between.
-        let n = self.try_recv_many(out, limit);
+        let n = self.try_recv_all(out);
         if n > 0 || self.0.senders.load(Ordering::Acquire) == 0 || self.0.slots.is_closed() {
             return Poll::Ready(n);
         }
         Poll::Pending
     }
 
-    /// Like [`poll_recv_many`](Self::poll_recv_many), without waiting.
-    pub(crate) fn try_recv_many(&mut self, out: &mut Vec<T>, limit: usize) -> usize {
-        let n = {
-            let mut queue = self.0.lock();
-            let n = queue.len().min(limit);
-            out.extend(queue.drain(..n));
-            n
-        };
+    /// Like [`poll_recv_all`](Self::poll_recv_all), without waiting.
+    pub(crate) fn try_recv_all(&mut self, out: &mut VecDeque<T>) -> usize {
+        let mut queue = self.0.lock();
+        let n = queue.len();
+        if out.is_empty() {
+            // Trade buffers: the queue keeps `out`'s empty allocation, so
+            // once both have grown to their working size nothing is
+            // allocated or copied.
+            std::mem::swap(&mut *queue, out);
+        } else {
+            out.append(&mut queue);
+        }
+        n
+    }
+
+    /// Frees the slots of `n` commands taken earlier and now applied.
+    pub(crate) fn release(&self, n: usize) {
         if n > 0 {
             self.0.slots.add_permits(n);
         }
-        n
     }
 
     /// Refuses new commands; those already queued can still be taken.
@@ -216,13 +227,36 @@ mod tests {
         tx.try_send(2).unwrap();
         assert!(matches!(tx.try_send(3), Err(TrySendError::Full(3))));
         assert_eq!(tx.queued(), 2);
-        let mut out = Vec::new();
-        assert_eq!(rx.poll_recv_many(&mut noop(), &mut out, 10), Poll::Ready(2));
+        let mut out = VecDeque::new();
+        assert_eq!(rx.poll_recv_all(&mut noop(), &mut out), Poll::Ready(2));
         assert_eq!(out, [1, 2]);
+        // Taken but not applied: the slots are still held.
+        assert!(matches!(tx.try_send(3), Err(TrySendError::Full(3))));
+        rx.release(1);
         tx.try_send(3).unwrap();
-        assert_eq!(rx.try_recv_many(&mut out, 10), 1);
+        assert_eq!(rx.try_recv_all(&mut out), 1);
         assert_eq!(out, [1, 2, 3]);
-        assert_eq!(rx.poll_recv_many(&mut noop(), &mut out, 10), Poll::Pending);
+        assert_eq!(tx.queued(), 2);
+        assert_eq!(rx.poll_recv_all(&mut noop(), &mut out), Poll::Pending);
+    }
+
+    /// Taking into an empty buffer trades buffers, so neither side
+    /// allocates once both have grown.
+    #[test]
+    fn taking_everything_trades_buffers_without_allocating() {
+        let (tx, mut rx) = channel(64);
+        let mut out = VecDeque::with_capacity(64);
+        for round in 0..4 {
+            for i in 0..64 {
+                tx.try_send(round * 64 + i).unwrap();
+            }
+            assert_eq!(rx.try_recv_all(&mut out), 64);
+            assert!(out.iter().copied().eq(round * 64..round * 64 + 64));
+            out.clear();
+            rx.release(64);
+        }
+        assert!(out.capacity() >= 64);
+        assert!(rx.0.lock().capacity() >= 64);
     }
 
     /// Only a push into an empty queue wakes the receiver; pushes after it
@@ -230,25 +264,25 @@ mod tests {
     #[test]
     fn a_waiting_receiver_misses_no_push() {
         let (tx, mut rx) = channel(8);
-        let mut out = Vec::new();
+        let mut out = VecDeque::new();
         let mut recv = tokio_test::task::spawn(());
         assert!(recv
-            .enter(|cx, _| rx.poll_recv_many(cx, &mut out, 10))
+            .enter(|cx, _| rx.poll_recv_all(cx, &mut out))
             .is_pending());
         tx.try_send(1).unwrap();
         assert!(recv.is_woken());
         tx.try_send(2).unwrap();
         assert_eq!(
-            recv.enter(|cx, _| rx.poll_recv_many(cx, &mut out, 10)),
+            recv.enter(|cx, _| rx.poll_recv_all(cx, &mut out)),
             Poll::Ready(2)
         );
         assert!(recv
-            .enter(|cx, _| rx.poll_recv_many(cx, &mut out, 10))
+            .enter(|cx, _| rx.poll_recv_all(cx, &mut out))
             .is_pending());
         tx.try_send(3).unwrap();
         assert!(recv.is_woken());
         assert_eq!(
-            recv.enter(|cx, _| rx.poll_recv_many(cx, &mut out, 10)),
+            recv.enter(|cx, _| rx.poll_recv_all(cx, &mut out)),
             Poll::Ready(1)
         );
         assert_eq!(out, [1, 2, 3]);
@@ -261,9 +295,9 @@ mod tests {
         tx2.send(7).await.unwrap();
         drop(tx);
         drop(tx2);
-        let mut out = Vec::new();
-        assert_eq!(rx.poll_recv_many(&mut noop(), &mut out, 10), Poll::Ready(1));
-        assert_eq!(rx.poll_recv_many(&mut noop(), &mut out, 10), Poll::Ready(0));
+        let mut out = VecDeque::new();
+        assert_eq!(rx.poll_recv_all(&mut noop(), &mut out), Poll::Ready(1));
+        assert_eq!(rx.poll_recv_all(&mut noop(), &mut out), Poll::Ready(0));
     }
 
     #[tokio::test]
@@ -274,9 +308,9 @@ mod tests {
         assert!(tx.is_closed());
         assert_eq!(tx.send(2).await, Err(2));
         assert!(matches!(tx.try_send(3), Err(TrySendError::Closed(3))));
-        let mut out = Vec::new();
-        assert_eq!(rx.try_recv_many(&mut out, 10), 1);
-        assert_eq!(rx.poll_recv_many(&mut noop(), &mut out, 10), Poll::Ready(0));
+        let mut out = VecDeque::new();
+        assert_eq!(rx.try_recv_all(&mut out), 1);
+        assert_eq!(rx.poll_recv_all(&mut noop(), &mut out), Poll::Ready(0));
     }
 
     #[tokio::test]
@@ -286,8 +320,11 @@ mod tests {
         let tx2 = tx.clone();
         let waiting = tokio::spawn(async move { tx2.send(2).await });
         tokio::task::yield_now().await;
-        let mut out = Vec::new();
-        rx.try_recv_many(&mut out, 10);
+        let mut out = VecDeque::new();
+        rx.try_recv_all(&mut out);
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "the slot is held until released");
+        rx.release(1);
         assert_eq!(waiting.await.unwrap(), Ok(()));
         let tx3 = tx.clone();
         let blocked = tokio::spawn(async move { tx3.send(3).await });

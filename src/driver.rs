@@ -6,6 +6,7 @@
 //! idle wheel never wakes. Expired timers go to the stream's queue without
 //! waiting for the consumer, so commands always keep flowing.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -21,7 +22,7 @@ use crate::stats::Stats;
 use crate::stream::Shared;
 use crate::wheel::{AtCapacity, Wheel};
 
-/// Commands taken from the channel per turn.
+/// Commands applied per turn, between looks at the clock.
 pub(crate) const COMMAND_BATCH: usize = 256;
 
 /// Expired timers handed to the stream per turn before the driver yields.
@@ -43,7 +44,9 @@ pub(crate) struct Driver<K, V> {
     sleep_batch: Vec<SleepCommand>,
     shared: Arc<Shared<K, V>>,
     clock: Clock,
-    batch: Vec<Command<K, V>>,
+    /// Commands taken from the channel and not yet applied (they still
+    /// hold their channel slots).
+    batch: VecDeque<Command<K, V>>,
     stats: Stats,
     /// Declared last, so it drops after the wheel: closes the stream even if
     /// the task is dropped before it ever ran.
@@ -90,7 +93,7 @@ where
             sleep_rx,
             sleep_batch: Vec::with_capacity(COMMAND_BATCH),
             clock,
-            batch: Vec::with_capacity(COMMAND_BATCH),
+            batch: VecDeque::new(),
             stats: Stats::default(),
             close: Some(CloseOnDrop(Arc::clone(&shared))),
             shared,
@@ -137,7 +140,7 @@ where
                 );
                 break;
             }
-            let busy = self.wheel.has_due() || self.sleeps.has_due();
+            let busy = self.wheel.has_due() || self.sleeps.has_due() || !self.batch.is_empty();
             let next = match (self.wheel.next_expiration(), self.sleeps.next_expiration()) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -157,7 +160,7 @@ where
             }
             let turn = tokio::select! {
                 biased;
-                n = std::future::poll_fn(|cx| self.rx.poll_recv_many(cx, &mut self.batch, COMMAND_BATCH)), if open => {
+                n = std::future::poll_fn(|cx| self.rx.poll_recv_all(cx, &mut self.batch)), if open && self.batch.is_empty() => {
                     if n == 0 { Turn::HandlesGone } else { Turn::Commands }
                 }
                 n = self.sleep_rx.recv_many(&mut self.sleep_batch, COMMAND_BATCH), if sleeps_open => {
@@ -191,11 +194,13 @@ where
         }
     }
 
-    /// Moves the commands waiting in the channel, up to a batch, into
-    /// `self.batch` without waiting. Returns whether it took any.
+    /// Takes every command waiting in the channel into `self.batch`,
+    /// without waiting, once the commands taken before are all applied.
+    /// Returns whether there is anything to apply.
     fn take_queued(&mut self) -> bool {
-        let room = COMMAND_BATCH.saturating_sub(self.batch.len());
-        self.rx.try_recv_many(&mut self.batch, room);
+        if self.batch.is_empty() {
+            self.rx.try_recv_all(&mut self.batch);
+        }
         !self.batch.is_empty()
     }
 
@@ -230,19 +235,23 @@ where
         self.sleep_batch = batch;
     }
 
-    /// Applies the batch in order. A `Stop` in it is returned after every
-    /// command of the batch is applied, the ones after it included (they
-    /// were accepted before the channel closed, so they count).
+    /// Applies up to [`COMMAND_BATCH`] taken commands in order and frees
+    /// their channel slots. A `Stop` among them is returned after all of
+    /// them are applied; [`stop`](Self::stop) applies the rest (they were
+    /// accepted before the channel closed, so they count).
     fn apply_batch(&mut self) -> Option<StopReply<K, V>> {
-        let mut batch = std::mem::take(&mut self.batch);
+        let n = self.batch.len().min(COMMAND_BATCH);
         let mut stop = None;
-        for command in batch.drain(..) {
+        for _ in 0..n {
+            let Some(command) = self.batch.pop_front() else {
+                break;
+            };
             if let Some(reply) = self.apply(command) {
                 // A second `stop` learns "closed" from its dropped reply.
                 stop.get_or_insert(reply);
             }
         }
-        self.batch = batch;
+        self.rx.release(n);
         stop
     }
 
@@ -306,8 +315,9 @@ where
         let mut sleeps = Vec::new();
         self.sleeps.drain_into(&mut sleeps);
         drop(sleeps);
-        // After `close`, nothing new comes in: take what is queued.
-        while self.rx.try_recv_many(&mut self.batch, COMMAND_BATCH) > 0 {
+        // After `close`, nothing new comes in: apply what was taken, then
+        // what is queued.
+        while self.take_queued() {
             // A second `stop` learns "closed" from its dropped reply.
             drop(self.apply_batch());
         }

@@ -259,6 +259,46 @@ async fn stop_returns_pending_and_ends_the_stream_after_what_fired() {
     assert_eq!(err.into_timer::<u32, &str>(), Some((4, "late")));
 }
 
+/// The driver takes everything queued at once and applies it in chunks:
+/// a stop deep in a long queue, with more commands queued behind it, still
+/// applies every command and hands back every timer, in a channel that
+/// keeps its bound while the chunks are applied.
+#[tokio::test(start_paused = true)]
+async fn a_stop_behind_many_commands_applies_them_all() {
+    let (wheel, _expired) = TimingWheel::builder().command_capacity(2_000).build();
+    for key in 0..1_000u32 {
+        wheel.try_set_timer(key, key, ms(100)).unwrap();
+    }
+    let mut stop = task::spawn(wheel.stop());
+    assert_pending!(stop.poll());
+    // Queued behind the stop before the driver ran: accepted, so counted.
+    for key in 1_000..1_500u32 {
+        wheel.try_set_timer(key, key, ms(100)).unwrap();
+    }
+    // Removals queued behind the stop are applied too.
+    for key in 0..10u32 {
+        wheel.try_set_timer(key + 10_000, 0, ms(100)).unwrap();
+        wheel.cancel_timer(key + 10_000).await.unwrap();
+    }
+    let mut pending = stop.await.unwrap();
+    pending.sort_unstable();
+    assert_eq!(pending.len(), 1_500);
+    assert!(pending.iter().map(|p| p.0).eq(0..1_500));
+}
+
+/// A full channel stays full while the driver still holds commands it took
+/// and has not applied: a sender waits, and gets through once they are.
+#[tokio::test(start_paused = true)]
+async fn the_channel_bound_holds_until_commands_are_applied() {
+    let (wheel, _expired) = TimingWheel::builder().command_capacity(4).build();
+    for key in 0..4u32 {
+        wheel.try_set_timer(key, (), ms(100)).unwrap();
+    }
+    assert!(wheel.try_set_timer(4, (), ms(100)).unwrap_err().is_full());
+    wheel.set_timer(4, (), ms(100)).await.unwrap();
+    assert_eq!(wheel.stats().await.unwrap().pending, 5);
+}
+
 #[tokio::test(start_paused = true)]
 async fn concurrent_stops_one_wins_the_other_is_closed() {
     let (wheel, _expired) = TimingWheel::<u8, ()>::new();

@@ -24,7 +24,7 @@ mod level;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 
-use hashbrown::{DefaultHashBuilder, HashTable};
+use hashbrown::{hash_table, DefaultHashBuilder, HashTable};
 use slab::Slab;
 
 use self::entry::{Entry, List, Place, NIL};
@@ -119,19 +119,29 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
         value: V,
         when: u64,
     ) -> Result<Option<V>, AtCapacity<K, V>> {
-        if let Some(idx) = self.find(&key) {
-            let old = std::mem::replace(&mut self.entries[idx as usize].value, value);
-            self.move_to(idx, when);
-            return Ok(Some(old));
-        }
+        // One hash and one probe, whether the key is pending or new.
+        let hash = self.hasher.hash_one(&key);
+        let (entries, hasher) = (&self.entries, &self.hasher);
+        let slot = self.index.entry(
+            hash,
+            |&i| entries[i as usize].key == key,
+            |&i| hasher.hash_one(&entries[i as usize].key),
+        );
+        let vacant = match slot {
+            hash_table::Entry::Occupied(found) => {
+                let idx = *found.get();
+                let old = std::mem::replace(&mut self.entries[idx as usize].value, value);
+                self.move_to(idx, when);
+                return Ok(Some(old));
+            }
+            hash_table::Entry::Vacant(vacant) => vacant,
+        };
         if self.entries.len() >= NIL as usize {
             return Err(AtCapacity(key, value));
         }
-        let hash = self.hasher.hash_one(&key);
-        let idx = self.entries.insert(Entry::new(key, value, when)) as u32;
-        let (entries, hasher) = (&self.entries, &self.hasher);
-        self.index
-            .insert_unique(hash, idx, |&i| hasher.hash_one(&entries[i as usize].key));
+        let idx = self.entries.vacant_key() as u32;
+        vacant.insert(idx);
+        self.entries.insert(Entry::new(key, value, when));
         self.link(idx);
         Ok(None)
     }
