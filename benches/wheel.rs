@@ -145,8 +145,8 @@ fn fire(c: &mut Criterion) {
 
 /// The request-timeout pattern: every timer is cancelled before it fires.
 fn churn(c: &mut Criterion) {
-    const TIMERS: u64 = 100_000;
-    let mut group = c.benchmark_group("churn_100k");
+    const TIMERS: u64 = 1_000_000;
+    let mut group = c.benchmark_group("churn_1m");
     group.sample_size(10);
     group.bench_function("timing_wheel", |b| {
         b.iter_custom(|iters| {

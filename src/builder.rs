@@ -113,6 +113,12 @@ impl Builder {
     /// senders wait and `try_set_timer` reports [`Error::is_full`].
     /// Zero is raised to 1.
     ///
+    /// A command counts until the driver has applied it, not merely taken
+    /// it: the driver takes everything queued at once and applies it in
+    /// runs of 256, freeing room as it goes. The channel and the driver each
+    /// keep a buffer that grows up to this many commands and is then
+    /// reused, so nothing is allocated per command once warm.
+    ///
     /// [`Error::is_full`]: crate::Error::is_full
     ///
     /// # Examples
