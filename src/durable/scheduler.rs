@@ -471,7 +471,8 @@ pub struct SchedulerStats {
     pub dead: u64,
     /// Running tasks reclaimed after their lock ran out.
     pub reclaimed: u64,
-    /// Deliveries in flight now.
+    /// Deliveries in flight now: claimed and not yet recorded, or fired
+    /// and on their way to the claim.
     pub in_flight: u64,
 }
 
