@@ -347,29 +347,24 @@ where
         if !self.wheel.has_due() {
             return;
         }
-        let mut fired = 0u64;
+        let fired;
         let mut max_lag = 0u64;
         if self.shared.receiver_alive() {
             let mut queue = self.shared.lock();
-            while let Some((key, value, when)) = self.wheel.pop_due() {
+            let clock = &self.clock;
+            fired = self.wheel.take_due(FIRE_BATCH, |key, value, when| {
                 max_lag = max_lag.max(now - when.min(now));
-                let deadline = self.clock.instant(when).unwrap_or_else(Instant::now);
+                let deadline = clock.instant(when).unwrap_or_else(Instant::now);
                 queue.items.push_back(Expired::new(key, value, deadline));
-                fired += 1;
-                if fired == FIRE_BATCH as u64 {
-                    break;
-                }
-            }
+            });
             drop(queue);
             self.shared.wake();
-            self.stats.fired += fired;
-            self.shared.release(fired as usize);
+            self.stats.fired += fired as u64;
+            self.shared.release(fired);
         } else {
-            while fired < FIRE_BATCH as u64 && self.wheel.pop_due().is_some() {
-                fired += 1;
-            }
-            self.stats.discarded += fired;
-            self.shared.release(fired as usize);
+            fired = self.wheel.take_due(FIRE_BATCH, |_, _, _| {});
+            self.stats.discarded += fired as u64;
+            self.shared.release(fired);
         }
         if max_lag > LAG_TICKS {
             debug!(lag_ticks = max_lag, fired, "timers fired late");

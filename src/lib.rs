@@ -158,6 +158,11 @@ pub mod bench_support {
             self.0.pop_due()
         }
 
+        /// Takes up to `max` due timers at once, oldest first.
+        pub fn take_due(&mut self, max: usize, each: impl FnMut(K, V, u64)) -> usize {
+            self.0.take_due(max, each)
+        }
+
         /// Timers pending.
         pub fn len(&self) -> usize {
             self.0.len()

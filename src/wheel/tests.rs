@@ -9,6 +9,53 @@ fn fire_all<K: Eq + std::hash::Hash, V>(wheel: &mut Wheel<K, V>, now: u64) -> Ve
     std::iter::from_fn(|| wheel.pop_due()).collect()
 }
 
+/// Like [`fire_all`], taking due entries `max` at a time with `take_due`.
+fn take_all<K: Eq + std::hash::Hash, V>(
+    wheel: &mut Wheel<K, V>,
+    now: u64,
+    max: usize,
+) -> Vec<(K, V, u64)> {
+    wheel.advance(now);
+    let mut out = Vec::new();
+    loop {
+        let before = out.len();
+        let n = wheel.take_due(max, |k, v, when| out.push((k, v, when)));
+        assert_eq!(n, out.len() - before, "count returned");
+        assert!(n <= max, "took {n} of at most {max}");
+        if n < max {
+            break;
+        }
+    }
+    assert!(!wheel.has_due());
+    out
+}
+
+/// Taking due entries in runs gives what taking them one at a time gives,
+/// in the same order, and leaves the key index as it found it for the keys
+/// still pending.
+#[test]
+fn taking_due_in_runs_matches_one_at_a_time() {
+    for max in [1, 5, 31, 32, 33, 64, 100, 1_000] {
+        let mut one = Wheel::<u32, u32>::new();
+        let mut runs = Wheel::<u32, u32>::new();
+        for key in 0..500u32 {
+            let when = 1 + u64::from(key.wrapping_mul(2_654_435_761) % 300);
+            one.insert(key, key, when).unwrap();
+            runs.insert(key, key, when).unwrap();
+        }
+        for now in [0, 1, 50, 51, 200, 400] {
+            assert_eq!(fire_all(&mut one, now), take_all(&mut runs, now, max));
+            assert_eq!(one.len(), runs.len());
+        }
+        assert!(runs.is_empty());
+        // Every key left the index: setting them again starts fresh timers.
+        for key in 0..500u32 {
+            assert_eq!(runs.insert(key, key, 500).unwrap(), None);
+        }
+        assert_eq!(take_all(&mut runs, 500, max).len(), 500);
+    }
+}
+
 #[test]
 fn fires_at_every_level_boundary_and_never_early() {
     for when in [
@@ -300,6 +347,8 @@ enum Op {
     Reschedule(u32, u64),
     Remove(u32),
     Advance(u64),
+    /// Advance, then take due entries with `take_due`, this many at a time.
+    AdvanceTaking(u64, usize),
     AdvanceToNext,
 }
 
@@ -324,7 +373,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (key.clone(), any::<u32>(), distance()).prop_map(|(k, v, w)| Op::InsertAt(k, v, w)),
         2 => (key.clone(), distance()).prop_map(|(k, d)| Op::Reschedule(k, d)),
         1 => key.prop_map(Op::Remove),
-        3 => distance().prop_map(Op::Advance),
+        2 => distance().prop_map(Op::Advance),
+        1 => (distance(), 1..70usize).prop_map(|(d, max)| Op::AdvanceTaking(d, max)),
         2 => Just(Op::AdvanceToNext),
     ]
 }
@@ -361,6 +411,10 @@ fn check(start: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Advance(d) => {
                 let now = elapsed.saturating_add(d);
                 same_firing(&fire_all(&mut wheel, now), &model.advance(now))?;
+            }
+            Op::AdvanceTaking(d, max) => {
+                let now = elapsed.saturating_add(d);
+                same_firing(&take_all(&mut wheel, now, max), &model.advance(now))?;
             }
             Op::AdvanceToNext => {
                 if let Some(next) = wheel.next_expiration() {
