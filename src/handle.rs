@@ -1,12 +1,10 @@
 //! The cloneable handle callers use to set, move and remove timers.
 
 use std::fmt;
-use std::future::Future;
 use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::Either;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -22,6 +20,23 @@ use crate::sleep::{Sleep, SleepHandle};
 use crate::stats::Stats;
 use crate::stream::{Expirations, Shared};
 use crate::timeout::Timeout;
+
+/// Queues `$command` on the channel `$shard`, inside an `async fn`: a free
+/// slot is taken directly, the common case, and the channel's own send
+/// future is entered only when it is full. A macro rather than a helper
+/// `async fn`, so that the hot commands poll one future, not two.
+macro_rules! queue {
+    ($shard:expr, $command:expr) => {{
+        let shard = $shard;
+        match shard.try_send($command) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(command)) => {
+                shard.send(command).await.map_err(|_| Error::closed())
+            }
+            Err(TrySendError::Closed(_)) => Err(Error::closed()),
+        }
+    }};
+}
 
 /// A handle to a timing wheel run by its own Tokio task.
 ///
@@ -376,7 +391,10 @@ where
     /// ```
     pub async fn set_timer(&self, key: K, value: V, delay: Duration) -> Result<(), Error> {
         let when = self.clock.delay_tick(delay, Instant::now());
-        self.send_set(key, value, when).await
+        match self.queue_set(key, value, when)? {
+            None => Ok(()),
+            Some(command) => self.send_set_waiting(command).await,
+        }
     }
 
     /// Like [`set_timer`](Self::set_timer), with an absolute deadline.
@@ -407,7 +425,10 @@ where
     /// ```
     pub async fn set_timer_at(&self, key: K, value: V, deadline: Instant) -> Result<(), Error> {
         let when = self.clock.deadline_tick(deadline, Instant::now());
-        self.send_set(key, value, when).await
+        match self.queue_set(key, value, when)? {
+            None => Ok(()),
+            Some(command) => self.send_set_waiting(command).await,
+        }
     }
 
     /// Like [`set_timer`](Self::set_timer), but never waits: a full command
@@ -488,7 +509,10 @@ where
     /// ```
     pub async fn move_timer(&self, key: K, delay: Duration) -> Result<(), Error> {
         let when = self.clock.delay_tick(delay, Instant::now());
-        self.send_move(key, when).await
+        if !self.shared.receiver_alive() && !self.shards.is_closed() {
+            return Err(Error::receiver_dropped());
+        }
+        queue!(self.shards.for_key(&key), Command::Move { key, when })
     }
 
     /// Like [`move_timer`](Self::move_timer), with an absolute deadline.
@@ -520,7 +544,10 @@ where
     /// ```
     pub async fn move_timer_at(&self, key: K, deadline: Instant) -> Result<(), Error> {
         let when = self.clock.deadline_tick(deadline, Instant::now());
-        self.send_move(key, when).await
+        if !self.shared.receiver_alive() && !self.shards.is_closed() {
+            return Err(Error::receiver_dropped());
+        }
+        queue!(self.shards.for_key(&key), Command::Move { key, when })
     }
 
     /// Removes the pending timer for `key` and returns its value, or `None`
@@ -551,8 +578,8 @@ where
     /// ```
     pub async fn remove_timer(&self, key: K) -> Result<Option<V>, Error> {
         let (reply, rx) = oneshot::channel();
-        self.send_keyed(key, |key| Command::Remove { key, reply })
-            .await?;
+        let shard = self.shards.for_key(&key);
+        send_on(shard, Command::Remove { key, reply }).await?;
         rx.await.map_err(|_| Error::closed())
     }
 
@@ -583,7 +610,9 @@ where
     /// # }
     /// ```
     pub async fn cancel_timer(&self, key: K) -> Result<(), Error> {
-        self.send_keyed(key, |key| Command::Cancel { key }).await
+        // No second future unless the channel is full: the request-timeout
+        // pattern sends one of these per request.
+        queue!(self.shards.for_key(&key), Command::Cancel { key })
     }
 
     /// Removes and returns every pending timer, in no particular order. The
@@ -752,40 +781,39 @@ where
         Ok((key, value))
     }
 
-    async fn send_set(&self, key: K, value: V, when: u64) -> Result<(), Error> {
+    /// Queues a `Set` if its shard has room now. A full shard hands the
+    /// command back to wait for room in
+    /// [`send_set_waiting`](Self::send_set_waiting); only that slow path
+    /// enters a second future.
+    fn queue_set(&self, key: K, value: V, when: u64) -> Result<Option<Command<K, V>>, Error> {
         let (key, value) = self.admit(key, value)?;
-        let shard = self.shards.for_key(&key);
-        let refused = match shard.try_send(Command::Set { key, value, when }) {
-            Ok(()) => return Ok(()),
-            Err(TrySendError::Full(command)) => match shard.send(command).await {
-                Ok(()) => return Ok(()),
-                Err(command) => command,
-            },
-            Err(TrySendError::Closed(command)) => command,
-        };
-        self.shared.release(1);
-        let (key, value) = into_timer(refused);
-        Err(Error::closed_with(key, value))
-    }
-
-    // Not `async fn`s: each returns the channel's future itself, so a
-    // heartbeat's `move_timer` polls one state machine less.
-    fn send_move(&self, key: K, when: u64) -> impl Future<Output = Result<(), Error>> + '_ {
-        if !self.shared.receiver_alive() && !self.shards.is_closed() {
-            return Either::Left(std::future::ready(Err(Error::receiver_dropped())));
+        match self
+            .shards
+            .for_key(&key)
+            .try_send(Command::Set { key, value, when })
+        {
+            Ok(()) => Ok(None),
+            Err(TrySendError::Full(command)) => Ok(Some(command)),
+            Err(TrySendError::Closed(command)) => Err(self.refused(command)),
         }
-        Either::Right(self.send_keyed(key, move |key| Command::Move { key, when }))
     }
 
-    /// Sends the command for `key` to its shard, moving the key in (no
-    /// clone on the hot path).
-    fn send_keyed(
-        &self,
-        key: K,
-        command: impl FnOnce(K) -> Command<K, V>,
-    ) -> impl Future<Output = Result<(), Error>> + '_ {
-        let shard = self.shards.for_key(&key);
-        send_on(shard, command(key))
+    async fn send_set_waiting(&self, command: Command<K, V>) -> Result<(), Error> {
+        let Command::Set { key, .. } = &command else {
+            unreachable!("only Set commands wait here");
+        };
+        let shard = self.shards.for_key(key);
+        match shard.send(command).await {
+            Ok(()) => Ok(()),
+            Err(command) => Err(self.refused(command)),
+        }
+    }
+
+    /// The error for a `Set` the closed channel refused, with its timer.
+    fn refused(&self, command: Command<K, V>) -> Error {
+        self.shared.release(1);
+        let (key, value) = into_timer(command);
+        Error::closed_with(key, value)
     }
 }
 
@@ -793,13 +821,7 @@ async fn send_on<K, V>(
     shard: &crate::channel::Sender<Command<K, V>>,
     command: Command<K, V>,
 ) -> Result<(), Error> {
-    // A free slot is the common case: push without entering the channel's
-    // own send future.
-    match shard.try_send(command) {
-        Ok(()) => Ok(()),
-        Err(TrySendError::Full(command)) => shard.send(command).await.map_err(|_| Error::closed()),
-        Err(TrySendError::Closed(_)) => Err(Error::closed()),
-    }
+    queue!(shard, command)
 }
 
 /// The key and value of a `Set` command that could not be sent.

@@ -542,3 +542,33 @@ async fn any_reserved_capacity_is_accepted() {
         assert_eq!(wheel.stop().await.unwrap(), []);
     }
 }
+
+/// With a channel of one slot, each command below finds it full and waits
+/// in the channel's send path for the driver; every kind of keyed command
+/// still arrives, and in the order it was issued.
+#[tokio::test(start_paused = true)]
+async fn keyed_commands_that_wait_for_room_keep_their_order() {
+    let (wheel, mut expired) = TimingWheel::builder().command_capacity(1).build();
+    let start = Instant::now();
+    wheel.try_set_timer(0u32, 'z', ms(50)).unwrap();
+    assert!(wheel.try_set_timer(9, 'x', ms(1)).unwrap_err().is_full());
+    wheel.set_timer(1, 'a', ms(10)).await.unwrap();
+    wheel.set_timer(2, 'b', ms(10)).await.unwrap();
+    wheel.move_timer(1, ms(30)).await.unwrap();
+    wheel.cancel_timer(2).await.unwrap();
+    wheel.set_timer_at(3, 'c', start + ms(20)).await.unwrap();
+    assert_eq!(wheel.remove_timer(3).await.unwrap(), Some('c'));
+    wheel.move_timer_at(0, start + ms(40)).await.unwrap();
+    let fired: Vec<(u32, char, Duration)> = expired
+        .by_ref()
+        .take(2)
+        .map(|e| {
+            let at = e.deadline() - start;
+            let (key, value) = e.into_parts();
+            (key, value, at)
+        })
+        .collect()
+        .await;
+    assert_eq!(fired, [(1, 'a', ms(30)), (0, 'z', ms(40))]);
+    assert_eq!(wheel.stats().await.unwrap().pending, 0);
+}
