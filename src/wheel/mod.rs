@@ -30,6 +30,17 @@ use slab::Slab;
 use self::entry::{Entry, List, Place, NIL};
 use self::level::{level_for, slot_for, slot_start, Level, NUM_LEVELS};
 
+/// Pending entries from which [`Wheel::take_due`] removes fired entries from
+/// the key index in runs. Below it the index (about 5 bytes an entry, twice
+/// that after growth) fits in a core's own cache, so there are no misses to
+/// overlap, and taking entries one at a time is cheaper. Measured on the
+/// pure wheel advanced a tick at a time, as the driver runs it: about 8 %
+/// slower at 100,000 entries, 8 – 12 % faster at 1,000,000. (A backlog of a
+/// million entries due at once, out of cache, was about 12 % slower in
+/// runs: walking the due list then misses once an entry, and the
+/// one-at-a-time loop overlaps those misses with the index's.)
+const RUNS_FROM: usize = 1 << 17;
+
 /// The wheel is full: it cannot index more than `u32::MAX - 1` entries.
 #[derive(Debug)]
 pub(crate) struct AtCapacity<K, V>(pub(crate) K, pub(crate) V);
@@ -46,6 +57,9 @@ pub(crate) struct Wheel<K, V> {
     due: List,
     /// The tick the wheel has advanced to.
     elapsed: u64,
+    /// Size from which [`take_due`](Self::take_due) works in runs
+    /// ([`RUNS_FROM`]; tests lower it).
+    runs_from: usize,
     /// How many times an entry was linked into a list, for tests.
     #[cfg(test)]
     links: u64,
@@ -61,6 +75,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
             levels: (0..NUM_LEVELS).map(Level::new).collect(),
             due: List::EMPTY,
             elapsed: 0,
+            runs_from: RUNS_FROM,
             #[cfg(test)]
             links: 0,
         }
@@ -232,8 +247,22 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
     /// nothing else: on a large wheel every removal misses the cache twice
     /// (control group, then bucket), and lookups that do not depend on one
     /// another let the processor wait for several of those misses at once.
+    ///
+    /// A wheel of fewer than [`RUNS_FROM`] entries has its index in cache,
+    /// with no misses to overlap; it takes entries one at a time.
     pub(crate) fn take_due(&mut self, max: usize, mut each: impl FnMut(K, V, u64)) -> usize {
         const RUN: usize = 32;
+        if self.entries.len() < self.runs_from {
+            let mut taken = 0;
+            while taken < max {
+                let Some((key, value, when)) = self.pop_due() else {
+                    break;
+                };
+                each(key, value, when);
+                taken += 1;
+            }
+            return taken;
+        }
         let mut run = [(0u64, NIL); RUN];
         let mut taken = 0;
         while taken < max {

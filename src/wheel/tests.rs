@@ -38,6 +38,7 @@ fn taking_due_in_runs_matches_one_at_a_time() {
     for max in [1, 5, 31, 32, 33, 64, 100, 1_000] {
         let mut one = Wheel::<u32, u32>::new();
         let mut runs = Wheel::<u32, u32>::new();
+        runs.runs_from = 0;
         for key in 0..500u32 {
             let when = 1 + u64::from(key.wrapping_mul(2_654_435_761) % 300);
             one.insert(key, key, when).unwrap();
@@ -379,8 +380,11 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn check(start: u64, ops: Vec<Op>) -> Result<(), TestCaseError> {
+fn check(start: u64, runs: bool, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let mut wheel = Wheel::<u32, u32>::new();
+    if runs {
+        wheel.runs_from = 0;
+    }
     let mut model = Model::default();
     prop_assert!(fire_all(&mut wheel, start).is_empty());
     model.advance(start);
@@ -444,13 +448,15 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
     /// The wheel against a `BTreeMap` model, from tick 0 and from a wheel
-    /// that has been running for a long time.
+    /// that has been running for a long time, taking fired entries one at a
+    /// time or in runs.
     #[test]
     fn matches_the_model(
         start in prop_oneof![Just(0u64), 0..(1u64 << 50)],
+        runs in any::<bool>(),
         ops in prop::collection::vec(op(), 1..300),
     ) {
-        check(start, ops)?;
+        check(start, runs, ops)?;
     }
 }
 
