@@ -509,9 +509,7 @@ where
     /// ```
     pub async fn move_timer(&self, key: K, delay: Duration) -> Result<(), Error> {
         let when = self.clock.delay_tick(delay, Instant::now());
-        if !self.shared.receiver_alive() && !self.shards.is_closed() {
-            return Err(Error::receiver_dropped());
-        }
+        self.check_receiver()?;
         queue!(self.shards.for_key(&key), Command::Move { key, when })
     }
 
@@ -544,9 +542,7 @@ where
     /// ```
     pub async fn move_timer_at(&self, key: K, deadline: Instant) -> Result<(), Error> {
         let when = self.clock.deadline_tick(deadline, Instant::now());
-        if !self.shared.receiver_alive() && !self.shards.is_closed() {
-            return Err(Error::receiver_dropped());
-        }
+        self.check_receiver()?;
         queue!(self.shards.for_key(&key), Command::Move { key, when })
     }
 
@@ -779,6 +775,15 @@ where
             }
         }
         Ok((key, value))
+    }
+
+    /// A move for a wheel whose stream is gone would only fire into
+    /// nothing: refused, unless the wheel has stopped, which `queue!` says.
+    fn check_receiver(&self) -> Result<(), Error> {
+        if !self.shared.receiver_alive() && !self.shards.is_closed() {
+            return Err(Error::receiver_dropped());
+        }
+        Ok(())
     }
 
     /// Queues a `Set` if its shard has room now. A full shard hands the

@@ -230,13 +230,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
     pub(crate) fn pop_due(&mut self) -> Option<(K, V, u64)> {
         let idx = self.due.pop_front(&mut self.entries)?;
         let entry = self.entries.remove(idx as usize);
-        let hash = self.hasher.hash_one(&entry.key);
-        match self.index.find_entry(hash, |&i| i == idx) {
-            Ok(found) => {
-                found.remove();
-            }
-            Err(_) => debug_assert!(false, "due entry {idx} missing from the key index"),
-        }
+        self.unindex(self.hasher.hash_one(&entry.key), idx);
         Some((entry.key, entry.value, entry.when))
     }
 
@@ -275,12 +269,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
                 n += 1;
             }
             for &(hash, idx) in &run[..n] {
-                match self.index.find_entry(hash, |&i| i == idx) {
-                    Ok(found) => {
-                        found.remove();
-                    }
-                    Err(_) => debug_assert!(false, "due entry {idx} missing from the key index"),
-                }
+                self.unindex(hash, idx);
             }
             for &(_, idx) in &run[..n] {
                 let entry = self.entries.remove(idx as usize);
@@ -292,6 +281,17 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
             }
         }
         taken
+    }
+
+    /// Takes due entry `idx`, whose key hashes to `hash`, out of the key
+    /// index; found by its slab index, so the entry is not read.
+    fn unindex(&mut self, hash: u64, idx: u32) {
+        match self.index.find_entry(hash, |&i| i == idx) {
+            Ok(found) => {
+                found.remove();
+            }
+            Err(_) => debug_assert!(false, "due entry {idx} missing from the key index"),
+        }
     }
 
     /// Whether entries are waiting in the due list.
