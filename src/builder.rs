@@ -180,7 +180,7 @@ impl Builder {
     ///
     /// This reserves memory, it is not a limit: for a bound, see
     /// [`max_pending`](Self::max_pending). A reservation the allocator
-    /// refuses, or one beyond what a wheel can hold (`u32::MAX - 1` timers
+    /// refuses, or one beyond what a wheel can hold (2^30 timers
     /// a shard), is skipped (logged at `warn` through `tracing`) and the
     /// wheel grows as needed instead; it never panics.
     ///

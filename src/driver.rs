@@ -264,7 +264,7 @@ where
                 Ok(Some(_replaced)) => self.shared.release(1),
                 Err(AtCapacity(_, _)) => {
                     self.shared.release(1);
-                    error!("timing wheel holds u32::MAX - 1 timers; a new timer was dropped");
+                    error!("timing wheel holds 2^30 timers; a new timer was dropped");
                 }
             },
             Command::Move { key, when } => {

@@ -1,18 +1,41 @@
-//! Timer entries and the intrusive, index-linked lists that hold them.
+//! Timer entries and the slots that hold them.
 //!
-//! Entries live in a [`Slab`]; a slot is a doubly linked list threaded through
-//! the entries by slab index (`u32`, with [`NIL`] for "none"). Unlinking is
-//! O(1) and nothing is allocated per link.
+//! Entries live in a [`Slab`]. A slot (and the due queue) is a chain of
+//! fixed-size blocks of slab indices, in the order the entries were filed.
+//! Filing a whole slot again reads a block of indices and then loads
+//! entries that do not depend on one another: on a large wheel those loads
+//! miss the cache, and the processor waits for many of them at once, where a
+//! list linked through the entries would make it wait for one at a time.
+//! Blocks come from one pool shared by every slot, so the memory held is
+//! about one `u32` per pending entry, whichever slots the entries are in.
+//!
+//! An entry that leaves a slot (removed, or moved to another slot) is not
+//! taken out of the block: its index stays behind as a hole. Each entry
+//! records its place and its position (block and offset), so a hole is
+//! recognised by the entry there naming another place or position, or by
+//! there being no entry at that index any more, even when the index has
+//! been reused. A slot whose holes outnumber its entries is compacted, so
+//! holes cost at most one `u32` per entry.
 
 use slab::Slab;
 
-/// "No entry" in a link.
+/// An index no entry and no block has.
 pub(crate) const NIL: u32 = u32::MAX;
 
-/// Which list an entry is linked in.
+/// Items per block, as a power of two: 64, so one `u64` holds a bit for
+/// each.
+const BLOCK_BITS: u32 = 6;
+const BLOCK: u32 = 1 << BLOCK_BITS;
+
+/// Holes a slot may hold beyond one per entry before it is compacted. Unit
+/// tests squeeze at the first surplus hole, so that the model tests, with
+/// their few keys, compact all the time.
+const SLACK: u32 = if cfg!(test) { 0 } else { 32 };
+
+/// Which slot an entry is filed in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Place {
-    /// The due list: its deadline has been reached.
+    /// The due queue: its deadline has been reached.
     Due,
     /// A slot of a level.
     Slot { level: u8, slot: u8 },
@@ -25,11 +48,11 @@ pub(crate) struct Entry<K, V> {
     pub(crate) value: V,
     /// Absolute deadline in ticks, already rounded up.
     pub(crate) when: u64,
-    /// Where the entry is linked. After a lazy move this is a slot that
-    /// comes due before `when`; the entry is filed again from `when` then.
+    /// Where the entry is filed. After a lazy move this is a slot that comes
+    /// due before `when`; the entry is filed again from `when` then.
     pub(crate) place: Place,
-    prev: u32,
-    next: u32,
+    /// Its position there: block, then offset in the block.
+    pos: u32,
 }
 
 impl<K, V> Entry<K, V> {
@@ -39,77 +62,323 @@ impl<K, V> Entry<K, V> {
             value,
             when,
             place: Place::Due,
-            prev: NIL,
-            next: NIL,
+            pos: NIL,
         }
     }
 }
 
-/// A FIFO list of entries: appended at the tail, taken from the head.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct List {
-    head: u32,
-    tail: u32,
+/// Which items of `block`, from offset `from` to `to`, are entries still
+/// filed at `place`, as a bit set over offsets. The loop only loads entries,
+/// so on a large wheel their cache misses overlap.
+pub(crate) fn filed<K, V>(
+    entries: &Slab<Entry<K, V>>,
+    blocks: &Blocks,
+    (block, from, to): (u32, u32, u32),
+    place: Place,
+) -> u64 {
+    let items = &blocks.items[block as usize];
+    let mut filed = 0;
+    for offset in from..to {
+        let here = holds(entries, items[offset as usize], place, pos(block, offset));
+        filed |= u64::from(here) << offset;
+    }
+    filed
 }
 
-impl List {
-    pub(crate) const EMPTY: List = List {
+/// Whether position `pos` of `place` holds entry `idx`, rather than a hole.
+fn holds<K, V>(entries: &Slab<Entry<K, V>>, idx: u32, place: Place, pos: u32) -> bool {
+    entries
+        .get(idx as usize)
+        .is_some_and(|e| e.place == place && e.pos == pos)
+}
+
+fn pos(block: u32, offset: u32) -> u32 {
+    block << BLOCK_BITS | offset
+}
+
+/// The pool of blocks every slot's chain is made of.
+#[derive(Debug)]
+pub(crate) struct Blocks {
+    items: Vec<[u32; BLOCK as usize]>,
+    /// The next block in a chain, or in the free list.
+    next: Vec<u32>,
+    /// First free block.
+    free: u32,
+}
+
+impl Blocks {
+    /// Item `offset` of `block`.
+    pub(crate) fn item(&self, block: u32, offset: u32) -> u32 {
+        self.items[block as usize][offset as usize]
+    }
+
+    pub(crate) fn new() -> Self {
+        Blocks {
+            items: Vec::new(),
+            next: Vec::new(),
+            free: NIL,
+        }
+    }
+
+    fn alloc(&mut self) -> u32 {
+        if self.free != NIL {
+            let block = self.free;
+            self.free = self.next[block as usize];
+            self.next[block as usize] = NIL;
+            return block;
+        }
+        let block = self.items.len() as u32;
+        debug_assert!(block < 1 << (32 - BLOCK_BITS), "positions overflow");
+        self.items.push([NIL; BLOCK as usize]);
+        self.next.push(NIL);
+        block
+    }
+
+    /// Frees the chain from `head` to `tail`.
+    fn free_chain(&mut self, head: u32, tail: u32) {
+        self.next[tail as usize] = self.free;
+        self.free = head;
+    }
+
+    /// Makes room for blocks enough to file `entries` more entries in
+    /// `slots` slots without growing; `false`, reserving nothing more, if
+    /// the memory cannot be had.
+    pub(crate) fn try_reserve(&mut self, entries: usize, slots: usize) -> bool {
+        // Full blocks, and a part-filled one at the end of every slot.
+        let more = entries.div_ceil(BLOCK as usize) + slots;
+        self.items.try_reserve(more).is_ok() && self.next.try_reserve(more).is_ok()
+    }
+
+    /// Room the pool has for blocks without growing.
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.items.capacity()
+    }
+
+    /// Blocks the pool holds, free or not.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Blocks in the free list.
+    #[cfg(test)]
+    pub(crate) fn free_len(&self) -> usize {
+        let (mut n, mut block) = (0, self.free);
+        while block != NIL {
+            n += 1;
+            block = self.next[block as usize];
+        }
+        n
+    }
+}
+
+/// The entries filed in one slot, oldest first, with holes: a chain of
+/// blocks, full but for the last.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Slot {
+    head: u32,
+    /// Offset in `head` of the first item not yet read.
+    start: u32,
+    tail: u32,
+    /// Items in `tail`.
+    fill: u32,
+    /// Items from `start` on, holes included.
+    len: u32,
+    /// Entries filed here: the items that are not holes.
+    live: u32,
+}
+
+impl Slot {
+    pub(crate) const EMPTY: Slot = Slot {
         head: NIL,
+        start: 0,
         tail: NIL,
+        fill: 0,
+        len: 0,
+        live: 0,
     };
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.head == NIL
+        self.live == 0
     }
 
-    /// Appends entry `idx`, which must not be in any list.
-    pub(crate) fn push_back<K, V>(&mut self, entries: &mut Slab<Entry<K, V>>, idx: u32) {
-        let entry = &mut entries[idx as usize];
-        debug_assert!(
-            entry.prev == NIL && entry.next == NIL,
-            "entry {idx} is still linked"
-        );
-        entry.prev = self.tail;
-        entry.next = NIL;
-        if self.tail == NIL {
-            self.head = idx;
-        } else {
-            entries[self.tail as usize].next = idx;
+    /// Blocks in the chain.
+    #[cfg(test)]
+    pub(crate) fn blocks(&self, blocks: &Blocks) -> usize {
+        let (mut n, mut block) = (0, self.head);
+        while block != NIL {
+            n += 1;
+            if block == self.tail {
+                break;
+            }
+            block = blocks.next[block as usize];
         }
-        self.tail = idx;
+        n
     }
 
-    /// Takes the first entry out of the list.
-    pub(crate) fn pop_front<K, V>(&mut self, entries: &mut Slab<Entry<K, V>>) -> Option<u32> {
+    /// Files entry `idx` (not filed anywhere) at the end, as `place`.
+    pub(crate) fn push<K, V>(
+        &mut self,
+        entries: &mut Slab<Entry<K, V>>,
+        blocks: &mut Blocks,
+        idx: u32,
+        place: Place,
+    ) {
+        if self.tail == NIL || self.fill == BLOCK {
+            let block = blocks.alloc();
+            if self.tail == NIL {
+                self.head = block;
+                self.start = 0;
+            } else {
+                blocks.next[self.tail as usize] = block;
+            }
+            self.tail = block;
+            self.fill = 0;
+        }
+        blocks.items[self.tail as usize][self.fill as usize] = idx;
+        let entry = &mut entries[idx as usize];
+        entry.place = place;
+        entry.pos = pos(self.tail, self.fill);
+        self.fill += 1;
+        self.len += 1;
+        self.live += 1;
+    }
+
+    /// Records that one of the entries filed here has left (been removed,
+    /// or filed elsewhere), leaving a hole.
+    pub(crate) fn vacate<K, V>(
+        &mut self,
+        entries: &mut Slab<Entry<K, V>>,
+        blocks: &mut Blocks,
+        place: Place,
+    ) {
+        self.live -= 1;
+        if self.live == 0 {
+            self.clear(blocks);
+        } else if self.len > 2 * self.live + SLACK {
+            self.compact(entries, blocks, place);
+        }
+    }
+
+    /// The first block of the chain, and the offsets of its unread items:
+    /// for a chain [`take`](Self::take)n whole, read a block at a time with
+    /// [`filed`](Self::filed) and dropped with
+    /// [`drop_front`](Self::drop_front).
+    pub(crate) fn front(&self) -> Option<(u32, u32, u32)> {
         if self.head == NIL {
             return None;
         }
-        let idx = self.head;
-        self.unlink(entries, idx);
-        Some(idx)
+        let to = if self.head == self.tail {
+            self.fill
+        } else {
+            BLOCK
+        };
+        Some((self.head, self.start, to))
     }
 
-    /// Unlinks entry `idx`, which must be in this list.
-    pub(crate) fn unlink<K, V>(&mut self, entries: &mut Slab<Entry<K, V>>, idx: u32) {
-        let (prev, next) = {
-            let entry = &mut entries[idx as usize];
-            let links = (entry.prev, entry.next);
-            entry.prev = NIL;
-            entry.next = NIL;
-            links
-        };
-        if prev == NIL {
-            debug_assert_eq!(self.head, idx, "entry {idx} is not this list's head");
-            self.head = next;
+    /// Gives the first block of a chain [`take`](Self::take)n whole back to
+    /// the pool. The slot's counts are left as they were.
+    pub(crate) fn drop_front(&mut self, blocks: &mut Blocks) {
+        let block = self.head;
+        if block == self.tail {
+            self.head = NIL;
+            self.tail = NIL;
         } else {
-            entries[prev as usize].next = next;
+            self.head = blocks.next[block as usize];
         }
-        if next == NIL {
-            debug_assert_eq!(self.tail, idx, "entry {idx} is not this list's tail");
-            self.tail = prev;
-        } else {
-            entries[next as usize].prev = prev;
+        self.start = 0;
+        blocks.free_chain(block, block);
+    }
+
+    /// Takes the whole chain, leaving the slot empty; read it with
+    /// [`next_run`](Self::next_run).
+    pub(crate) fn take(&mut self) -> Slot {
+        std::mem::replace(self, Slot::EMPTY)
+    }
+
+    /// Takes the oldest entry out, skipping holes.
+    pub(crate) fn pop<K, V>(
+        &mut self,
+        entries: &Slab<Entry<K, V>>,
+        blocks: &mut Blocks,
+        place: Place,
+    ) -> Option<u32> {
+        while self.live > 0 {
+            let block = self.head;
+            if self.start == BLOCK {
+                // Read to the end of a block that is not the last.
+                self.head = blocks.next[block as usize];
+                self.start = 0;
+                blocks.free_chain(block, block);
+                continue;
+            }
+            let offset = self.start;
+            let idx = blocks.items[block as usize][offset as usize];
+            self.start += 1;
+            self.len -= 1;
+            if holds(entries, idx, place, pos(block, offset)) {
+                self.live -= 1;
+                if self.live == 0 {
+                    self.clear(blocks);
+                }
+                return Some(idx);
+            }
         }
+        None
+    }
+
+    /// Squeezes out the holes, keeping the order, and gives the blocks that
+    /// frees back to the pool.
+    fn compact<K, V>(
+        &mut self,
+        entries: &mut Slab<Entry<K, V>>,
+        blocks: &mut Blocks,
+        place: Place,
+    ) {
+        debug_assert!(self.live > 0);
+        // Writing never overtakes reading: it starts at the same block and
+        // writes only what it has read.
+        let (mut write, mut written) = (self.head, 0);
+        let (mut read, mut offset) = (self.head, self.start);
+        loop {
+            let to = if read == self.tail { self.fill } else { BLOCK };
+            while offset < to {
+                let idx = blocks.items[read as usize][offset as usize];
+                if holds(entries, idx, place, pos(read, offset)) {
+                    if written == BLOCK {
+                        write = blocks.next[write as usize];
+                        written = 0;
+                    }
+                    blocks.items[write as usize][written as usize] = idx;
+                    entries[idx as usize].pos = pos(write, written);
+                    written += 1;
+                }
+                offset += 1;
+            }
+            if read == self.tail {
+                break;
+            }
+            read = blocks.next[read as usize];
+            offset = 0;
+        }
+        if write != self.tail {
+            let rest = blocks.next[write as usize];
+            blocks.free_chain(rest, self.tail);
+            blocks.next[write as usize] = NIL;
+        }
+        self.tail = write;
+        self.fill = written;
+        self.start = 0;
+        self.len = self.live;
+    }
+
+    /// Empties the slot, returning its blocks to the pool.
+    pub(crate) fn clear(&mut self, blocks: &mut Blocks) {
+        if self.head != NIL {
+            blocks.free_chain(self.head, self.tail);
+        }
+        *self = Slot::EMPTY;
     }
 }
 
@@ -118,36 +387,103 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_entry_of_two_words_is_five_words() {
-        // key + value + deadline + two links, with the place in the padding.
-        assert_eq!(std::mem::size_of::<Entry<u64, u64>>(), 40);
+    fn an_entry_of_two_words_is_four_words() {
+        // key + value + deadline + position, with the place in the padding.
+        assert_eq!(std::mem::size_of::<Entry<u64, u64>>(), 32);
     }
 
-    fn collect(list: &mut List, entries: &mut Slab<Entry<u32, ()>>) -> Vec<u32> {
-        let mut out = Vec::new();
-        while let Some(idx) = list.pop_front(entries) {
-            out.push(entries[idx as usize].key);
+    const HERE: Place = Place::Slot { level: 1, slot: 2 };
+
+    /// The keys filed in `slot`, oldest first, read the way a cascade reads
+    /// them (which empties the slot).
+    fn read(slot: &mut Slot, blocks: &mut Blocks, entries: &Slab<Entry<u32, ()>>) -> Vec<u32> {
+        let mut chain = slot.take();
+        let mut keys = Vec::new();
+        while let Some(front) = chain.front() {
+            let mut here = filed(entries, blocks, front, HERE);
+            while here != 0 {
+                let idx = blocks.item(front.0, here.trailing_zeros());
+                keys.push(entries[idx as usize].key);
+                here &= here - 1;
+            }
+            chain.drop_front(blocks);
         }
-        out
+        keys
     }
 
+    fn fill(slot: &mut Slot, blocks: &mut Blocks, entries: &mut Slab<Entry<u32, ()>>, n: u32) {
+        for key in 0..n {
+            let idx = entries.insert(Entry::new(key, (), 0)) as u32;
+            slot.push(entries, blocks, idx, HERE);
+        }
+    }
+
+    /// Entries leave holes that are skipped, even where a slab index is
+    /// reused by an entry filed in the same slot again.
     #[test]
-    fn fifo_order_and_unlink_anywhere() {
-        let mut entries = Slab::new();
-        let mut list = List::EMPTY;
-        let ids: Vec<u32> = (0..5)
-            .map(|k| entries.insert(Entry::new(k, (), 0)) as u32)
-            .collect();
-        for &id in &ids {
-            list.push_back(&mut entries, id);
+    fn holes_are_skipped_and_reused_indices_are_not_doubled() {
+        let (mut entries, mut blocks, mut slot) = (Slab::new(), Blocks::new(), Slot::EMPTY);
+        fill(&mut slot, &mut blocks, &mut entries, 40);
+        // Remove key 1 and file a new entry, which reuses its index.
+        entries.remove(1);
+        slot.vacate(&mut entries, &mut blocks, HERE);
+        let idx = entries.insert(Entry::new(99, (), 0)) as u32;
+        assert_eq!(idx, 1);
+        slot.push(&mut entries, &mut blocks, idx, HERE);
+        // Key 3 moves to another place.
+        entries[3].place = Place::Due;
+        slot.vacate(&mut entries, &mut blocks, HERE);
+        let mut expected: Vec<u32> = (0..40).filter(|&k| k != 1 && k != 3).collect();
+        expected.push(99);
+        assert_eq!(read(&mut slot, &mut blocks, &entries), expected);
+        // Every block went back to the pool.
+        assert_eq!(blocks.free_len(), blocks.len());
+    }
+
+    /// Once holes outnumber entries, the chain is squeezed, keeping the
+    /// order and giving blocks back.
+    #[test]
+    fn holes_are_squeezed_out_in_order() {
+        let (mut entries, mut blocks, mut slot) = (Slab::new(), Blocks::new(), Slot::EMPTY);
+        fill(&mut slot, &mut blocks, &mut entries, 200);
+        for key in (0..200).filter(|k| k % 10 != 0) {
+            entries.remove(key as usize);
+            slot.vacate(&mut entries, &mut blocks, HERE);
+            assert!(slot.len <= 2 * slot.live + SLACK);
+            assert_eq!(slot.blocks(&blocks) + blocks.free_len(), blocks.len());
         }
-        list.unlink(&mut entries, ids[0]); // head
-        list.unlink(&mut entries, ids[2]); // middle
-        list.unlink(&mut entries, ids[4]); // tail
-        assert_eq!(collect(&mut list, &mut entries), vec![1, 3]);
-        assert!(list.is_empty());
-        // An unlinked entry can be appended again.
-        list.push_back(&mut entries, ids[2]);
-        assert_eq!(collect(&mut list, &mut entries), vec![2]);
+        assert_eq!(slot.live, 20);
+        assert!(slot.blocks(&blocks) <= 3, "{} blocks", slot.blocks(&blocks));
+        assert_eq!(
+            read(&mut slot, &mut blocks, &entries),
+            (0..200).step_by(10).collect::<Vec<_>>()
+        );
+    }
+
+    /// The due queue hands out entries oldest first, skipping holes, and is
+    /// squeezed from its read position.
+    #[test]
+    fn popping_reads_in_order_across_squeezes() {
+        let (mut entries, mut blocks, mut due) = (Slab::new(), Blocks::new(), Slot::EMPTY);
+        for key in 0..300u32 {
+            let idx = entries.insert(Entry::new(key, (), 0)) as u32;
+            due.push(&mut entries, &mut blocks, idx, Place::Due);
+        }
+        let mut out = Vec::new();
+        for _ in 0..50 {
+            let idx = due.pop(&entries, &mut blocks, Place::Due).unwrap();
+            out.push(entries.remove(idx as usize).key);
+        }
+        for key in (50..300).filter(|k| k % 5 != 0) {
+            entries.remove(key as usize);
+            due.vacate(&mut entries, &mut blocks, Place::Due);
+        }
+        while let Some(idx) = due.pop(&entries, &mut blocks, Place::Due) {
+            out.push(entries.remove(idx as usize).key);
+        }
+        let expected: Vec<u32> = (0..50).chain((50..300).step_by(5)).collect();
+        assert_eq!(out, expected);
+        assert!(due.is_empty());
+        assert_eq!(blocks.free_len(), blocks.len());
     }
 }

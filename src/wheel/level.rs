@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use super::entry::List;
+use super::entry::{Blocks, Slot};
 
 /// Slots per level, as a power of two.
 pub(crate) const SLOT_BITS: u32 = 6;
@@ -60,7 +60,7 @@ pub(crate) struct Level {
     level: usize,
     /// Bit `i` is set when `slots[i]` is not empty.
     occupied: u64,
-    slots: [List; SLOTS],
+    slots: [Slot; SLOTS],
 }
 
 impl Level {
@@ -68,7 +68,7 @@ impl Level {
         Level {
             level,
             occupied: 0,
-            slots: [List::EMPTY; SLOTS],
+            slots: [Slot::EMPTY; SLOTS],
         }
     }
 
@@ -96,11 +96,16 @@ impl Level {
         Some((slot_start(elapsed, self.level, slot), slot))
     }
 
-    pub(crate) fn slot_mut(&mut self, slot: usize) -> &mut List {
+    pub(crate) fn slot_mut(&mut self, slot: usize) -> &mut Slot {
         &mut self.slots[slot]
     }
 
-    /// Records whether `slot` holds entries after its list changed.
+    /// Records that `slot` holds entries.
+    pub(crate) fn mark_occupied(&mut self, slot: usize) {
+        self.occupied |= 1 << slot;
+    }
+
+    /// Records whether `slot` holds entries after it changed.
     pub(crate) fn mark(&mut self, slot: usize) {
         if self.slots[slot].is_empty() {
             self.occupied &= !(1 << slot);
@@ -109,15 +114,24 @@ impl Level {
         }
     }
 
-    /// Takes the whole list of `slot`, leaving it empty.
-    pub(crate) fn take_slot(&mut self, slot: usize) -> List {
+    /// Takes the chain of `slot`, holes included, leaving the slot empty.
+    pub(crate) fn take_slot(&mut self, slot: usize) -> Slot {
         self.occupied &= !(1 << slot);
-        std::mem::replace(&mut self.slots[slot], List::EMPTY)
+        self.slots[slot].take()
     }
 
-    pub(crate) fn clear(&mut self) {
+    /// Blocks held by every slot.
+    #[cfg(test)]
+    pub(crate) fn blocks(&self, blocks: &Blocks) -> usize {
+        self.slots.iter().map(|slot| slot.blocks(blocks)).sum()
+    }
+
+    /// Empties every slot, returning their blocks to the pool.
+    pub(crate) fn clear(&mut self, blocks: &mut Blocks) {
         self.occupied = 0;
-        self.slots = [List::EMPTY; SLOTS];
+        for slot in self.slots.iter_mut() {
+            slot.clear(blocks);
+        }
     }
 }
 

@@ -6,12 +6,15 @@
 //! [`level::slot_for`] compute from `when` and the wheel's `elapsed` tick;
 //! when a coarse slot comes due its entries are filed again from their own
 //! deadlines, so nothing ever fires early. Entries whose deadline has been
-//! reached wait, in order, in the `due` list until [`Wheel::pop_due`] hands
-//! them out.
+//! reached wait, in order, in the due queue until [`Wheel::pop_due`] hands
+//! them out. Slots and the due queue are chains of blocks of slab indices
+//! (see [`entry`]): an entry that leaves a slot leaves a hole behind, and
+//! filing a slot again loads its entries a block at a time, so that their
+//! cache misses overlap.
 //!
 //! Pushing a deadline later is lazy: the entry keeps its slot, which comes
 //! due no later than the new deadline, and is filed again from its own
-//! deadline then, so a heartbeat costs O(1) and no relinking.
+//! deadline then, so a heartbeat costs O(1) and touches no slot.
 //!
 //! Firing order is deadline order. Entries with the same deadline tick fire
 //! in the order they were set, except that an entry whose deadline was moved
@@ -27,21 +30,23 @@ use std::hash::{BuildHasher, Hash};
 use hashbrown::{hash_table, DefaultHashBuilder, HashTable};
 use slab::Slab;
 
-use self::entry::{Entry, List, Place, NIL};
-use self::level::{level_for, slot_for, slot_start, Level, NUM_LEVELS};
+use self::entry::{filed, Blocks, Entry, Place, Slot, NIL};
+use self::level::{level_for, slot_for, slot_start, Level, NUM_LEVELS, SLOTS};
 
 /// Pending entries from which [`Wheel::take_due`] removes fired entries from
 /// the key index in runs. Below it the index (about 5 bytes an entry, twice
 /// that after growth) fits in a core's own cache, so there are no misses to
 /// overlap, and taking entries one at a time is cheaper. Measured on the
 /// pure wheel advanced a tick at a time, as the driver runs it: about 8 %
-/// slower at 100,000 entries, 8 – 12 % faster at 1,000,000. (A backlog of a
-/// million entries due at once, out of cache, was about 12 % slower in
-/// runs: walking the due list then misses once an entry, and the
-/// one-at-a-time loop overlaps those misses with the index's.)
+/// slower at 100,000 entries, 8 – 12 % faster at 1,000,000 (measured when
+/// slots were linked lists; the index's misses are the same with blocks).
 const RUNS_FROM: usize = 1 << 17;
 
-/// The wheel is full: it cannot index more than `u32::MAX - 1` entries.
+/// Entries a wheel can hold: 2^30. Slab indices and positions in the slots'
+/// blocks are `u32`, and a slot may hold up to about one hole per entry.
+pub(crate) const MAX_LEN: usize = 1 << 30;
+
+/// The wheel is full: it holds [`MAX_LEN`] entries.
 #[derive(Debug)]
 pub(crate) struct AtCapacity<K, V>(pub(crate) K, pub(crate) V);
 
@@ -54,7 +59,9 @@ pub(crate) struct Wheel<K, V> {
     hasher: DefaultHashBuilder,
     levels: Box<[Level]>,
     /// Entries whose deadline has been reached, oldest first.
-    due: List,
+    due: Slot,
+    /// The blocks every slot and the due queue are made of.
+    blocks: Blocks,
     /// The tick the wheel has advanced to.
     elapsed: u64,
     /// Size from which [`take_due`](Self::take_due) works in runs
@@ -73,7 +80,8 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
             index: HashTable::new(),
             hasher: DefaultHashBuilder::default(),
             levels: (0..NUM_LEVELS).map(Level::new).collect(),
-            due: List::EMPTY,
+            due: Slot::EMPTY,
+            blocks: Blocks::new(),
             elapsed: 0,
             runs_from: RUNS_FROM,
             #[cfg(test)]
@@ -85,10 +93,10 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
     /// neither allocate nor rehash the key index. Returns `false`, reserving
     /// nothing more, if the memory cannot be had; the wheel then grows as
     /// entries come, as it would have anyway.
-    /// More than the wheel can ever hold (`u32::MAX - 1` entries) is refused
+    /// More than the wheel can ever hold ([`MAX_LEN`] entries) is refused
     /// outright.
     pub(crate) fn reserve(&mut self, additional: usize) -> bool {
-        if additional > NIL as usize - 1 - self.entries.len() {
+        if additional > MAX_LEN - self.entries.len() {
             return false;
         }
         // The slab's own reservation aborts on failure: ask the allocator
@@ -105,6 +113,10 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
             .try_reserve(additional, |&i| hasher.hash_one(&entries[i as usize].key))
             .is_err()
         {
+            return false;
+        }
+        // Every slot and the due queue may end in a part-filled block.
+        if !self.blocks.try_reserve(additional, NUM_LEVELS * SLOTS + 1) {
             return false;
         }
         self.entries.reserve(additional);
@@ -151,7 +163,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
             }
             hash_table::Entry::Vacant(vacant) => vacant,
         };
-        if self.entries.len() >= NIL as usize {
+        if self.entries.len() >= MAX_LEN {
             return Err(AtCapacity(key, value));
         }
         let idx = self.entries.vacant_key() as u32;
@@ -173,10 +185,11 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
 
     /// Gives entry `idx` the deadline `when`.
     ///
-    /// A deadline pushed later is only recorded (a lazy move, O(1) with no
-    /// relinking): the entry stays in its slot, which comes due no later than
+    /// A deadline pushed later is only recorded (a lazy move, O(1), no slot
+    /// touched): the entry stays in its slot, which comes due no later than
     /// `when`, and is filed again from `when` then. A deadline moved earlier
-    /// than its slot, or an entry already due, is relinked at once.
+    /// than its slot, or an entry already due, is filed again at once,
+    /// leaving a hole where it was.
     fn move_to(&mut self, idx: u32, when: u64) {
         let entry = &mut self.entries[idx as usize];
         if let Place::Slot { level, slot } = entry.place {
@@ -185,9 +198,10 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
                 return;
             }
         }
-        self.unlink(idx);
-        self.entries[idx as usize].when = when;
+        let old = entry.place;
+        entry.when = when;
         self.link(idx);
+        self.vacate(old);
     }
 
     /// Removes `key`, returning its key and value if it was pending.
@@ -199,8 +213,8 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
             .find_entry(hash, |&i| entries[i as usize].key == *key)
             .ok()?;
         let (idx, _) = found.remove();
-        self.unlink(idx);
         let entry = self.entries.remove(idx as usize);
+        self.vacate(entry.place);
         Some((entry.key, entry.value))
     }
 
@@ -218,9 +232,21 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
                 self.elapsed
             );
             self.elapsed = start;
-            let mut list = self.levels[level].take_slot(slot);
-            while let Some(idx) = list.pop_front(&mut self.entries) {
-                self.link(idx);
+            let place = Place::Slot {
+                level: level as u8,
+                slot: slot as u8,
+            };
+            let mut chain = self.levels[level].take_slot(slot);
+            // A block at a time: first find which items are entries, in a
+            // loop that only loads them, so their cache misses overlap;
+            // then file those entries again, now in cache.
+            while let Some(front) = chain.front() {
+                let mut here = filed(&self.entries, &self.blocks, front, place);
+                while here != 0 {
+                    self.link(self.blocks.item(front.0, here.trailing_zeros()));
+                    here &= here - 1;
+                }
+                chain.drop_front(&mut self.blocks);
             }
         }
         self.elapsed = self.elapsed.max(now);
@@ -228,7 +254,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
 
     /// Takes the oldest due entry: its key, value and deadline tick.
     pub(crate) fn pop_due(&mut self) -> Option<(K, V, u64)> {
-        let idx = self.due.pop_front(&mut self.entries)?;
+        let idx = self.due.pop(&self.entries, &mut self.blocks, Place::Due)?;
         let entry = self.entries.remove(idx as usize);
         self.unindex(self.hasher.hash_one(&entry.key), idx);
         Some((entry.key, entry.value, entry.when))
@@ -262,7 +288,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
         while taken < max {
             let mut n = 0;
             while n < RUN.min(max - taken) {
-                let Some(idx) = self.due.pop_front(&mut self.entries) else {
+                let Some(idx) = self.due.pop(&self.entries, &mut self.blocks, Place::Due) else {
                     break;
                 };
                 run[n] = (self.hasher.hash_one(&self.entries[idx as usize].key), idx);
@@ -314,9 +340,9 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
         out.reserve(self.entries.len());
         out.extend(self.entries.drain().map(|e| (e.key, e.value)));
         self.index.clear();
-        self.due = List::EMPTY;
+        self.due.clear(&mut self.blocks);
         for level in self.levels.iter_mut() {
-            level.clear();
+            level.clear(&mut self.blocks);
         }
     }
 
@@ -350,35 +376,50 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
         }
     }
 
-    /// Appends an unlinked entry to the list its deadline belongs in.
+    /// Files entry `idx`, filed nowhere, at the end of the slot its
+    /// deadline belongs in (or the due queue).
     fn link(&mut self, idx: u32) {
         #[cfg(test)]
         {
             self.links += 1;
         }
         let place = self.place(self.entries[idx as usize].when);
-        self.entries[idx as usize].place = place;
+        let slot = match place {
+            Place::Due => &mut self.due,
+            Place::Slot { level, slot } => {
+                let lvl = &mut self.levels[level as usize];
+                lvl.mark_occupied(slot as usize);
+                lvl.slot_mut(slot as usize)
+            }
+        };
+        slot.push(&mut self.entries, &mut self.blocks, idx, place);
+    }
+
+    /// Records that an entry filed at `place` has left it: removed, or
+    /// filed elsewhere already.
+    fn vacate(&mut self, place: Place) {
         match place {
-            Place::Due => self.due.push_back(&mut self.entries, idx),
+            Place::Due => self
+                .due
+                .vacate(&mut self.entries, &mut self.blocks, Place::Due),
             Place::Slot { level, slot } => {
                 let lvl = &mut self.levels[level as usize];
                 lvl.slot_mut(slot as usize)
-                    .push_back(&mut self.entries, idx);
+                    .vacate(&mut self.entries, &mut self.blocks, place);
                 lvl.mark(slot as usize);
             }
         }
     }
 
-    /// Unlinks an entry from the list it is in.
-    fn unlink(&mut self, idx: u32) {
-        match self.entries[idx as usize].place {
-            Place::Due => self.due.unlink(&mut self.entries, idx),
-            Place::Slot { level, slot } => {
-                let lvl = &mut self.levels[level as usize];
-                lvl.slot_mut(slot as usize).unlink(&mut self.entries, idx);
-                lvl.mark(slot as usize);
-            }
-        }
+    /// Blocks held by the due queue and every slot, counted by walking
+    /// their chains.
+    #[cfg(test)]
+    fn blocks_in_slots(&self) -> usize {
+        let blocks = &self.blocks;
+        self.due.blocks(blocks)
+            + (self.levels.iter())
+                .map(|level| level.blocks(blocks))
+                .sum::<usize>()
     }
 }
 

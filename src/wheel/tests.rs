@@ -437,6 +437,11 @@ fn check(start: u64, runs: bool, ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
         }
         prop_assert_eq!(wheel.len(), model.by_key.len());
+        // No block is lost or shared: every block is in one chain or free.
+        prop_assert_eq!(
+            wheel.blocks_in_slots() + wheel.blocks.free_len(),
+            wheel.blocks.len()
+        );
     }
     // Everything left fires at the end of time, in order.
     same_firing(&fire_all(&mut wheel, u64::MAX), &model.advance(u64::MAX))?;
@@ -460,11 +465,40 @@ proptest! {
     }
 }
 
+/// Blocks come from one pool: bursts filed in one slot after another reuse
+/// the blocks the last burst gave back, instead of each slot keeping room
+/// for a burst.
+#[test]
+fn bursts_in_different_slots_share_blocks() {
+    const BURST: u32 = 50_000;
+    let mut wheel = Wheel::<u32, u32>::new();
+    let mut now = 0;
+    for burst in 0..40u64 {
+        // Each burst lands in a different slot, far enough out to cascade.
+        let when = now + 70_000 + burst * 1_000;
+        for key in 0..BURST {
+            wheel.insert(key, key, when).unwrap();
+        }
+        now = when;
+        assert_eq!(fire_all(&mut wheel, now).len(), BURST as usize);
+        assert_eq!(wheel.blocks.free_len(), wheel.blocks.len());
+    }
+    // A burst fills BURST / 16 blocks; a cascade frees each block it reads
+    // before filing its entries, so it needs a few more, not twice as many.
+    let most = BURST as usize / 16 + 16;
+    assert!(
+        wheel.blocks.len() <= most,
+        "{} blocks, at most {most} expected",
+        wheel.blocks.len()
+    );
+}
+
 #[test]
 fn reserved_room_takes_inserts_without_growing() {
     let mut wheel = Wheel::<u32, u32>::new();
     assert!(wheel.reserve(10_000));
     let (slab, index) = (wheel.entries.capacity(), wheel.index.capacity());
+    let blocks = wheel.blocks.capacity();
     assert!(
         slab >= 10_000 && index >= 10_000,
         "slab {slab}, index {index}"
@@ -474,6 +508,7 @@ fn reserved_room_takes_inserts_without_growing() {
     }
     assert_eq!(wheel.entries.capacity(), slab, "the slab grew");
     assert_eq!(wheel.index.capacity(), index, "the key index was rehashed");
+    assert_eq!(wheel.blocks.capacity(), blocks, "the block pool grew");
     assert_eq!(fire_all(&mut wheel, 70_000).len(), 10_000);
 }
 
