@@ -493,6 +493,35 @@ fn bursts_in_different_slots_share_blocks() {
     );
 }
 
+/// The key index, rebuilt from the slab when it fills, keeps every pending
+/// key, through growth and through the rebuilds that removals (which leave
+/// tombstones in the table) bring on.
+#[test]
+fn the_key_index_keeps_every_key_as_it_grows_and_churns() {
+    let mut wheel = Wheel::<u32, u32>::new();
+    let mut pending = HashMap::new();
+    let mut rebuilds = 0;
+    for key in 0..60_000u32 {
+        rebuilds += usize::from(wheel.index.len() == wheel.index.capacity());
+        wheel.insert(key, !key, 1 + u64::from(key % 5_000)).unwrap();
+        pending.insert(key, !key);
+        // Keep about 3,000 pending: the table fills with tombstones.
+        if key >= 3_000 && key % 7 != 0 {
+            let gone = key - 3_000;
+            assert_eq!(wheel.remove(&gone).map(|(_, v)| v), pending.remove(&gone));
+        }
+    }
+    assert!(rebuilds > 5, "{rebuilds} rebuilds");
+    assert_eq!(wheel.len(), pending.len());
+    for (key, value) in &pending {
+        assert!(wheel.reschedule(key, 10_000), "key {key} lost");
+        assert_eq!(wheel.insert(*key, *value, 10_000).unwrap(), Some(*value));
+    }
+    let fired = fire_all(&mut wheel, 10_000);
+    assert_eq!(fired.len(), pending.len());
+    assert!(fired.iter().all(|(k, v, _)| pending[k] == *v));
+}
+
 #[test]
 fn reserved_room_takes_inserts_without_growing() {
     let mut wheel = Wheel::<u32, u32>::new();
