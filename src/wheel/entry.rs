@@ -2,30 +2,29 @@
 //!
 //! Entries live in a [`Slab`]. A slot (and the due queue) is a chain of
 //! fixed-size blocks of slab indices, in the order the entries were filed.
-//! Filing a whole slot again reads a block of indices and then loads
-//! entries that do not depend on one another: on a large wheel those loads
-//! miss the cache, and the processor waits for many of them at once, where a
-//! list linked through the entries would make it wait for one at a time.
-//! Blocks come from one pool shared by every slot, so the memory held is
-//! about one `u32` per pending entry, whichever slots the entries are in.
+//! Filing a whole slot again reads a block of indices and then loads entries
+//! that do not depend on one another: on a large wheel those loads miss the
+//! cache, and the processor waits for many of them at once, where a list
+//! linked through the entries would make it wait for one at a time. Blocks
+//! come from one pool shared by every slot, so the memory held is about one
+//! `u32` per pending entry, whichever slots the entries are in.
 //!
-//! An entry that leaves a slot (removed, or moved to another slot) is not
-//! taken out of the block: its index stays behind as a hole. Each entry
-//! records its place and its position (block and offset), so a hole is
-//! recognised by the entry there naming another place or position, or by
-//! there being no entry at that index any more, even when the index has
-//! been reused. A slot whose holes outnumber its entries is compacted, so
-//! holes cost at most one `u32` per entry.
+//! Each entry records its place and its position (block and offset). An
+//! entry that leaves a slot (removed, or moved to another slot) leaves a
+//! hole: [`NIL`] written at its position. Holes at the front of a slot are
+//! dropped at once, so timers cancelled oldest first (the request-timeout
+//! pattern) leave nothing behind; a slot whose holes otherwise outnumber its
+//! entries is compacted, so holes cost at most one `u32` per entry.
 
 use slab::Slab;
 
-/// An index no entry and no block has.
+/// An index no entry and no block has; in a block, a hole.
 pub(crate) const NIL: u32 = u32::MAX;
 
 /// Items per block, as a power of two: 64, so one `u64` holds a bit for
 /// each.
 const BLOCK_BITS: u32 = 6;
-const BLOCK: u32 = 1 << BLOCK_BITS;
+pub(crate) const BLOCK: u32 = 1 << BLOCK_BITS;
 
 /// Holes a slot may hold beyond one per entry before it is compacted. Unit
 /// tests squeeze at the first surplus hole, so that the model tests, with
@@ -52,7 +51,7 @@ pub(crate) struct Entry<K, V> {
     /// due before `when`; the entry is filed again from `when` then.
     pub(crate) place: Place,
     /// Its position there: block, then offset in the block.
-    pos: u32,
+    pub(crate) pos: u32,
 }
 
 impl<K, V> Entry<K, V> {
@@ -67,33 +66,19 @@ impl<K, V> Entry<K, V> {
     }
 }
 
-/// Which items of `block`, from offset `from` to `to`, are entries still
-/// filed at `place`, as a bit set over offsets. The loop only loads entries,
-/// so on a large wheel their cache misses overlap.
-pub(crate) fn filed<K, V>(
-    entries: &Slab<Entry<K, V>>,
-    blocks: &Blocks,
-    (block, from, to): (u32, u32, u32),
-    place: Place,
-) -> u64 {
+fn pos(block: u32, offset: u32) -> u32 {
+    block << BLOCK_BITS | offset
+}
+
+/// The items of `block`, from offset `from` to `to`, that are entries and
+/// not holes, as a bit set over offsets.
+pub(crate) fn filed(blocks: &Blocks, (block, from, to): (u32, u32, u32)) -> u64 {
     let items = &blocks.items[block as usize];
     let mut filed = 0;
     for offset in from..to {
-        let here = holds(entries, items[offset as usize], place, pos(block, offset));
-        filed |= u64::from(here) << offset;
+        filed |= u64::from(items[offset as usize] != NIL) << offset;
     }
     filed
-}
-
-/// Whether position `pos` of `place` holds entry `idx`, rather than a hole.
-fn holds<K, V>(entries: &Slab<Entry<K, V>>, idx: u32, place: Place, pos: u32) -> bool {
-    entries
-        .get(idx as usize)
-        .is_some_and(|e| e.place == place && e.pos == pos)
-}
-
-fn pos(block: u32, offset: u32) -> u32 {
-    block << BLOCK_BITS | offset
 }
 
 /// The pool of blocks every slot's chain is made of.
@@ -107,17 +92,21 @@ pub(crate) struct Blocks {
 }
 
 impl Blocks {
-    /// Item `offset` of `block`.
-    pub(crate) fn item(&self, block: u32, offset: u32) -> u32 {
-        self.items[block as usize][offset as usize]
-    }
-
     pub(crate) fn new() -> Self {
         Blocks {
             items: Vec::new(),
             next: Vec::new(),
             free: NIL,
         }
+    }
+
+    /// Item `offset` of `block`.
+    pub(crate) fn item(&self, block: u32, offset: u32) -> u32 {
+        self.items[block as usize][offset as usize]
+    }
+
+    fn item_mut(&mut self, pos: u32) -> &mut u32 {
+        &mut self.items[(pos >> BLOCK_BITS) as usize][(pos & (BLOCK - 1)) as usize]
     }
 
     fn alloc(&mut self) -> u32 {
@@ -218,6 +207,7 @@ impl Slot {
     }
 
     /// Files entry `idx` (not filed anywhere) at the end, as `place`.
+    #[inline]
     pub(crate) fn push<K, V>(
         &mut self,
         entries: &mut Slab<Entry<K, V>>,
@@ -245,26 +235,53 @@ impl Slot {
         self.live += 1;
     }
 
-    /// Records that one of the entries filed here has left (been removed,
-    /// or filed elsewhere), leaving a hole.
+    /// Records that the entry filed here at `at` has left (been removed, or
+    /// filed elsewhere), leaving a hole.
+    #[inline]
     pub(crate) fn vacate<K, V>(
         &mut self,
         entries: &mut Slab<Entry<K, V>>,
         blocks: &mut Blocks,
-        place: Place,
+        at: u32,
     ) {
+        *blocks.item_mut(at) = NIL;
         self.live -= 1;
         if self.live == 0 {
             self.clear(blocks);
-        } else if self.len > 2 * self.live + SLACK {
-            self.compact(entries, blocks, place);
+            return;
+        }
+        if at == pos(self.head, self.start) {
+            self.skip_holes(blocks);
+        }
+        if self.len > 2 * self.live + SLACK {
+            self.compact(entries, blocks);
+        }
+    }
+
+    /// Moves the read position past holes to the first entry, giving the
+    /// blocks it leaves back to the pool. The slot must hold an entry.
+    #[inline]
+    fn skip_holes(&mut self, blocks: &mut Blocks) {
+        debug_assert!(self.live > 0);
+        loop {
+            if self.start == BLOCK {
+                // Past the end of a block that is not the last.
+                let block = self.head;
+                self.head = blocks.next[block as usize];
+                self.start = 0;
+                blocks.free_chain(block, block);
+            } else if blocks.item(self.head, self.start) == NIL {
+                self.start += 1;
+                self.len -= 1;
+            } else {
+                return;
+            }
         }
     }
 
     /// The first block of the chain, and the offsets of its unread items:
     /// for a chain [`take`](Self::take)n whole, read a block at a time with
-    /// [`filed`](Self::filed) and dropped with
-    /// [`drop_front`](Self::drop_front).
+    /// [`filed`] and dropped with [`drop_front`](Self::drop_front).
     pub(crate) fn front(&self) -> Option<(u32, u32, u32)> {
         if self.head == NIL {
             return None;
@@ -292,50 +309,31 @@ impl Slot {
     }
 
     /// Takes the whole chain, leaving the slot empty; read it with
-    /// [`next_run`](Self::next_run).
+    /// [`front`](Self::front).
     pub(crate) fn take(&mut self) -> Slot {
         std::mem::replace(self, Slot::EMPTY)
     }
 
-    /// Takes the oldest entry out, skipping holes.
-    pub(crate) fn pop<K, V>(
-        &mut self,
-        entries: &Slab<Entry<K, V>>,
-        blocks: &mut Blocks,
-        place: Place,
-    ) -> Option<u32> {
-        while self.live > 0 {
-            let block = self.head;
-            if self.start == BLOCK {
-                // Read to the end of a block that is not the last.
-                self.head = blocks.next[block as usize];
-                self.start = 0;
-                blocks.free_chain(block, block);
-                continue;
-            }
-            let offset = self.start;
-            let idx = blocks.items[block as usize][offset as usize];
-            self.start += 1;
-            self.len -= 1;
-            if holds(entries, idx, place, pos(block, offset)) {
-                self.live -= 1;
-                if self.live == 0 {
-                    self.clear(blocks);
-                }
-                return Some(idx);
-            }
+    /// Takes the oldest entry out, passing over holes.
+    #[inline]
+    pub(crate) fn pop(&mut self, blocks: &mut Blocks) -> Option<u32> {
+        if self.live == 0 {
+            return None;
         }
-        None
+        self.skip_holes(blocks);
+        let idx = blocks.item(self.head, self.start);
+        self.start += 1;
+        self.len -= 1;
+        self.live -= 1;
+        if self.live == 0 {
+            self.clear(blocks);
+        }
+        Some(idx)
     }
 
     /// Squeezes out the holes, keeping the order, and gives the blocks that
     /// frees back to the pool.
-    fn compact<K, V>(
-        &mut self,
-        entries: &mut Slab<Entry<K, V>>,
-        blocks: &mut Blocks,
-        place: Place,
-    ) {
+    fn compact<K, V>(&mut self, entries: &mut Slab<Entry<K, V>>, blocks: &mut Blocks) {
         debug_assert!(self.live > 0);
         // Writing never overtakes reading: it starts at the same block and
         // writes only what it has read.
@@ -344,8 +342,8 @@ impl Slot {
         loop {
             let to = if read == self.tail { self.fill } else { BLOCK };
             while offset < to {
-                let idx = blocks.items[read as usize][offset as usize];
-                if holds(entries, idx, place, pos(read, offset)) {
+                let idx = blocks.item(read, offset);
+                if idx != NIL {
                     if written == BLOCK {
                         write = blocks.next[write as usize];
                         written = 0;
@@ -394,13 +392,15 @@ mod tests {
 
     const HERE: Place = Place::Slot { level: 1, slot: 2 };
 
+    type Entries = Slab<Entry<u32, ()>>;
+
     /// The keys filed in `slot`, oldest first, read the way a cascade reads
     /// them (which empties the slot).
-    fn read(slot: &mut Slot, blocks: &mut Blocks, entries: &Slab<Entry<u32, ()>>) -> Vec<u32> {
+    fn read(slot: &mut Slot, blocks: &mut Blocks, entries: &Entries) -> Vec<u32> {
         let mut chain = slot.take();
         let mut keys = Vec::new();
         while let Some(front) = chain.front() {
-            let mut here = filed(entries, blocks, front, HERE);
+            let mut here = filed(blocks, front);
             while here != 0 {
                 let idx = blocks.item(front.0, here.trailing_zeros());
                 keys.push(entries[idx as usize].key);
@@ -411,33 +411,65 @@ mod tests {
         keys
     }
 
-    fn fill(slot: &mut Slot, blocks: &mut Blocks, entries: &mut Slab<Entry<u32, ()>>, n: u32) {
-        for key in 0..n {
+    fn fill(
+        slot: &mut Slot,
+        blocks: &mut Blocks,
+        entries: &mut Entries,
+        keys: std::ops::Range<u32>,
+    ) {
+        for key in keys {
             let idx = entries.insert(Entry::new(key, (), 0)) as u32;
             slot.push(entries, blocks, idx, HERE);
         }
     }
 
-    /// Entries leave holes that are skipped, even where a slab index is
+    /// Takes entry `idx` out of the slab and out of `slot`.
+    fn remove(slot: &mut Slot, blocks: &mut Blocks, entries: &mut Entries, idx: u32) {
+        let entry = entries.remove(idx as usize);
+        slot.vacate(entries, blocks, entry.pos);
+    }
+
+    /// Entries leave holes that are passed over, also where a slab index is
     /// reused by an entry filed in the same slot again.
     #[test]
-    fn holes_are_skipped_and_reused_indices_are_not_doubled() {
+    fn holes_are_passed_over() {
         let (mut entries, mut blocks, mut slot) = (Slab::new(), Blocks::new(), Slot::EMPTY);
-        fill(&mut slot, &mut blocks, &mut entries, 40);
-        // Remove key 1 and file a new entry, which reuses its index.
-        entries.remove(1);
-        slot.vacate(&mut entries, &mut blocks, HERE);
-        let idx = entries.insert(Entry::new(99, (), 0)) as u32;
-        assert_eq!(idx, 1);
-        slot.push(&mut entries, &mut blocks, idx, HERE);
-        // Key 3 moves to another place.
-        entries[3].place = Place::Due;
-        slot.vacate(&mut entries, &mut blocks, HERE);
-        let mut expected: Vec<u32> = (0..40).filter(|&k| k != 1 && k != 3).collect();
-        expected.push(99);
+        fill(&mut slot, &mut blocks, &mut entries, 0..100);
+        remove(&mut slot, &mut blocks, &mut entries, 70);
+        // A new entry reuses index 70.
+        fill(&mut slot, &mut blocks, &mut entries, 100..101);
+        assert_eq!(entries[70].key, 100);
+        remove(&mut slot, &mut blocks, &mut entries, 3);
+        let mut expected: Vec<u32> = (0..100).filter(|&k| k != 3 && k != 70).collect();
+        expected.push(100);
         assert_eq!(read(&mut slot, &mut blocks, &entries), expected);
         // Every block went back to the pool.
         assert_eq!(blocks.free_len(), blocks.len());
+    }
+
+    /// Entries removed oldest first, as timeouts that are cancelled in the
+    /// order they were set, leave no holes behind: the front moves on and
+    /// gives its blocks back, and nothing is ever compacted.
+    #[test]
+    fn removing_oldest_first_leaves_nothing_behind() {
+        let (mut entries, mut blocks, mut slot) = (Slab::new(), Blocks::new(), Slot::EMPTY);
+        fill(&mut slot, &mut blocks, &mut entries, 0..1_000);
+        for key in 1_000..20_000u32 {
+            fill(&mut slot, &mut blocks, &mut entries, key..key + 1);
+            let oldest = (key - 1_000) as usize;
+            let idx = entries
+                .iter()
+                .find(|(_, e)| e.key == oldest as u32)
+                .unwrap()
+                .0;
+            remove(&mut slot, &mut blocks, &mut entries, idx as u32);
+            assert_eq!(slot.len, slot.live, "holes left at key {key}");
+        }
+        assert!(slot.blocks(&blocks) <= 1_000 / 64 + 2);
+        assert_eq!(
+            read(&mut slot, &mut blocks, &entries),
+            (19_000..20_000).collect::<Vec<_>>()
+        );
     }
 
     /// Once holes outnumber entries, the chain is squeezed, keeping the
@@ -445,23 +477,23 @@ mod tests {
     #[test]
     fn holes_are_squeezed_out_in_order() {
         let (mut entries, mut blocks, mut slot) = (Slab::new(), Blocks::new(), Slot::EMPTY);
-        fill(&mut slot, &mut blocks, &mut entries, 200);
-        for key in (0..200).filter(|k| k % 10 != 0) {
-            entries.remove(key as usize);
-            slot.vacate(&mut entries, &mut blocks, HERE);
+        fill(&mut slot, &mut blocks, &mut entries, 0..1_000);
+        // Remove all but every tenth, newest first, so the front stays put.
+        for key in (0..1_000).rev().filter(|k| k % 10 != 0) {
+            remove(&mut slot, &mut blocks, &mut entries, key);
             assert!(slot.len <= 2 * slot.live + SLACK);
             assert_eq!(slot.blocks(&blocks) + blocks.free_len(), blocks.len());
         }
-        assert_eq!(slot.live, 20);
-        assert!(slot.blocks(&blocks) <= 3, "{} blocks", slot.blocks(&blocks));
+        assert_eq!(slot.live, 100);
+        assert!(slot.blocks(&blocks) <= 4, "{} blocks", slot.blocks(&blocks));
         assert_eq!(
             read(&mut slot, &mut blocks, &entries),
-            (0..200).step_by(10).collect::<Vec<_>>()
+            (0..1_000).step_by(10).collect::<Vec<_>>()
         );
     }
 
-    /// The due queue hands out entries oldest first, skipping holes, and is
-    /// squeezed from its read position.
+    /// The due queue hands out entries oldest first, passing over holes,
+    /// and is squeezed from its read position.
     #[test]
     fn popping_reads_in_order_across_squeezes() {
         let (mut entries, mut blocks, mut due) = (Slab::new(), Blocks::new(), Slot::EMPTY);
@@ -471,14 +503,13 @@ mod tests {
         }
         let mut out = Vec::new();
         for _ in 0..50 {
-            let idx = due.pop(&entries, &mut blocks, Place::Due).unwrap();
+            let idx = due.pop(&mut blocks).unwrap();
             out.push(entries.remove(idx as usize).key);
         }
-        for key in (50..300).filter(|k| k % 5 != 0) {
-            entries.remove(key as usize);
-            due.vacate(&mut entries, &mut blocks, Place::Due);
+        for key in (50..300).rev().filter(|k| k % 5 != 0) {
+            remove(&mut due, &mut blocks, &mut entries, key);
         }
-        while let Some(idx) = due.pop(&entries, &mut blocks, Place::Due) {
+        while let Some(idx) = due.pop(&mut blocks) {
             out.push(entries.remove(idx as usize).key);
         }
         let expected: Vec<u32> = (0..50).chain((50..300).step_by(5)).collect();

@@ -30,7 +30,7 @@ use std::hash::{BuildHasher, Hash};
 use hashbrown::{hash_table, DefaultHashBuilder, HashTable};
 use slab::Slab;
 
-use self::entry::{filed, Blocks, Entry, Place, Slot, NIL};
+use self::entry::{filed, Blocks, Entry, Place, Slot, BLOCK, NIL};
 use self::level::{level_for, slot_for, slot_start, Level, NUM_LEVELS, SLOTS};
 
 /// Key-index capacity from which [`Wheel::take_due`] removes fired entries
@@ -228,10 +228,10 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
                 return;
             }
         }
-        let old = entry.place;
+        let (old, at) = (entry.place, entry.pos);
         entry.when = when;
         self.link(idx);
-        self.vacate(old);
+        self.vacate(old, at);
     }
 
     /// Removes `key`, returning its key and value if it was pending.
@@ -244,7 +244,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
             .ok()?;
         let (idx, _) = found.remove();
         let entry = self.entries.remove(idx as usize);
-        self.vacate(entry.place);
+        self.vacate(entry.place, entry.pos);
         Some((entry.key, entry.value))
     }
 
@@ -267,13 +267,24 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
                 slot: slot as u8,
             };
             let mut chain = self.levels[level].take_slot(slot);
-            // A block at a time: first find which items are entries, in a
-            // loop that only loads them, so their cache misses overlap;
-            // then file those entries again, now in cache.
+            // A block at a time: first load the block's entries, in a loop
+            // that does nothing else, so their cache misses overlap; then
+            // file them again, now in cache.
+            let mut whens = [0; BLOCK as usize];
             while let Some(front) = chain.front() {
-                let mut here = filed(&self.entries, &self.blocks, front, place);
+                let filed = filed(&self.blocks, front);
+                let mut here = filed;
                 while here != 0 {
-                    self.link(self.blocks.item(front.0, here.trailing_zeros()));
+                    let offset = here.trailing_zeros();
+                    let entry = &self.entries[self.blocks.item(front.0, offset) as usize];
+                    debug_assert_eq!(entry.place, place);
+                    whens[offset as usize] = entry.when;
+                    here &= here - 1;
+                }
+                here = filed;
+                while here != 0 {
+                    let offset = here.trailing_zeros();
+                    self.file(self.blocks.item(front.0, offset), whens[offset as usize]);
                     here &= here - 1;
                 }
                 chain.drop_front(&mut self.blocks);
@@ -284,7 +295,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
 
     /// Takes the oldest due entry: its key, value and deadline tick.
     pub(crate) fn pop_due(&mut self) -> Option<(K, V, u64)> {
-        let idx = self.due.pop(&self.entries, &mut self.blocks, Place::Due)?;
+        let idx = self.due.pop(&mut self.blocks)?;
         let entry = self.entries.remove(idx as usize);
         self.unindex(self.hasher.hash_one(&entry.key), idx);
         Some((entry.key, entry.value, entry.when))
@@ -320,7 +331,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
         while taken < max {
             let mut n = 0;
             while n < RUN.min(max - taken) {
-                let Some(idx) = self.due.pop(&self.entries, &mut self.blocks, Place::Due) else {
+                let Some(idx) = self.due.pop(&mut self.blocks) else {
                     break;
                 };
                 run[n] = (self.hasher.hash_one(&self.entries[idx as usize].key), idx);
@@ -411,11 +422,17 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
     /// Files entry `idx`, filed nowhere, at the end of the slot its
     /// deadline belongs in (or the due queue).
     fn link(&mut self, idx: u32) {
+        self.file(idx, self.entries[idx as usize].when);
+    }
+
+    /// [`link`](Self::link), with the entry's deadline at hand.
+    #[inline]
+    fn file(&mut self, idx: u32, when: u64) {
         #[cfg(test)]
         {
             self.links += 1;
         }
-        let place = self.place(self.entries[idx as usize].when);
+        let place = self.place(when);
         let slot = match place {
             Place::Due => &mut self.due,
             Place::Slot { level, slot } => {
@@ -427,17 +444,16 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
         slot.push(&mut self.entries, &mut self.blocks, idx, place);
     }
 
-    /// Records that an entry filed at `place` has left it: removed, or
-    /// filed elsewhere already.
-    fn vacate(&mut self, place: Place) {
+    /// Records that an entry filed at `place`, position `at`, has left it:
+    /// removed, or filed elsewhere already.
+    #[inline]
+    fn vacate(&mut self, place: Place, at: u32) {
         match place {
-            Place::Due => self
-                .due
-                .vacate(&mut self.entries, &mut self.blocks, Place::Due),
+            Place::Due => self.due.vacate(&mut self.entries, &mut self.blocks, at),
             Place::Slot { level, slot } => {
                 let lvl = &mut self.levels[level as usize];
                 lvl.slot_mut(slot as usize)
-                    .vacate(&mut self.entries, &mut self.blocks, place);
+                    .vacate(&mut self.entries, &mut self.blocks, at);
                 lvl.mark(slot as usize);
             }
         }
