@@ -29,8 +29,9 @@
 //! # How it works
 //!
 //! - A pure, synchronous wheel (no Tokio inside) keeps timers in a slab,
-//!   linked by index into 64-slot levels with an occupancy bitmap each, so
-//!   the next deadline is found without a scan. Deadlines are absolute ticks,
+//!   filed by index into 64-slot levels with an occupancy bitmap each, so
+//!   the next deadline is found without a scan; a slot is a chain of blocks
+//!   of indices, read a block at a time. Deadlines are absolute ticks,
 //!   rounded up; a coarse slot that comes due re-files its timers by their own
 //!   deadlines. Eleven levels cover every `u64` tick, so no delay is too long
 //!   and nothing wraps around.
