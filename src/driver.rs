@@ -352,9 +352,19 @@ where
         if self.shared.receiver_alive() {
             let mut queue = self.shared.lock();
             let clock = &self.clock;
+            // Timers due together mostly share a deadline tick: its instant
+            // is worked out once per tick, not once per timer.
+            let mut last: Option<(u64, Instant)> = None;
             fired = self.wheel.take_due(FIRE_BATCH, |key, value, when| {
                 max_lag = max_lag.max(now - when.min(now));
-                let deadline = clock.instant(when).unwrap_or_else(Instant::now);
+                let deadline = match last {
+                    Some((tick, at)) if tick == when => at,
+                    _ => {
+                        let at = clock.instant(when).unwrap_or_else(Instant::now);
+                        last = Some((when, at));
+                        at
+                    }
+                };
                 queue.items.push_back(Expired::new(key, value, deadline));
             });
             drop(queue);

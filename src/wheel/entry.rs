@@ -314,6 +314,26 @@ impl Slot {
         std::mem::replace(self, Slot::EMPTY)
     }
 
+    /// Calls `f` with every entry filed here, oldest first.
+    pub(crate) fn each(&self, blocks: &Blocks, mut f: impl FnMut(u32)) {
+        let mut block = self.head;
+        let mut from = self.start;
+        while block != NIL {
+            let to = if block == self.tail { self.fill } else { BLOCK };
+            for offset in from..to {
+                let idx = blocks.item(block, offset);
+                if idx != NIL {
+                    f(idx);
+                }
+            }
+            if block == self.tail {
+                break;
+            }
+            block = blocks.next[block as usize];
+            from = 0;
+        }
+    }
+
     /// Takes the oldest entry out, passing over holes.
     #[inline]
     pub(crate) fn pop(&mut self, blocks: &mut Blocks) -> Option<u32> {

@@ -60,6 +60,9 @@ pub(crate) struct Level {
     level: usize,
     /// Bit `i` is set when `slots[i]` is not empty.
     occupied: u64,
+    /// Bit `i` is set when `slots[i]` may hold an entry whose deadline was
+    /// pushed later than the slot while it waited there (a lazy move).
+    moved: u64,
     slots: [Slot; SLOTS],
 }
 
@@ -68,6 +71,7 @@ impl Level {
         Level {
             level,
             occupied: 0,
+            moved: 0,
             slots: [Slot::EMPTY; SLOTS],
         }
     }
@@ -114,10 +118,18 @@ impl Level {
         }
     }
 
-    /// Takes the chain of `slot`, holes included, leaving the slot empty.
-    pub(crate) fn take_slot(&mut self, slot: usize) -> Slot {
+    /// Records that an entry of `slot` now has a deadline past the slot.
+    pub(crate) fn mark_moved(&mut self, slot: usize) {
+        self.moved |= 1 << slot;
+    }
+
+    /// Takes the chain of `slot`, holes included, leaving the slot empty,
+    /// and whether any of its entries was moved later while it waited.
+    pub(crate) fn take_slot(&mut self, slot: usize) -> (Slot, bool) {
+        let moved = self.moved & 1 << slot != 0;
         self.occupied &= !(1 << slot);
-        self.slots[slot].take()
+        self.moved &= !(1 << slot);
+        (self.slots[slot].take(), moved)
     }
 
     /// Blocks held by every slot.
@@ -129,6 +141,7 @@ impl Level {
     /// Empties every slot, returning their blocks to the pool.
     pub(crate) fn clear(&mut self, blocks: &mut Blocks) {
         self.occupied = 0;
+        self.moved = 0;
         for slot in self.slots.iter_mut() {
             slot.clear(blocks);
         }

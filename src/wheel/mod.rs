@@ -7,7 +7,9 @@
 //! when a coarse slot comes due its entries are filed again from their own
 //! deadlines, so nothing ever fires early. Entries whose deadline has been
 //! reached wait, in order, in the due queue until [`Wheel::pop_due`] hands
-//! them out. Slots and the due queue are chains of blocks of slab indices
+//! them out. A level-0 slot covers one tick, so when it comes due with the
+//! due queue empty its chain simply becomes the due queue, its entries not
+//! touched (unless one was moved later while it waited there). Slots and the due queue are chains of blocks of slab indices
 //! (see [`entry`]): an entry that leaves a slot leaves a hole behind, and
 //! filing a slot again loads its entries a block at a time, so that their
 //! cache misses overlap.
@@ -65,6 +67,12 @@ pub(crate) struct Wheel<K, V> {
     levels: Box<[Level]>,
     /// Entries whose deadline has been reached, oldest first.
     due: Slot,
+    /// A level-0 slot whose chain became the due queue whole when it came
+    /// due (see [`advance`](Self::advance)), without its entries being
+    /// rewritten: an entry whose place is this slot is in the due queue. No
+    /// entry is filed in the slot itself while this is set; one about to
+    /// be makes the entries say `Due` first.
+    spliced: Option<u8>,
     /// The blocks every slot and the due queue are made of.
     blocks: Blocks,
     /// The tick the wheel has advanced to.
@@ -87,6 +95,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
             hasher: DefaultHashBuilder::default(),
             levels: (0..NUM_LEVELS).map(Level::new).collect(),
             due: Slot::EMPTY,
+            spliced: None,
             blocks: Blocks::new(),
             elapsed: 0,
             runs_from: RUNS_FROM,
@@ -224,16 +233,22 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
     /// leaving a hole where it was.
     fn move_to(&mut self, idx: u32, when: u64) {
         let entry = &mut self.entries[idx as usize];
-        if let Place::Slot { level, slot } = entry.place {
-            if when >= slot_start(self.elapsed, level as usize, slot as usize) {
+        let place = resolve(self.spliced, entry.place);
+        if let Place::Slot { level, slot } = place {
+            let start = slot_start(self.elapsed, level as usize, slot as usize);
+            if when >= start {
                 entry.when = when;
+                if level == 0 && when > start {
+                    // The slot can no longer become the due queue whole.
+                    self.levels[0].mark_moved(slot as usize);
+                }
                 return;
             }
         }
-        let (old, at) = (entry.place, entry.pos);
+        let at = entry.pos;
         entry.when = when;
         self.link(idx);
-        self.vacate(old, at);
+        self.vacate(place, at);
     }
 
     /// Removes `key`, returning its key and value if it was pending.
@@ -246,13 +261,19 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
             .ok()?;
         let (idx, _) = found.remove();
         let entry = self.entries.remove(idx as usize);
-        self.vacate(entry.place, entry.pos);
+        self.vacate(resolve(self.spliced, entry.place), entry.pos);
         Some((entry.key, entry.value))
     }
 
     /// Moves the wheel to tick `now`: every entry whose deadline is at or
     /// before `now` joins the due list, in deadline order. Moving backwards
     /// does nothing.
+    ///
+    /// A level-0 slot that comes due while the due queue is empty, and none
+    /// of whose entries was moved later, becomes the due queue whole: its
+    /// entries keep saying they are in that slot, and
+    /// [`spliced`](Self::spliced) says where they really are. That saves
+    /// filing every firing timer one more time.
     pub(crate) fn advance(&mut self, now: u64) {
         while let Some((level, slot, start)) = self.next_slot() {
             if start > now {
@@ -268,7 +289,17 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
                 level: level as u8,
                 slot: slot as u8,
             };
-            let mut chain = self.levels[level].take_slot(slot);
+            let (mut chain, moved) = self.levels[level].take_slot(slot);
+            if level == 0 && !moved && self.due.is_empty() {
+                // Every entry of a level-0 slot is due at its one tick,
+                // unless one was moved later while it waited: the chain
+                // becomes the due queue as it is, in order, and its entries
+                // are not touched.
+                self.due.clear(&mut self.blocks);
+                self.due = chain;
+                self.spliced = Some(slot as u8);
+                continue;
+            }
             // A block at a time: first load the block's entries, in a loop
             // that does nothing else, so their cache misses overlap; then
             // file them again, now in cache.
@@ -298,6 +329,9 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
     /// Takes the oldest due entry: its key, value and deadline tick.
     pub(crate) fn pop_due(&mut self) -> Option<(K, V, u64)> {
         let idx = self.due.pop(&mut self.blocks)?;
+        if self.due.is_empty() {
+            self.spliced = None;
+        }
         let entry = self.entries.remove(idx as usize);
         self.unindex(self.hasher.hash_one(&entry.key), idx);
         Some((entry.key, entry.value, entry.when))
@@ -351,6 +385,9 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
                 break;
             }
         }
+        if self.due.is_empty() {
+            self.spliced = None;
+        }
         taken
     }
 
@@ -386,6 +423,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
         out.extend(self.entries.drain().map(|e| (e.key, e.value)));
         self.index.clear();
         self.due.clear(&mut self.blocks);
+        self.spliced = None;
         for level in self.levels.iter_mut() {
             level.clear(&mut self.blocks);
         }
@@ -438,12 +476,31 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
         let slot = match place {
             Place::Due => &mut self.due,
             Place::Slot { level, slot } => {
+                if level == 0 && self.spliced == Some(slot) {
+                    self.unsplice();
+                }
                 let lvl = &mut self.levels[level as usize];
                 lvl.mark_occupied(slot as usize);
                 lvl.slot_mut(slot as usize)
             }
         };
         slot.push(&mut self.entries, &mut self.blocks, idx, place);
+    }
+
+    /// Makes the entries of the spliced slot say they are due, before an
+    /// entry is filed in that slot again: a revolution of level 0 later,
+    /// with a backlog of due entries still waiting.
+    #[cold]
+    fn unsplice(&mut self) {
+        if let Some(slot) = self.spliced.take() {
+            let spliced = Place::Slot { level: 0, slot };
+            self.due.each(&self.blocks, |idx| {
+                let entry = &mut self.entries[idx as usize];
+                if entry.place == spliced {
+                    entry.place = Place::Due;
+                }
+            });
+        }
     }
 
     /// Records that an entry filed at `place`, position `at`, has left it:
@@ -470,6 +527,16 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
             + (self.levels.iter())
                 .map(|level| level.blocks(blocks))
                 .sum::<usize>()
+    }
+}
+
+/// Where an entry filed at `place` is: a place in the slot spliced into the
+/// due queue means the due queue.
+#[inline]
+fn resolve(spliced: Option<u8>, place: Place) -> Place {
+    match place {
+        Place::Slot { level: 0, slot } if spliced == Some(slot) => Place::Due,
+        place => place,
     }
 }
 
