@@ -33,7 +33,8 @@
 //!   the next deadline is found without a scan; a slot is a chain of blocks
 //!   of indices, read a block at a time. Deadlines are absolute ticks,
 //!   rounded up; a coarse slot that comes due re-files its timers by their own
-//!   deadlines. Eleven levels cover every `u64` tick, so no delay is too long
+//!   deadlines, and a finest slot (one tick) becomes the queue of due timers
+//!   whole. Eleven levels cover every `u64` tick, so no delay is too long
 //!   and nothing wraps around.
 //! - One driver task owns the wheel. [`TimingWheel`] handles send it commands
 //!   over one bounded channel, so one task's commands apply in the order it
