@@ -112,7 +112,9 @@ impl Level {
     /// Records whether `slot` holds entries after it changed.
     pub(crate) fn mark(&mut self, slot: usize) {
         if self.slots[slot].is_empty() {
+            // An empty slot holds no moved entry either.
             self.occupied &= !(1 << slot);
+            self.moved &= !(1 << slot);
         } else {
             self.occupied |= 1 << slot;
         }

@@ -253,6 +253,21 @@ fn a_level_zero_slot_with_a_moved_entry_is_filed_again() {
     assert_eq!(fire_all(&mut wheel, 40), vec![(1, 'a', 40)]);
 }
 
+/// A slot emptied of the entry that was moved in it forgets the move, so
+/// the next entries filed there can become the due queue whole again.
+#[test]
+fn an_emptied_slot_forgets_its_moved_entry() {
+    let mut wheel = Wheel::new();
+    wheel.insert(1u32, (), 10).unwrap();
+    assert!(wheel.reschedule(&1, 40)); // lazy: it stays in the slot of 10
+    assert_eq!(wheel.remove(&1), Some((1, ())));
+    wheel.insert(2, (), 10).unwrap();
+    let links = wheel.links;
+    wheel.advance(10);
+    assert_eq!(wheel.links, links, "no entry filed again");
+    assert_eq!(wheel.pop_due(), Some((2, (), 10)));
+}
+
 /// Entries spliced into the due queue say they are in their old level-0
 /// slot. When that slot is filed again a revolution later, with the backlog
 /// still waiting, they must first say `Due`: otherwise removing the new
