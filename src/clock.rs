@@ -53,6 +53,7 @@ impl Clock {
 
     /// The tick for `delay` after `now`, without ever forming an `Instant`
     /// that could overflow.
+    #[inline]
     pub(crate) fn delay_tick(&self, delay: Duration, now: Instant) -> u64 {
         if delay.is_zero() {
             return self.now_tick(now);
