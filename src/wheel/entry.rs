@@ -105,6 +105,12 @@ impl Blocks {
         self.items[block as usize][offset as usize]
     }
 
+    /// The item at position `pos`.
+    #[cfg(test)]
+    pub(crate) fn at(&self, pos: u32) -> u32 {
+        self.item(pos >> BLOCK_BITS, pos & (BLOCK - 1))
+    }
+
     fn item_mut(&mut self, pos: u32) -> &mut u32 {
         &mut self.items[(pos >> BLOCK_BITS) as usize][(pos & (BLOCK - 1)) as usize]
     }

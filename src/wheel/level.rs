@@ -100,6 +100,17 @@ impl Level {
         Some((slot_start(elapsed, self.level, slot), slot))
     }
 
+    #[cfg(test)]
+    pub(crate) fn slot(&self, slot: usize) -> &Slot {
+        &self.slots[slot]
+    }
+
+    /// The occupied and moved bitmaps.
+    #[cfg(test)]
+    pub(crate) fn bits(&self) -> (u64, u64) {
+        (self.occupied, self.moved)
+    }
+
     pub(crate) fn slot_mut(&mut self, slot: usize) -> &mut Slot {
         &mut self.slots[slot]
     }

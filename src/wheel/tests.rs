@@ -453,6 +453,31 @@ fn distance() -> impl Strategy<Value = u64> {
     ]
 }
 
+/// Mostly distances inside level 0 and its neighbour, so that level-0
+/// slots are spliced, moved in, and filed again behind a waiting backlog.
+fn short_distance() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        6 => 0..4u64,
+        6 => 0..70u64,
+        3 => 0..300u64,
+        1 => 0..5_000u64,
+    ]
+}
+
+fn short_op() -> impl Strategy<Value = Op> {
+    let key = 0..8u32;
+    prop_oneof![
+        4 => (key.clone(), any::<u32>(), short_distance()).prop_map(|(k, v, d)| Op::Insert(k, v, d)),
+        1 => (key.clone(), any::<u32>(), short_distance()).prop_map(|(k, v, w)| Op::InsertAt(k, v, w)),
+        3 => (key.clone(), short_distance()).prop_map(|(k, d)| Op::Reschedule(k, d)),
+        2 => key.prop_map(Op::Remove),
+        2 => short_distance().prop_map(Op::Advance),
+        1 => (short_distance(), 1..4usize).prop_map(|(d, max)| Op::AdvanceTaking(d, max)),
+        3 => short_distance().prop_map(Op::AdvanceLeaving),
+        2 => Just(Op::AdvanceToNext),
+    ]
+}
+
 fn op() -> impl Strategy<Value = Op> {
     let key = 0..24u32;
     prop_oneof![
@@ -529,6 +554,7 @@ fn check(start: u64, runs: bool, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 }
             }
         }
+        wheel.check_invariants();
         prop_assert_eq!(wheel.len(), model.by_key.len());
         // No block is lost or shared: every block is in one chain or free.
         prop_assert_eq!(
@@ -553,6 +579,18 @@ proptest! {
         start in prop_oneof![Just(0u64), 0..(1u64 << 50)],
         runs in any::<bool>(),
         ops in prop::collection::vec(op(), 1..300),
+    ) {
+        check(start, runs, ops)?;
+    }
+
+    /// The same with eight keys and short distances, where level-0 slots
+    /// become the due queue whole all the time: timers spliced into it are
+    /// removed and moved, and their old slot is filed again while they wait.
+    #[test]
+    fn matches_the_model_with_few_keys_and_short_delays(
+        start in prop_oneof![Just(0u64), 0..200u64, Just(u64::MAX - 300), 0..(1u64 << 50)],
+        runs in any::<bool>(),
+        ops in prop::collection::vec(short_op(), 1..300),
     ) {
         check(start, runs, ops)?;
     }
