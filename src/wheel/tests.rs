@@ -464,32 +464,37 @@ fn short_distance() -> impl Strategy<Value = u64> {
     ]
 }
 
-fn short_op() -> impl Strategy<Value = Op> {
-    let key = 0..8u32;
+/// How often each operation comes, in the order of [`Op`]'s variants.
+type Mix = [u32; 8];
+
+/// Operations on keys `0..keys` at distances drawn from `distance`, taking
+/// fewer than `most_taken` due entries at a time, weighted by `mix`.
+fn ops_of(
+    keys: u32,
+    distance: BoxedStrategy<u64>,
+    most_taken: usize,
+    mix: Mix,
+) -> impl Strategy<Value = Op> {
+    let key = 0..keys;
     prop_oneof![
-        4 => (key.clone(), any::<u32>(), short_distance()).prop_map(|(k, v, d)| Op::Insert(k, v, d)),
-        1 => (key.clone(), any::<u32>(), short_distance()).prop_map(|(k, v, w)| Op::InsertAt(k, v, w)),
-        3 => (key.clone(), short_distance()).prop_map(|(k, d)| Op::Reschedule(k, d)),
-        2 => key.prop_map(Op::Remove),
-        2 => short_distance().prop_map(Op::Advance),
-        1 => (short_distance(), 1..4usize).prop_map(|(d, max)| Op::AdvanceTaking(d, max)),
-        3 => short_distance().prop_map(Op::AdvanceLeaving),
-        2 => Just(Op::AdvanceToNext),
+        mix[0] => (key.clone(), any::<u32>(), distance.clone()).prop_map(|(k, v, d)| Op::Insert(k, v, d)),
+        mix[1] => (key.clone(), any::<u32>(), distance.clone()).prop_map(|(k, v, w)| Op::InsertAt(k, v, w)),
+        mix[2] => (key.clone(), distance.clone()).prop_map(|(k, d)| Op::Reschedule(k, d)),
+        mix[3] => key.prop_map(Op::Remove),
+        mix[4] => distance.clone().prop_map(Op::Advance),
+        mix[5] => (distance.clone(), 1..most_taken).prop_map(|(d, max)| Op::AdvanceTaking(d, max)),
+        mix[6] => distance.prop_map(Op::AdvanceLeaving),
+        mix[7] => Just(Op::AdvanceToNext),
     ]
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let key = 0..24u32;
-    prop_oneof![
-        4 => (key.clone(), any::<u32>(), distance()).prop_map(|(k, v, d)| Op::Insert(k, v, d)),
-        1 => (key.clone(), any::<u32>(), distance()).prop_map(|(k, v, w)| Op::InsertAt(k, v, w)),
-        2 => (key.clone(), distance()).prop_map(|(k, d)| Op::Reschedule(k, d)),
-        1 => key.prop_map(Op::Remove),
-        2 => distance().prop_map(Op::Advance),
-        1 => (distance(), 1..70usize).prop_map(|(d, max)| Op::AdvanceTaking(d, max)),
-        1 => distance().prop_map(Op::AdvanceLeaving),
-        2 => Just(Op::AdvanceToNext),
-    ]
+    ops_of(24, distance().boxed(), 70, [4, 1, 2, 1, 2, 1, 1, 2])
+}
+
+/// Few keys, many moves, removes and backlogs left waiting.
+fn short_op() -> impl Strategy<Value = Op> {
+    ops_of(8, short_distance().boxed(), 4, [4, 1, 3, 2, 2, 1, 3, 2])
 }
 
 fn check(start: u64, runs: bool, ops: Vec<Op>) -> Result<(), TestCaseError> {
