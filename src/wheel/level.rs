@@ -100,6 +100,7 @@ impl Level {
         Some((slot_start(elapsed, self.level, slot), slot))
     }
 
+    /// Slot `slot`, to read.
     #[cfg(test)]
     pub(crate) fn slot(&self, slot: usize) -> &Slot {
         &self.slots[slot]

@@ -9,10 +9,11 @@
 //! reached wait, in order, in the due queue until [`Wheel::pop_due`] hands
 //! them out. A level-0 slot covers one tick, so when it comes due with the
 //! due queue empty its chain simply becomes the due queue, its entries not
-//! touched (unless one was moved later while it waited there). Slots and the due queue are chains of blocks of slab indices
-//! (see [`entry`]): an entry that leaves a slot leaves a hole behind, and
-//! filing a slot again loads its entries a block at a time, so that their
-//! cache misses overlap.
+//! touched (unless one was moved later while it waited there). Slots and
+//! the due queue are chains of blocks of slab indices (see [`entry`]): an
+//! entry that leaves a slot leaves a hole behind, and filing a slot again
+//! loads its entries a block at a time, so that their cache misses
+//! overlap.
 //!
 //! Pushing a deadline later is lazy: the entry keeps its slot, which comes
 //! due no later than the new deadline, and is filed again from its own
@@ -570,14 +571,20 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
             );
             assert_eq!(blocks.at(entry.pos), idx, "entry {idx}'s position");
             match place {
-                Place::Due => assert!(entry.when <= self.elapsed, "entry {idx} due early"),
+                Place::Due => assert!(
+                    entry.when <= self.elapsed,
+                    "entry {idx} due before its deadline"
+                ),
                 Place::Slot { level, slot } => {
                     let start = slot_start(self.elapsed, level as usize, slot as usize);
                     assert!(
                         start > self.elapsed,
                         "entry {idx} in a slot behind the wheel"
                     );
-                    assert!(entry.when >= start, "entry {idx} filed after its deadline");
+                    assert!(
+                        entry.when >= start,
+                        "entry {idx} in a slot after its deadline"
+                    );
                     if level == 0 && moved >> slot & 1 == 0 {
                         assert_eq!(entry.when, start, "entry {idx} moved, slot not marked");
                     }
