@@ -1,48 +1,76 @@
 //! The bounded, ordered command channel from the handles to the driver.
 //!
-//! Built from well-kept parts: a `std` mutex around a `VecDeque` (the queue,
-//! in send order), a Tokio `Semaphore` counting free slots (fair, so waiting
-//! senders go in the order they started waiting), and an `AtomicWaker` for
-//! the driver. The queue never holds more than the capacity, so once it has
-//! grown to its working size nothing is allocated per command; a linked list
-//! of blocks, as in Tokio's `mpsc`, allocates a block now and then. The
-//! driver takes everything queued under one lock by swapping its own empty
-//! buffer for the queue, so no command is copied on the way; the slots those
-//! commands hold are freed only as the driver applies them, so the channel's
-//! bound covers commands taken and not yet applied too.
+//! One `std` mutex guards everything a send decides on: the queue (a
+//! `VecDeque`, in send order), the count of free slots, how many senders
+//! are waiting for one, and whether the channel is closed. A send that finds
+//! a free slot and nobody waiting therefore costs one lock and one push, the
+//! common case on the hot `set_timer`/`cancel_timer` path.
+//!
+//! A sender that finds no room waits on a Tokio [`Notify`], registered
+//! before it looks, so no wake-up is lost. While anyone waits, new senders
+//! queue behind them instead of taking freed slots, so a waiting sender is
+//! not starved; the driver wakes one waiter per freed slot, a waiter that
+//! takes a slot and sees more room wakes the next, and a waiter dropped
+//! after being woken passes its wake-up on (a property of `Notify`).
+//!
+//! The queue never holds more than the capacity, so once it has grown to its
+//! working size nothing is allocated per command. The driver takes
+//! everything queued under one lock by swapping its own empty buffer for the
+//! queue, so no command is copied on the way; the slots those commands hold
+//! are freed only as the driver applies them, so the channel's bound covers
+//! commands taken and not yet applied too.
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
 use futures::task::AtomicWaker;
-use tokio::sync::{Semaphore, TryAcquireError};
+use tokio::sync::Notify;
+
+struct State<T> {
+    queue: VecDeque<T>,
+    /// Slots neither queued nor taken-and-unapplied.
+    free: usize,
+    /// Senders waiting for a slot. While non-zero, only they take slots.
+    waiting: usize,
+    /// Set when the receiver closes or is dropped.
+    closed: bool,
+}
 
 struct Chan<T> {
-    queue: Mutex<VecDeque<T>>,
-    /// Free slots. Closed when the receiver closes or is dropped.
-    slots: Semaphore,
+    state: Mutex<State<T>>,
     capacity: usize,
+    /// `State::closed`, readable without the lock.
+    closed: AtomicBool,
+    /// Wakes senders waiting for a slot.
+    room: Notify,
     rx_waker: AtomicWaker,
     senders: AtomicUsize,
 }
 
 impl<T> Chan<T> {
-    fn lock(&self) -> MutexGuard<'_, VecDeque<T>> {
-        // Pushes and pops are whole, so a poisoned queue is still sound.
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
+        // Every change under the lock is whole, so a poisoned state is still
+        // sound.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
 /// A bounded channel of `capacity` (at least 1) commands.
 pub(crate) fn channel<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
-    let capacity = capacity.clamp(1, Semaphore::MAX_PERMITS);
+    let capacity = capacity.max(1);
     let chan = Arc::new(Chan {
-        queue: Mutex::new(VecDeque::new()),
-        slots: Semaphore::new(capacity),
+        state: Mutex::new(State {
+            queue: VecDeque::new(),
+            free: capacity,
+            waiting: 0,
+            closed: false,
+        }),
         capacity,
+        closed: AtomicBool::new(false),
+        room: Notify::new(),
         rx_waker: AtomicWaker::new(),
         senders: AtomicUsize::new(1),
     });
@@ -58,47 +86,99 @@ pub(crate) enum TrySendError<T> {
 
 pub(crate) struct Sender<T>(Arc<Chan<T>>);
 
+/// A sender's place among those waiting for a slot; leaving it (done or
+/// dropped) uncounts the sender.
+struct Waiting<'a, T> {
+    chan: &'a Chan<T>,
+    counted: bool,
+}
+
+impl<T> Drop for Waiting<'_, T> {
+    fn drop(&mut self) {
+        if self.counted {
+            let mut state = self.chan.lock();
+            state.waiting -= 1;
+            let more = state.free > 0 && state.waiting > 0;
+            drop(state);
+            if more {
+                self.chan.room.notify_one();
+            }
+        }
+    }
+}
+
 impl<T> Sender<T> {
     /// Waits for a free slot and queues `value`; gives it back if the
     /// receiver has closed. Cancel safe: dropped while waiting, nothing is
     /// queued.
     pub(crate) async fn send(&self, value: T) -> Result<(), T> {
-        // Fast path: a free slot needs no waiter.
-        if let Ok(slot) = self.0.slots.try_acquire() {
-            slot.forget();
-            return self.push(value);
-        }
-        match self.0.slots.acquire().await {
-            Ok(slot) => {
-                slot.forget();
-                self.push(value)
+        let value = match self.try_send(value) {
+            Ok(()) => return Ok(()),
+            Err(TrySendError::Closed(value)) => return Err(value),
+            Err(TrySendError::Full(value)) => value,
+        };
+        let chan = &*self.0;
+        let mut place = Waiting {
+            chan,
+            counted: false,
+        };
+        loop {
+            // Registered before looking, so a slot freed after the look
+            // wakes this sender.
+            let mut notified = std::pin::pin!(chan.room.notified());
+            notified.as_mut().enable();
+            {
+                // The guard's scope ends before the `await`, so the future
+                // stays `Send`.
+                let mut state = chan.lock();
+                if state.closed {
+                    drop(state);
+                    return Err(value);
+                }
+                if state.free > 0 && (place.counted || state.waiting == 0) {
+                    state.free -= 1;
+                    if place.counted {
+                        state.waiting -= 1;
+                        place.counted = false;
+                    }
+                    state.queue.push_back(value);
+                    let was_empty = state.queue.len() == 1;
+                    let more = state.free > 0 && state.waiting > 0;
+                    drop(state);
+                    if more {
+                        chan.room.notify_one();
+                    }
+                    if was_empty {
+                        chan.rx_waker.wake();
+                    }
+                    return Ok(());
+                }
+                if !place.counted {
+                    state.waiting += 1;
+                    place.counted = true;
+                }
             }
-            Err(_) => Err(value),
+            notified.as_mut().await;
         }
     }
 
-    /// Queues `value` if a slot is free now.
+    /// Queues `value` if a slot is free now and no sender is waiting for
+    /// one.
+    #[inline]
     pub(crate) fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
-        match self.0.slots.try_acquire() {
-            Ok(slot) => {
-                slot.forget();
-                self.push(value).map_err(TrySendError::Closed)
-            }
-            Err(TryAcquireError::NoPermits) => Err(TrySendError::Full(value)),
-            Err(TryAcquireError::Closed) => Err(TrySendError::Closed(value)),
-        }
-    }
-
-    fn push(&self, value: T) -> Result<(), T> {
         let was_empty = {
-            let mut queue = self.0.lock();
+            let mut state = self.0.lock();
             // Checked under the lock: `close` sets it under the same lock, so
             // nothing is queued after the receiver took its last batch.
-            if self.0.slots.is_closed() {
-                return Err(value);
+            if state.closed {
+                return Err(TrySendError::Closed(value));
             }
-            queue.push_back(value);
-            queue.len() == 1
+            if state.free == 0 || state.waiting > 0 {
+                return Err(TrySendError::Full(value));
+            }
+            state.free -= 1;
+            state.queue.push_back(value);
+            state.queue.len() == 1
         };
         // The receiver only waits after finding the queue empty under the
         // lock (with its waker registered first), so only the push that
@@ -111,12 +191,12 @@ impl<T> Sender<T> {
     }
 
     pub(crate) fn is_closed(&self) -> bool {
-        self.0.slots.is_closed()
+        self.0.closed.load(Ordering::Acquire)
     }
 
-    /// Commands queued and not yet taken by the driver.
+    /// Commands queued, or taken by the driver and not yet applied.
     pub(crate) fn queued(&self) -> usize {
-        self.0.capacity - self.0.slots.available_permits()
+        self.0.capacity - self.0.lock().free
     }
 }
 
@@ -163,7 +243,10 @@ impl<T> Receiver<T> {
         self.0.rx_waker.register(cx.waker());
         // Look again: a send or the last sender's drop may have come between.
         let n = self.try_recv_all(out);
-        if n > 0 || self.0.senders.load(Ordering::Acquire) == 0 || self.0.slots.is_closed() {
+        if n > 0
+            || self.0.senders.load(Ordering::Acquire) == 0
+            || self.0.closed.load(Ordering::Acquire)
+        {
             return Poll::Ready(n);
         }
         Poll::Pending
@@ -171,30 +254,47 @@ impl<T> Receiver<T> {
 
     /// Like [`poll_recv_all`](Self::poll_recv_all), without waiting.
     pub(crate) fn try_recv_all(&mut self, out: &mut VecDeque<T>) -> usize {
-        let mut queue = self.0.lock();
-        let n = queue.len();
+        let mut state = self.0.lock();
+        let n = state.queue.len();
         if out.is_empty() {
             // Trade buffers: the queue keeps `out`'s empty allocation, so
             // once both have grown to their working size nothing is
             // allocated or copied.
-            std::mem::swap(&mut *queue, out);
+            std::mem::swap(&mut state.queue, out);
         } else {
-            out.append(&mut queue);
+            out.append(&mut state.queue);
         }
         n
     }
 
-    /// Frees the slots of `n` commands taken earlier and now applied.
+    /// Frees the slots of `n` commands taken earlier and now applied, and
+    /// wakes as many waiting senders.
     pub(crate) fn release(&self, n: usize) {
-        if n > 0 {
-            self.0.slots.add_permits(n);
+        if n == 0 {
+            return;
+        }
+        let mut state = self.0.lock();
+        state.free += n;
+        debug_assert!(
+            state.free <= self.0.capacity,
+            "free={} capacity={}",
+            state.free,
+            self.0.capacity
+        );
+        let wake = n.min(state.waiting);
+        drop(state);
+        for _ in 0..wake {
+            self.0.room.notify_one();
         }
     }
 
     /// Refuses new commands; those already queued can still be taken.
     pub(crate) fn close(&mut self) {
-        let _queue = self.0.lock();
-        self.0.slots.close();
+        let mut state = self.0.lock();
+        state.closed = true;
+        self.0.closed.store(true, Ordering::Release);
+        drop(state);
+        self.0.room.notify_waiters();
     }
 }
 
@@ -207,7 +307,7 @@ impl<T> Drop for Receiver<T> {
 impl<T> fmt::Debug for Receiver<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Receiver")
-            .field("queued", &self.0.lock().len())
+            .field("queued", &self.0.lock().queue.len())
             .finish()
     }
 }
@@ -256,7 +356,7 @@ mod tests {
             rx.release(64);
         }
         assert!(out.capacity() >= 64);
-        assert!(rx.0.lock().capacity() >= 64);
+        assert!(rx.0.lock().queue.capacity() >= 64);
     }
 
     /// Only a push into an empty queue wakes the receiver; pushes after it
@@ -331,5 +431,120 @@ mod tests {
         tokio::task::yield_now().await;
         rx.close();
         assert_eq!(blocked.await.unwrap(), Err(3));
+    }
+
+    /// While a sender waits for room, a freed slot goes to it: a new
+    /// `try_send` reports the channel full instead of overtaking.
+    #[test]
+    fn waiting_senders_are_not_overtaken() {
+        let (tx, mut rx) = channel(1);
+        tx.try_send(0).unwrap();
+        let mut waiter = tokio_test::task::spawn(tx.send(1));
+        assert!(waiter.poll().is_pending());
+        let mut out = VecDeque::new();
+        rx.try_recv_all(&mut out);
+        rx.release(1);
+        assert!(waiter.is_woken());
+        assert!(matches!(tx.try_send(2), Err(TrySendError::Full(2))));
+        assert_eq!(waiter.poll(), Poll::Ready(Ok(())));
+        rx.try_recv_all(&mut out);
+        rx.release(1);
+        tx.try_send(2).unwrap();
+        rx.try_recv_all(&mut out);
+        assert_eq!(out, [0, 1, 2]);
+    }
+
+    /// A waiter woken for a slot and then dropped passes the wake-up to the
+    /// next waiter; a waiter dropped unwoken leaves no count behind.
+    #[test]
+    fn a_dropped_waiter_hands_its_slot_on() {
+        let (tx, mut rx) = channel(1);
+        tx.try_send(0).unwrap();
+        let mut first = tokio_test::task::spawn(tx.send(1));
+        let mut second = tokio_test::task::spawn(tx.send(2));
+        assert!(first.poll().is_pending());
+        assert!(second.poll().is_pending());
+        let mut out = VecDeque::new();
+        rx.try_recv_all(&mut out);
+        rx.release(1);
+        assert!(first.is_woken());
+        assert!(!second.is_woken());
+        drop(first);
+        assert!(second.is_woken());
+        assert_eq!(second.poll(), Poll::Ready(Ok(())));
+        rx.try_recv_all(&mut out);
+        assert_eq!(out, [0, 2]);
+
+        let mut third = tokio_test::task::spawn(tx.send(3));
+        assert!(third.poll().is_pending());
+        drop(third);
+        rx.release(1);
+        tx.try_send(4).unwrap();
+        rx.try_recv_all(&mut out);
+        assert_eq!(out, [0, 2, 4]);
+    }
+
+    /// Many senders on other threads, most of them waiting on a tiny
+    /// channel and some giving up: every accepted value arrives once, in
+    /// each sender's order, and nobody is left waiting on a free slot.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn waiting_senders_on_many_threads_all_get_through() {
+        const SENDERS: u64 = 8;
+        const EACH: u64 = 2_000;
+        let (tx, mut rx) = channel(2);
+        let mut tasks = Vec::new();
+        for s in 0..SENDERS {
+            let tx = tx.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut sent = Vec::new();
+                for i in 0..EACH {
+                    let value = s * EACH + i;
+                    if i % 7 == 3 {
+                        // Give up at once if there is no room: exercises
+                        // waiters dropped while queued or after a wake-up.
+                        let send = tx.send(value);
+                        tokio::pin!(send);
+                        if futures::poll!(send.as_mut()).is_ready() {
+                            sent.push(value);
+                        }
+                        continue;
+                    }
+                    tx.send(value).await.unwrap();
+                    sent.push(value);
+                }
+                sent
+            }));
+        }
+        drop(tx);
+        let receiver = tokio::spawn(async move {
+            let mut got = Vec::new();
+            let mut batch = VecDeque::new();
+            loop {
+                let n = std::future::poll_fn(|cx| rx.poll_recv_all(cx, &mut batch)).await;
+                if n == 0 {
+                    return got;
+                }
+                got.extend(batch.drain(..));
+                rx.release(n);
+                tokio::task::yield_now().await;
+            }
+        });
+        let mut sent = Vec::new();
+        for task in tasks {
+            sent.extend(task.await.unwrap());
+        }
+        let got = tokio::time::timeout(std::time::Duration::from_secs(60), receiver)
+            .await
+            .expect("the receiver finishes once every sender is gone")
+            .unwrap();
+        for s in 0..SENDERS {
+            let from = |v: &&u64| **v / EACH == s;
+            let in_order: Vec<_> = got.iter().filter(from).collect();
+            assert!(in_order.windows(2).all(|w| w[0] < w[1]), "sender {s}");
+        }
+        let mut got = got;
+        got.sort_unstable();
+        sent.sort_unstable();
+        assert_eq!(got, sent);
     }
 }
