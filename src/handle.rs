@@ -361,7 +361,9 @@ where
     /// value and deadline of the pending timer for `key`.
     ///
     /// Returns once the command is queued, waiting only if the command
-    /// channel is full.
+    /// channel is full. Callers that wait are served in the order they
+    /// began to wait, and a call that finds others waiting queues behind
+    /// them.
     ///
     /// # Errors
     ///
