@@ -36,7 +36,8 @@ use slab::Slab;
 struct State<T> {
     queue: VecDeque<T>,
     /// Slots neither queued, taken and unapplied, nor granted to a waiter.
-    /// Never non-zero while anyone is in line.
+    /// Non-zero with anyone in line only while [`Chan::grant`] has let go
+    /// of the lock to wake those it granted; nobody else takes a slot then.
     free: usize,
     /// Senders waiting for a slot, by key.
     waiters: Slab<Waiter>,
@@ -196,7 +197,7 @@ impl<T> InLine<'_, T> {
             return Poll::Ready(false);
         }
         match self.key {
-            None if state.free > 0 => {
+            None if state.free > 0 && state.line.is_empty() => {
                 state.free -= 1;
                 Poll::Ready(true)
             }
@@ -279,7 +280,7 @@ impl<T> Sender<T> {
             if state.closed {
                 return Err(TrySendError::Closed(value));
             }
-            if state.free == 0 {
+            if state.free == 0 || !state.line.is_empty() {
                 return Err(TrySendError::Full(value));
             }
             state.free -= 1;
@@ -606,6 +607,57 @@ mod tests {
         assert_eq!(first.poll(), Poll::Ready(Ok(())));
         rx.try_recv_all(&mut out);
         assert_eq!(out, [0, 1, 2, 3, 6, 7, 5, 4]);
+    }
+
+    /// Senders woken for granted slots are woken a few at a time, with the
+    /// lock let go in between; a send made in that gap (here, by the
+    /// wakers themselves) must not take a slot while a waiter is still in
+    /// line.
+    #[test]
+    fn no_send_overtakes_the_line_while_it_is_being_granted() {
+        use std::future::Future;
+        use std::sync::Mutex as StdMutex;
+
+        struct TrySendOnWake {
+            tx: Sender<u32>,
+            took: StdMutex<Vec<bool>>,
+        }
+        impl futures::task::ArcWake for TrySendOnWake {
+            fn wake_by_ref(this: &Arc<Self>) {
+                let took = this.tx.try_send(99).is_ok();
+                this.took.lock().unwrap().push(took);
+            }
+        }
+
+        const WAITERS: u32 = Wakes::ROOM as u32 + 1;
+        let (tx, mut rx) = channel(WAITERS as usize + 1);
+        for i in 0..=WAITERS {
+            tx.try_send(i).unwrap();
+        }
+        let probe = Arc::new(TrySendOnWake {
+            tx: tx.clone(),
+            took: StdMutex::new(Vec::new()),
+        });
+        let waker = futures::task::waker(Arc::clone(&probe));
+        let mut cx = Context::from_waker(&waker);
+        let mut waiters: Vec<_> = (0..WAITERS).map(|i| Box::pin(tx.send(100 + i))).collect();
+        for waiter in &mut waiters {
+            assert!(waiter.as_mut().poll(&mut cx).is_pending());
+        }
+        let mut out = VecDeque::new();
+        rx.try_recv_all(&mut out);
+        rx.release(WAITERS as usize + 1);
+        // The first few wake-ups come while the last waiter is still in
+        // line; the last comes once every waiter holds a slot, with one
+        // slot left over.
+        let took = probe.took.lock().unwrap().clone();
+        let (last, before) = took.split_last().unwrap();
+        assert_eq!(took.len(), WAITERS as usize);
+        assert!(before.iter().all(|&took| !took), "{took:?}");
+        assert!(*last, "{took:?}");
+        for waiter in &mut waiters {
+            assert_eq!(waiter.as_mut().poll(&mut cx), Poll::Ready(Ok(())));
+        }
     }
 
     /// A waiter granted a slot and then dropped hands the slot to the next
