@@ -258,6 +258,8 @@ impl<T> Sender<T> {
         let was_empty = {
             let mut state = self.0.lock();
             if state.closed {
+                // Closed since the slot became ours: give it back.
+                state.free += 1;
                 return Err(value);
             }
             state.queue.push_back(value);
@@ -350,11 +352,12 @@ impl<T> Receiver<T> {
         }
         self.0.rx_waker.register(cx.waker());
         // Look again: a send or the last sender's drop may have come between.
+        // Whether every sender is gone is read *before* that look, so a last
+        // sender that pushes and then leaves is either seen leaving after
+        // its push is taken here, or wakes the receiver to look once more.
+        let gone = self.0.senders.load(Ordering::Acquire) == 0;
         let n = self.try_recv_all(out);
-        if n > 0
-            || self.0.senders.load(Ordering::Acquire) == 0
-            || self.0.closed.load(Ordering::Acquire)
-        {
+        if n > 0 || gone || self.0.closed.load(Ordering::Acquire) {
             return Poll::Ready(n);
         }
         Poll::Pending
@@ -752,5 +755,218 @@ mod tests {
         got.sort_unstable();
         sent.sort_unstable();
         assert_eq!(got, sent);
+    }
+
+    /// The `send` future is `Send` for a `Send` value, so handles can be
+    /// used from spawned tasks.
+    #[test]
+    fn the_send_future_is_send() {
+        fn assert_send<F: Send>(_: &F) {}
+        let (tx, _rx) = channel::<Vec<u8>>(1);
+        assert_send(&tx.send(vec![1]));
+    }
+
+    /// Regression: the receiver looked at the queue again and only then
+    /// read whether every sender was gone, so a last sender that pushed and
+    /// dropped in between was taken for gone with its command unseen: the
+    /// receiver reported the end, and the driver stopped reading with an
+    /// accepted `set_timer` still queued.
+    #[test]
+    fn the_last_sender_leaving_never_hides_its_command() {
+        const RUNS: u32 = 5_000;
+        let mut hidden = 0;
+        for _ in 0..RUNS {
+            let (tx, mut rx) = channel::<u32>(4);
+            let go = Arc::new(std::sync::Barrier::new(2));
+            let sender = {
+                let go = Arc::clone(&go);
+                std::thread::spawn(move || {
+                    go.wait();
+                    tx.try_send(1).unwrap();
+                })
+            };
+            go.wait();
+            let mut out = VecDeque::new();
+            let mut got = 0;
+            loop {
+                match rx.poll_recv_all(&mut noop(), &mut out) {
+                    Poll::Ready(0) => break,
+                    Poll::Ready(n) => got += n,
+                    Poll::Pending => std::hint::spin_loop(),
+                }
+            }
+            sender.join().unwrap();
+            if got == 0 {
+                hidden += 1;
+            }
+        }
+        assert_eq!(
+            hidden, 0,
+            "the end was reported with a command queued in {hidden} of {RUNS} runs"
+        );
+    }
+
+    /// Regression: a sender granted a slot that then found the channel
+    /// closed, in the moment before it pushed, kept the slot, so the
+    /// channel counted a command that was never queued.
+    #[test]
+    fn a_slot_granted_as_the_channel_closes_is_given_back() {
+        use std::future::Future;
+
+        const RUNS: u32 = 5_000;
+        let mut kept = 0;
+        for run in 0..RUNS {
+            let (tx, mut rx) = channel::<u32>(1);
+            tx.try_send(0).unwrap();
+            let mut out = VecDeque::new();
+            rx.try_recv_all(&mut out);
+            let go = Arc::new(std::sync::Barrier::new(2));
+            let sender = {
+                let go = Arc::clone(&go);
+                std::thread::spawn(move || {
+                    let mut send = Box::pin(tx.send(1));
+                    let mut cx = noop();
+                    assert!(send.as_mut().poll(&mut cx).is_pending());
+                    go.wait();
+                    let sent = loop {
+                        match send.as_mut().poll(&mut cx) {
+                            Poll::Pending => std::hint::spin_loop(),
+                            Poll::Ready(sent) => break sent.is_ok(),
+                        }
+                    };
+                    drop(send);
+                    (sent, tx)
+                })
+            };
+            go.wait();
+            rx.release(1);
+            for _ in 0..run % 64 {
+                std::hint::spin_loop();
+            }
+            rx.close();
+            let (sent, tx) = sender.join().unwrap();
+            out.clear();
+            let n = rx.try_recv_all(&mut out);
+            assert_eq!(n, usize::from(sent));
+            rx.release(n);
+            if tx.queued() != 0 {
+                kept += 1;
+            }
+        }
+        assert_eq!(kept, 0, "a slot was kept in {kept} of {RUNS} runs");
+    }
+
+    /// Random sequences of sends, waits, drops, partial releases and a
+    /// close, checked after every step: slots are free only while nobody
+    /// is in line, every slot is queued, taken, granted or free, and at
+    /// the end nobody is stuck, every slot is free again, and every value
+    /// accepted arrived exactly once.
+    #[test]
+    fn random_sequences_account_for_every_slot() {
+        use futures::FutureExt;
+        use std::future::Future;
+        use std::pin::Pin;
+
+        type Waiting = (u64, Pin<Box<dyn Future<Output = Result<(), u64>> + Send>>);
+
+        struct Rng(u64);
+        impl Rng {
+            fn below(&mut self, n: u64) -> u64 {
+                self.0 ^= self.0 << 13;
+                self.0 ^= self.0 >> 7;
+                self.0 ^= self.0 << 17;
+                self.0 % n
+            }
+        }
+
+        fn poll_at(waiting: &mut Vec<Waiting>, i: usize, accepted: &mut Vec<u64>) -> bool {
+            match waiting[i].1.as_mut().poll(&mut noop()) {
+                Poll::Pending => false,
+                Poll::Ready(result) => {
+                    let (value, _) = waiting.remove(i);
+                    match result {
+                        Ok(()) => accepted.push(value),
+                        Err(back) => assert_eq!(back, value),
+                    }
+                    true
+                }
+            }
+        }
+
+        for seed in 1..=3_000u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+            let capacity = 1 + rng.below(4) as usize;
+            let (tx, mut rx) = channel::<u64>(capacity);
+            let mut waiting: Vec<Waiting> = Vec::new();
+            let (mut next, mut accepted, mut taken, mut unreleased) =
+                (0u64, Vec::new(), VecDeque::new(), 0usize);
+            for _ in 0..60 {
+                match rng.below(7) {
+                    0 => {
+                        next += 1;
+                        if tx.try_send(next).is_ok() {
+                            accepted.push(next);
+                        }
+                    }
+                    1 => {
+                        next += 1;
+                        let tx = tx.clone();
+                        let value = next;
+                        waiting.push((value, async move { tx.send(value).await }.boxed()));
+                    }
+                    2 | 3 if !waiting.is_empty() => {
+                        let i = rng.below(waiting.len() as u64) as usize;
+                        poll_at(&mut waiting, i, &mut accepted);
+                    }
+                    4 if !waiting.is_empty() => {
+                        let i = rng.below(waiting.len() as u64) as usize;
+                        drop(waiting.remove(i));
+                    }
+                    5 => {
+                        unreleased += rx.try_recv_all(&mut taken);
+                        let n = rng.below(unreleased as u64 + 1) as usize;
+                        rx.release(n);
+                        unreleased -= n;
+                    }
+                    6 if rng.below(10) == 0 => rx.close(),
+                    _ => {}
+                }
+                let state = tx.0.lock();
+                assert!(state.free == 0 || state.line.is_empty(), "seed {seed}");
+                let granted = state.waiters.iter().filter(|(_, w)| w.granted).count();
+                assert_eq!(
+                    capacity - state.free,
+                    state.queue.len() + unreleased + granted,
+                    "seed {seed}"
+                );
+            }
+            loop {
+                unreleased += rx.try_recv_all(&mut taken);
+                let released = std::mem::take(&mut unreleased);
+                rx.release(released);
+                let mut progressed = released > 0;
+                let mut i = 0;
+                while i < waiting.len() {
+                    if poll_at(&mut waiting, i, &mut accepted) {
+                        progressed = true;
+                    } else {
+                        i += 1;
+                    }
+                }
+                if !progressed {
+                    break;
+                }
+            }
+            assert!(
+                waiting.is_empty(),
+                "seed {seed}: {} senders stuck",
+                waiting.len()
+            );
+            assert_eq!(tx.queued(), 0, "seed {seed}");
+            let mut got: Vec<_> = taken.into_iter().collect();
+            got.sort_unstable();
+            accepted.sort_unstable();
+            assert_eq!(got, accepted, "seed {seed}");
+        }
     }
 }
