@@ -130,7 +130,12 @@ where
                     return;
                 }
             }
-            self.fire_due();
+            // Commands are applied a run at a time, yielding between runs;
+            // nothing fires until every command taken is applied, as they
+            // were all queued before the clock was looked at.
+            if self.batch.is_empty() {
+                self.fire_due();
+            }
             // Every `Sleep` and `Interval` holds a sleep sender, so a closed
             // sleep channel means nobody waits on the sleeps left.
             if !open && !sleeps_open && (self.wheel.is_empty() || !self.shared.receiver_alive()) {

@@ -572,3 +572,77 @@ async fn keyed_commands_that_wait_for_room_keep_their_order() {
     assert_eq!(fired, [(1, 'a', ms(30)), (0, 'z', ms(40))]);
     assert_eq!(wheel.stats().await.unwrap().pending, 0);
 }
+
+/// Regression: the driver applies the commands it takes 256 at a time, and
+/// fired what was due after the first run with the rest still unapplied. A
+/// `remove_timer` queued before its timer's deadline, behind 300 other
+/// commands, found the timer already fired.
+#[tokio::test(start_paused = true)]
+async fn a_remove_queued_behind_a_long_queue_beats_the_deadline() {
+    let (wheel, mut expired) = TimingWheel::<u32, ()>::new();
+    // The driver has not run yet: all of this waits in the channel.
+    wheel.set_timer(0, (), ms(10)).await.unwrap();
+    for key in 1..=300 {
+        wheel.set_timer(key, (), ms(60_000)).await.unwrap();
+    }
+    let mut remove = task::spawn(wheel.remove_timer(0));
+    assert_pending!(remove.poll());
+    // The driver is late: the deadline has passed when it gets to run.
+    advance(ms(20)).await;
+    assert_eq!(remove.await.unwrap(), Some(()));
+    settle(&wheel).await;
+    assert!(ready(&mut expired).is_empty());
+}
+
+/// Regression: with more than 256 commands queued, timers that came due
+/// while they waited fired in runs of 256, each run in deadline order but
+/// not the whole.
+#[tokio::test(start_paused = true)]
+async fn a_long_queue_of_due_timers_fires_in_one_deadline_order() {
+    let (wheel, mut expired) = TimingWheel::<u32, ()>::new();
+    for key in 0..1_000u32 {
+        let delay = ms(1 + u64::from(key) * 7_919 % 100_000);
+        wheel.set_timer(key, (), delay).await.unwrap();
+    }
+    advance(Duration::from_secs(200)).await;
+    let deadlines: Vec<Instant> = expired
+        .by_ref()
+        .take(1_000)
+        .map(|e| e.deadline())
+        .collect()
+        .await;
+    assert!(deadlines.windows(2).all(|w| w[0] <= w[1]));
+}
+
+/// Deadlines too far to come (`Duration::MAX`, and a few hundred million
+/// years) neither hide a near timer nor keep the driver awake.
+#[tokio::test(start_paused = true)]
+async fn far_deadlines_neither_hide_near_ones_nor_wake_the_driver() {
+    let (wheel, mut expired) = TimingWheel::<u32, ()>::new();
+    wheel.set_timer(0, (), Duration::MAX).await.unwrap();
+    wheel
+        .set_timer(9, (), Duration::from_secs(u64::MAX / 2_000))
+        .await
+        .unwrap();
+    advance(ms(5)).await;
+    let start = Instant::now();
+    wheel.set_timer(1, (), ms(10)).await.unwrap();
+    assert_eq!(expired.next().await.unwrap().key(), &1);
+    assert!(
+        (ms(10)..=ms(11)).contains(&start.elapsed()),
+        "{:?}",
+        start.elapsed()
+    );
+    advance(Duration::from_secs(3_600)).await;
+    let start = Instant::now();
+    wheel.set_timer(2, (), ms(3)).await.unwrap();
+    assert_eq!(expired.next().await.unwrap().key(), &2);
+    assert!(
+        (ms(3)..=ms(4)).contains(&start.elapsed()),
+        "{:?}",
+        start.elapsed()
+    );
+    let stats = wheel.stats().await.unwrap();
+    assert_eq!(stats.pending, 2);
+    assert!(stats.wakeups < 20, "{stats:?}");
+}
