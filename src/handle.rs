@@ -810,10 +810,15 @@ where
             unreachable!("only Set commands wait here");
         };
         let shard = self.shards.for_key(key);
-        match shard.send(command).await {
-            Ok(()) => Ok(()),
-            Err(command) => Err(self.refused(command)),
-        }
+        // The place `admit` took under the pending limit goes back if this
+        // future is dropped while it waits: no timer was set.
+        let mut place = HeldPlace {
+            shared: &self.shared,
+            held: true,
+        };
+        let sent = shard.send(command).await;
+        place.held = false;
+        sent.map_err(|command| self.refused(command))
     }
 
     /// The error for a `Set` the closed channel refused, with its timer.
@@ -829,6 +834,21 @@ async fn send_on<K, V>(
     command: Command<K, V>,
 ) -> Result<(), Error> {
     queue!(shard, command)
+}
+
+/// A place under the pending limit held by a `Set` on its way to the
+/// driver; dropped while still held, it is given back.
+struct HeldPlace<'a, K, V> {
+    shared: &'a Shared<K, V>,
+    held: bool,
+}
+
+impl<K, V> Drop for HeldPlace<'_, K, V> {
+    fn drop(&mut self) {
+        if self.held {
+            self.shared.release(1);
+        }
+    }
 }
 
 /// The key and value of a `Set` command that could not be sent.

@@ -164,3 +164,27 @@ async fn a_flood_stays_within_the_channel_and_the_limit() {
         refused.load(Ordering::Relaxed)
     );
 }
+
+/// Regression: a `set_timer` waiting for room in a full channel and then
+/// dropped (by a `select!` or a timeout) set no timer but kept its place
+/// under the limit for ever; enough of them and the wheel refused every
+/// new timer.
+#[tokio::test(start_paused = true)]
+async fn a_set_timer_dropped_while_waiting_gives_its_place_back() {
+    let (wheel, _expired) = TimingWheel::builder()
+        .command_capacity(1)
+        .max_pending(2)
+        .build::<u32, ()>();
+    // The driver has not run: this takes the channel's one slot.
+    wheel.try_set_timer(1, (), ms(10)).unwrap();
+    {
+        let mut waiting = tokio_test::task::spawn(wheel.set_timer(2, (), ms(10)));
+        assert!(waiting.poll().is_pending());
+    }
+    tokio::time::sleep(ms(20)).await;
+    assert_eq!(wheel.stats().await.unwrap().pending, 0);
+    wheel.try_set_timer(3, (), ms(100)).unwrap();
+    wheel.stats().await.unwrap();
+    wheel.try_set_timer(4, (), ms(100)).unwrap();
+    assert_eq!(wheel.stats().await.unwrap().pending, 2);
+}
