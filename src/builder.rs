@@ -370,7 +370,12 @@ impl Builder {
         }
         let sleeps = SleepHandle::new(sleeps.expect("at least one shard"), clock);
         (
-            TimingWheel::new_handle(Shards::new(senders), sleeps, Arc::clone(&shared), clock),
+            TimingWheel::new_handle(
+                Shards::new(senders, runtime),
+                sleeps,
+                Arc::clone(&shared),
+                clock,
+            ),
             Expirations::new(shared),
         )
     }

@@ -623,7 +623,13 @@ where
     /// # Cancel safety
     ///
     /// If the future is dropped after the command was queued, the timers are
-    /// still removed and dropped.
+    /// still removed and dropped. With several shards
+    /// ([`Builder::shards`](crate::Builder::shards)) the shards are drained
+    /// one after another, and those not reached yet keep their timers.
+    ///
+    /// A [`stop`](Self::stop) that comes while a drain of several shards is
+    /// under way returns the timers of the shards the drain had not reached;
+    /// the drain returns the others.
     ///
     /// # Examples
     ///
@@ -642,11 +648,14 @@ where
     /// # }
     /// ```
     pub async fn drain(&self) -> Result<Vec<(K, V)>, Error> {
-        let mut all = Vec::new();
-        for shard in self.shards.all() {
-            let (reply, rx) = oneshot::channel();
-            send_on(shard, Command::Drain { reply }).await?;
-            all.extend(rx.await.map_err(|_| Error::closed())?);
+        let (first, rest) = self.shards.all().split_first().expect("at least one shard");
+        let mut all = drain_shard(first).await?;
+        for shard in rest {
+            // A later shard found closed was stopped by a concurrent `stop`,
+            // which has its timers; those taken already are returned here.
+            if let Ok(timers) = drain_shard(shard).await {
+                all.extend(timers);
+            }
         }
         Ok(all)
     }
@@ -670,7 +679,9 @@ where
     ///
     /// If the future is dropped before the command was queued, nothing
     /// happened (in callback mode, callbacks keep running). If it is dropped
-    /// after, the driver still stops and the pending timers are dropped.
+    /// after, the driver still stops and the pending timers are dropped;
+    /// with several shards, every shard still stops (the others are stopped
+    /// from a task of their own).
     ///
     /// # Examples
     ///
@@ -698,14 +709,28 @@ where
         if let Some(callbacks) = &self.callbacks {
             callbacks.begin_stop();
         }
-        let mut pending = rx.await.map_err(|_| Error::closed())?;
-        for shard in rest {
-            let (reply, rx) = oneshot::channel();
-            // A shard already gone (its runtime shut down) has nothing left.
-            if send_on(shard, Command::Stop { reply }).await.is_ok() {
-                pending.extend(rx.await.unwrap_or_default());
-            }
-        }
+        let mut pending = if rest.is_empty() {
+            rx.await.map_err(|_| Error::closed())?
+        } else {
+            // Once the first shard has the stop, the others must stop too,
+            // even if this future is dropped: they are stopped from a task.
+            let rest = rest.to_vec();
+            let all = self.shards.runtime().spawn(async move {
+                // Only the stop the first shard answers goes on to the
+                // others, so of two concurrent stops exactly one succeeds.
+                let mut pending = rx.await.ok()?;
+                for shard in &rest {
+                    let (reply, rx) = oneshot::channel();
+                    // A shard already gone (its runtime shut down) has
+                    // nothing left.
+                    if send_on(shard, Command::Stop { reply }).await.is_ok() {
+                        pending.extend(rx.await.unwrap_or_default());
+                    }
+                }
+                Some(pending)
+            });
+            all.await.ok().flatten().ok_or_else(Error::closed)?
+        };
         if let Some(callbacks) = &self.callbacks {
             pending.extend(callbacks.finish_stop().await);
         }
@@ -827,6 +852,15 @@ where
         let (key, value) = into_timer(command);
         Error::closed_with(key, value)
     }
+}
+
+/// Drains one shard.
+async fn drain_shard<K, V>(
+    shard: &crate::channel::Sender<Command<K, V>>,
+) -> Result<Vec<(K, V)>, Error> {
+    let (reply, rx) = oneshot::channel();
+    send_on(shard, Command::Drain { reply }).await?;
+    rx.await.map_err(|_| Error::closed())
 }
 
 async fn send_on<K, V>(

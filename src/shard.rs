@@ -12,15 +12,23 @@ use crate::command::Command;
 
 pub(crate) struct Shards<K, V> {
     senders: Box<[Sender<Command<K, V>>]>,
+    /// The runtime the drivers run on, for work that must finish even if
+    /// the caller's future is dropped (stopping every shard once one has
+    /// stopped).
+    runtime: tokio::runtime::Handle,
     /// One hasher for every handle, so a key maps to one shard everywhere.
     hasher: DefaultHashBuilder,
 }
 
 impl<K: Hash, V> Shards<K, V> {
-    pub(crate) fn new(senders: Vec<Sender<Command<K, V>>>) -> Self {
+    pub(crate) fn new(
+        senders: Vec<Sender<Command<K, V>>>,
+        runtime: tokio::runtime::Handle,
+    ) -> Self {
         debug_assert!(!senders.is_empty());
         Shards {
             senders: senders.into_boxed_slice(),
+            runtime,
             hasher: DefaultHashBuilder::default(),
         }
     }
@@ -38,6 +46,10 @@ impl<K, V> Shards<K, V> {
     /// Every shard's channel; the first one decides who stops the wheel.
     pub(crate) fn all(&self) -> &[Sender<Command<K, V>>] {
         &self.senders
+    }
+
+    pub(crate) fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.runtime
     }
 
     pub(crate) fn is_closed(&self) -> bool {

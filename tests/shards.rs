@@ -137,3 +137,69 @@ async fn sleeps_and_limits_work_with_shards() {
     wheel.sleep(ms(25)).await.unwrap();
     assert_eq!(start.elapsed(), ms(25));
 }
+
+/// Regression: a `drain` of several shards that met a concurrent `stop`
+/// failed with `is_closed` at the first shard the stop had closed, and
+/// dropped the timers it had already taken out of the shards before: they
+/// were neither fired, nor drained, nor returned by the stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_meeting_a_stop_loses_no_timer() {
+    const TIMERS: usize = 400;
+    for round in 0..50 {
+        let (wheel, mut expired) = TimingWheel::builder().shards(4).build::<usize, ()>();
+        for key in 0..TIMERS {
+            wheel.set_timer(key, (), ms(60_000)).await.unwrap();
+        }
+        let drain = tokio::spawn({
+            let wheel = wheel.clone();
+            async move { wheel.drain().await }
+        });
+        let stop = tokio::spawn({
+            let wheel = wheel.clone();
+            async move { wheel.stop().await }
+        });
+        let drained = drain.await.unwrap().map_or(0, |timers| timers.len());
+        let stopped = stop.await.unwrap().unwrap().len();
+        let fired = expired.by_ref().count().await;
+        assert_eq!(
+            drained + stopped + fired,
+            TIMERS,
+            "round {round}: {drained} drained, {stopped} returned by stop, {fired} fired"
+        );
+    }
+}
+
+/// Regression: a `stop` of several shards dropped after the first shard
+/// had the stop left the other shards running for ever: no later `stop`
+/// could reach them (the first shard said closed), yet their timers went
+/// on firing and commands on their keys went on succeeding.
+#[tokio::test(start_paused = true)]
+async fn a_stop_dropped_midway_still_stops_every_shard() {
+    let (wheel, mut expired) = TimingWheel::builder().shards(2).build::<u32, u32>();
+    for key in 0..64 {
+        wheel.set_timer(key, key, ms(60_000)).await.unwrap();
+    }
+    {
+        let mut stop = tokio_test::task::spawn(wheel.stop());
+        // The first shard has the stop queued; the future is then dropped.
+        assert!(stop.poll().is_pending());
+    }
+    for _ in 0..4 {
+        tokio::task::yield_now().await;
+    }
+    assert!(wheel.is_closed());
+    assert!(wheel.stop().await.unwrap_err().is_closed());
+    for key in 0..64 {
+        assert!(
+            wheel.remove_timer(key).await.unwrap_err().is_closed(),
+            "key {key}"
+        );
+    }
+    assert!(wheel
+        .set_timer(1_000, 0, ms(1))
+        .await
+        .unwrap_err()
+        .is_closed());
+    tokio::time::sleep(ms(120_000)).await;
+    assert!(expired.next().await.is_none());
+}
