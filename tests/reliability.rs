@@ -162,6 +162,139 @@ async fn every_accepted_timer_ends_exactly_once_under_concurrency() {
     }
 }
 
+/// Shards, a pending limit and every kind of call (set and try-set,
+/// move, remove, cancel, drain, stats) from six tasks at once, twice: first
+/// to the end, after which every place under the limit must be free again;
+/// then with `stop` racing the tasks. Every token accepted is dropped
+/// exactly once, none is handed out twice, none fires early, and the only
+/// error a call meets is the stop's `is_closed`.
+async fn sharded_and_limited(seed: u64, shards: usize) {
+    const LIMIT: usize = 48;
+    let ledger = Arc::new(Ledger::default());
+    let ids = Arc::new(AtomicU64::new(0));
+    let accepted = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (wheel, mut expired) = TimingWheel::builder()
+        .shards(shards)
+        .max_pending(LIMIT)
+        .command_capacity(8)
+        .build::<u16, Token>();
+    let consumer = {
+        let seen = Arc::clone(&seen);
+        tokio::spawn(async move {
+            let mut early = 0;
+            while let Some(e) = expired.next().await {
+                if Instant::now() < e.deadline() {
+                    early += 1;
+                }
+                seen.lock().unwrap().push(e.into_parts().1.id);
+            }
+            early
+        })
+    };
+    let worker = |task: u64, stopping: bool| {
+        let (wheel, ledger, ids) = (wheel.clone(), Arc::clone(&ledger), Arc::clone(&ids));
+        let (seen, accepted) = (Arc::clone(&seen), Arc::clone(&accepted));
+        tokio::spawn(async move {
+            let mut x = seed.wrapping_mul(31).wrapping_add(task) | 1;
+            for _ in 0..3_000 {
+                let key = (next(&mut x) % 64) as u16;
+                let delay = Duration::from_micros(next(&mut x) % 5_000);
+                let result = match next(&mut x) % 9 {
+                    0..=2 => {
+                        let id = ids.fetch_add(1, Ordering::Relaxed);
+                        let token = Token {
+                            id,
+                            ledger: Arc::clone(&ledger),
+                        };
+                        let set = if next(&mut x).is_multiple_of(2) {
+                            wheel.set_timer(key, token, delay).await
+                        } else {
+                            wheel.try_set_timer(key, token, delay)
+                        };
+                        match set {
+                            Ok(()) => {
+                                accepted.lock().unwrap().push(id);
+                                Ok(())
+                            }
+                            Err(e) if e.is_at_capacity() || e.is_full() => Ok(()),
+                            Err(e) => Err(e),
+                        }
+                    }
+                    3 => wheel.move_timer(key, delay).await,
+                    4 => wheel.remove_timer(key).await.map(|token| {
+                        seen.lock().unwrap().extend(token.map(|t| t.id));
+                    }),
+                    5 => wheel.cancel_timer(key).await,
+                    6 => wheel.drain().await.map(|timers| {
+                        seen.lock()
+                            .unwrap()
+                            .extend(timers.iter().map(|(_, t)| t.id));
+                    }),
+                    7 => wheel.stats().await.map(|stats| {
+                        assert!(stats.pending <= LIMIT, "{stats:?}");
+                    }),
+                    _ => {
+                        tokio::task::yield_now().await;
+                        Ok(())
+                    }
+                };
+                if let Err(e) = result {
+                    assert!(stopping && e.is_closed(), "seed {seed}: {e:?}");
+                    return;
+                }
+            }
+        })
+    };
+    for task in (0..6).map(|t| worker(t, false)).collect::<Vec<_>>() {
+        task.await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(wheel.stats().await.unwrap().pending, 0, "seed {seed}");
+    for k in 0..LIMIT as u16 {
+        let id = ids.fetch_add(1, Ordering::Relaxed);
+        let token = Token {
+            id,
+            ledger: Arc::clone(&ledger),
+        };
+        wheel
+            .set_timer(1_000 + k, token, Duration::from_secs(3_600))
+            .await
+            .unwrap_or_else(|e| panic!("seed {seed}: place {k} under the limit lost: {e:?}"));
+        accepted.lock().unwrap().push(id);
+    }
+    for k in 0..LIMIT as u16 {
+        let token = wheel.remove_timer(1_000 + k).await.unwrap().unwrap();
+        seen.lock().unwrap().push(token.id);
+    }
+    let tasks: Vec<_> = (10..16).map(|t| worker(t, true)).collect();
+    tokio::time::sleep(Duration::from_micros(next(&mut (seed | 1)) % 3_000)).await;
+    let rest = wheel.stop().await.unwrap();
+    seen.lock().unwrap().extend(rest.iter().map(|(_, t)| t.id));
+    drop(rest);
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(consumer.await.unwrap(), 0, "seed {seed}: fired early");
+    let drops = ledger.drops.lock().unwrap();
+    for id in accepted.lock().unwrap().iter() {
+        assert_eq!(drops.get(id), Some(&1), "seed {seed}: token {id}");
+    }
+    let mut seen = seen.lock().unwrap().clone();
+    let all = seen.len();
+    seen.sort_unstable();
+    seen.dedup();
+    assert_eq!(seen.len(), all, "seed {seed}: a token handed out twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shards_and_a_pending_limit_lose_nothing_under_concurrency() {
+    for seed in [7_919, 15_838, 104_729] {
+        sharded_and_limited(seed, 1).await;
+        sharded_and_limited(seed, 3).await;
+    }
+}
+
 /// The long soak: 10 million operations. Run it on demand with
 /// `cargo test --release --test reliability -- --ignored soak`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
