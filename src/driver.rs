@@ -136,9 +136,16 @@ where
             if self.batch.is_empty() {
                 self.fire_due();
             }
+            let delivered = !open && (self.wheel.is_empty() || !self.shared.receiver_alive());
+            if delivered {
+                // No handle is left to set a timer and none is left to fire:
+                // the stream has all it will get from this driver, even if
+                // live sleeps keep the driver running.
+                drop(self.close.take());
+            }
             // Every `Sleep` and `Interval` holds a sleep sender, so a closed
             // sleep channel means nobody waits on the sleeps left.
-            if !open && !sleeps_open && (self.wheel.is_empty() || !self.shared.receiver_alive()) {
+            if delivered && !sleeps_open {
                 debug!(
                     dropped = self.wheel.len(),
                     "every handle dropped and nothing left to deliver; driver exiting"

@@ -211,7 +211,11 @@ impl Future for Sleep {
             if state.fired.load(Ordering::Acquire) {
                 return Poll::Ready(Ok(()));
             }
-            if state.closed.load(Ordering::Acquire) {
+            // The channel closes when the driver stops or is gone, after
+            // which nothing fires; and a registration that raced the close
+            // can sit in the channel, its waiter never dropped, for as long
+            // as this sleep holds a sender.
+            if state.closed.load(Ordering::Acquire) || self.tx.is_closed() {
                 return Poll::Ready(Err(Error::closed()));
             }
             if attempt == 0 {

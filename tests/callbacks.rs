@@ -359,3 +359,52 @@ async fn panics_and_timeouts_are_reported_through_tracing() {
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(warnings[0].contains("timed out"), "{warnings:?}");
 }
+
+/// Two shards, three callbacks at a time, callbacks that panic or never
+/// finish (and time out), and `stop` at a different moment each round:
+/// every timer either ran once or was returned by `stop`, never both and
+/// never neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_timer_runs_once_or_comes_back_from_stop() {
+    const TIMERS: u32 = 2_000;
+    for round in 0..20u64 {
+        let ran = Arc::new(Mutex::new(Vec::new()));
+        let wheel = TimingWheel::builder()
+            .shards(2)
+            .max_concurrency(3)
+            .callback_timeout(Duration::from_millis(20))
+            .build_with_callback({
+                let ran = Arc::clone(&ran);
+                move |key: u32, _value: u32| {
+                    let ran = Arc::clone(&ran);
+                    async move {
+                        ran.lock().unwrap().push(key);
+                        if key.is_multiple_of(7) {
+                            panic!("a callback that panics");
+                        }
+                        if key.is_multiple_of(11) {
+                            std::future::pending::<()>().await;
+                        }
+                        tokio::time::sleep(Duration::from_micros(200)).await;
+                    }
+                }
+            });
+        for key in 0..TIMERS {
+            let delay = Duration::from_micros(u64::from(key % 50) * 100);
+            wheel.set_timer(key, key, delay).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_micros(1_000 + round * 300)).await;
+        let returned = wheel.stop().await.unwrap();
+        let mut all: Vec<u32> = ran.lock().unwrap().clone();
+        all.extend(returned.into_iter().map(|(key, _)| key));
+        all.sort_unstable();
+        let total = all.len();
+        all.dedup();
+        assert_eq!(
+            total,
+            all.len(),
+            "round {round}: a timer ran twice, or ran and came back"
+        );
+        assert_eq!(all.len(), TIMERS as usize, "round {round}: timers lost");
+    }
+}
