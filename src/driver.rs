@@ -59,7 +59,7 @@ struct CloseOnDrop<K, V>(Arc<Shared<K, V>>);
 
 impl<K, V> Drop for CloseOnDrop<K, V> {
     fn drop(&mut self) {
-        self.0.driver_gone();
+        self.0.driver_done();
     }
 }
 

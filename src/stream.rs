@@ -26,7 +26,9 @@ pub(crate) struct Shared<K, V> {
     receiver_alive: AtomicBool,
     /// The bound on pending timers, if one was set.
     pub(crate) limit: Option<PendingLimit>,
-    /// Drivers still running; the stream ends when the last one does.
+    /// Drivers that may still deliver a timer; the stream ends when the
+    /// last one is done (stopped, gone, or left with no handle and nothing
+    /// to fire; live sleeps may keep it running after that).
     drivers: std::sync::atomic::AtomicUsize,
 }
 
@@ -72,15 +74,15 @@ impl<K, V> Shared<K, V> {
         self.receiver_alive.load(Ordering::Acquire)
     }
 
-    /// One driver is gone; after the last, the stream ends once its queue
-    /// is empty.
-    pub(crate) fn driver_gone(&self) {
+    /// One driver will deliver nothing more; after the last, the stream
+    /// ends once its queue is empty.
+    pub(crate) fn driver_done(&self) {
         if self.drivers.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.close();
         }
     }
 
-    /// Every driver is gone: the stream ends once the queue is empty.
+    /// Every driver is done: the stream ends once the queue is empty.
     fn close(&self) {
         self.lock().closed = true;
         self.wake();
