@@ -53,8 +53,10 @@ pub(crate) struct Driver<K, V> {
     close: Option<CloseOnDrop<K, V>>,
 }
 
-/// Closes the stream when the driver ends, however it ends (a runtime that
-/// shuts down drops the task without finishing it).
+/// Tells the stream this driver will deliver nothing more: dropped once no
+/// handle is left and nothing is left to fire, or when the driver ends,
+/// however it ends (a runtime that shuts down drops the task without
+/// finishing it).
 struct CloseOnDrop<K, V>(Arc<Shared<K, V>>);
 
 impl<K, V> Drop for CloseOnDrop<K, V> {
