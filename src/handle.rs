@@ -716,8 +716,6 @@ where
             // even if this future is dropped: they are stopped from a task.
             let rest = rest.to_vec();
             let all = self.shards.runtime().spawn(async move {
-                // Only the stop the first shard answers goes on to the
-                // others, so of two concurrent stops exactly one succeeds.
                 let mut pending = rx.await.ok()?;
                 for shard in &rest {
                     let (reply, rx) = oneshot::channel();
