@@ -301,6 +301,38 @@ on_both! {
 }
 
 on_both! {
+    /// Regression: outcomes were fenced on the attempt number, which a
+    /// redrive starts again from 0, so after a redrive on the same node the
+    /// new claim was "attempt 1" once more. A stale delivery of the old
+    /// attempt 1 (timed out before the task went dead) could then nack the
+    /// new attempt into a dead task, or ack it done while it still ran.
+    /// Outcomes are now fenced on a claim count that never starts again.
+    async fn a_delivery_from_before_a_redrive_cannot_settle_the_new_attempt(db: Db) {
+        let store = db.open().await;
+        let (scheduler, mut deliveries) = fast(&store)
+            .callback_timeout(Duration::from_millis(300))
+            .max_attempts(1)
+            .start_stream()
+            .await
+            .unwrap();
+        let id = store.schedule(b"x".to_vec()).await.unwrap();
+        let old = deliveries.next().await.unwrap();
+        assert_eq!(old.task().attempt(), 1);
+        // Not settled in time: the only attempt fails and the task is dead.
+        wait_state(&store, id, TaskState::Dead, Duration::from_secs(5)).await;
+        assert!(store.redrive(id).await.unwrap());
+        let new = deliveries.next().await.unwrap();
+        assert_eq!((new.task().id(), new.task().attempt()), (id, 1));
+        let stale = old.nack("stale consumer").await.unwrap_err();
+        assert!(stale.is_lost(), "{stale}");
+        assert_eq!(store.get(id).await.unwrap().unwrap().state, TaskState::Running);
+        new.ack().await.unwrap();
+        assert_eq!(store.get(id).await.unwrap().unwrap().state, TaskState::Done);
+        scheduler.shutdown().await.unwrap();
+    }
+}
+
+on_both! {
     /// A task's own max_attempts overrides the scheduler's.
     async fn per_task_max_attempts(db: Db) {
         let store = db.open().await;

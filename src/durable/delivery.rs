@@ -25,6 +25,8 @@ use super::Error;
 pub struct Task {
     pub(crate) id: TaskId,
     pub(crate) attempt: u32,
+    /// The claim count this delivery's outcome is fenced on.
+    pub(crate) claim: i64,
     pub(crate) run_at: SystemTime,
     pub(crate) payload: Vec<u8>,
     pub(crate) idempotency_key: Option<String>,
@@ -35,6 +37,7 @@ impl Task {
         Task {
             id: TaskId(c.id),
             attempt: u32::try_from(c.attempt.max(0)).unwrap_or(u32::MAX),
+            claim: c.claim,
             run_at: from_ms(c.run_at),
             payload: c.payload,
             idempotency_key: c.idempotency_key,

@@ -921,7 +921,7 @@ impl Node {
         }
         if self
             .store
-            .complete(&self.session, task.id.0, i64::from(task.attempt))
+            .complete(&self.session, task.id.0, task.claim)
             .await?
         {
             self.counters.succeeded.fetch_add(1, Ordering::Relaxed);
@@ -947,7 +947,7 @@ impl Node {
             .fail(
                 &self.session,
                 task.id.0,
-                i64::from(task.attempt),
+                task.claim,
                 error,
                 retry_at,
                 default_max,

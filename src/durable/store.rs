@@ -121,6 +121,8 @@ pub(crate) struct Claimed {
     pub(crate) id: i64,
     pub(crate) run_at: i64,
     pub(crate) attempt: i64,
+    /// The task's claim count after this claim: the fence of its outcome.
+    pub(crate) claim: i64,
     pub(crate) payload: Vec<u8>,
     pub(crate) idempotency_key: Option<String>,
 }
@@ -757,13 +759,13 @@ impl Store {
         locked_until: i64,
     ) -> Result<Vec<Claimed>, Error> {
         let sql = format!(
-            "UPDATE ttw_tasks SET state = 'running', attempts = attempts + 1, locked_by = $1, \
+            "UPDATE ttw_tasks SET state = 'running', attempts = attempts + 1, claims = claims + 1, locked_by = $1, \
              lock_epoch = (SELECT l.epoch FROM ttw_leases l WHERE l.shard = ttw_tasks.id % $2), \
              locked_until = $3, updated_at = $4 \
              WHERE state = 'scheduled' AND run_at <= $4 \
              AND EXISTS (SELECT 1 FROM ttw_leases l WHERE l.shard = ttw_tasks.id % $2 AND l.owner_session = $1) \
              AND id IN ({}) \
-             RETURNING id, run_at, attempts, payload, idempotency_key",
+             RETURNING id, run_at, attempts, claims, payload, idempotency_key",
             placeholders(5, ids.len())
         );
         let claimed = with_pool!(self.db(), pool => {
@@ -778,6 +780,7 @@ impl Store {
                     id: row.try_get("id")?,
                     run_at: row.try_get("run_at")?,
                     attempt: row.try_get("attempts")?,
+                    claim: row.try_get("claims")?,
                     payload: row.try_get("payload")?,
                     idempotency_key: row.try_get("idempotency_key")?,
                 });
@@ -820,26 +823,23 @@ impl Store {
         Ok(rows)
     }
 
-    /// Marks attempt `attempt` of task `id` done, if this session still holds
-    /// it: the task is running that attempt under this session, and the
-    /// shard's lease is this session's at the epoch the claim stamped.
-    pub(crate) async fn complete(
-        &self,
-        session: &str,
-        id: i64,
-        attempt: i64,
-    ) -> Result<bool, Error> {
+    /// Marks task `id` done, if this session still holds the claim that
+    /// counted `claim`: the task is running under this session with that
+    /// claim count, and the shard's lease is this session's at the epoch the
+    /// claim stamped. (The claim count, unlike the attempt number, never
+    /// starts again, so a delivery from before a redrive is refused.)
+    pub(crate) async fn complete(&self, session: &str, id: i64, claim: i64) -> Result<bool, Error> {
         let now = now_ms();
         let n = with_pool!(self.db(), pool => {
             sqlx::query(
                 "UPDATE ttw_tasks SET state = 'done', locked_by = NULL, locked_until = NULL, \
                  updated_at = $3, finished_at = $3 \
-                 WHERE id = $1 AND attempts = $2 AND state = 'running' AND locked_by = $4 \
+                 WHERE id = $1 AND claims = $2 AND state = 'running' AND locked_by = $4 \
                  AND EXISTS (SELECT 1 FROM ttw_leases l WHERE l.shard = ttw_tasks.id % $5 \
                  AND l.owner_session = $4 AND l.epoch = ttw_tasks.lock_epoch)",
             )
             .bind(id)
-            .bind(attempt)
+            .bind(claim)
             .bind(now)
             .bind(session)
             .bind(self.shards_i64())
@@ -859,7 +859,7 @@ impl Store {
         &self,
         session: &str,
         id: i64,
-        attempt: i64,
+        claim: i64,
         error: &str,
         retry_at: i64,
         default_max: i64,
@@ -872,13 +872,13 @@ impl Store {
                  run_at = CASE WHEN attempts >= COALESCE(max_attempts, $6) THEN run_at ELSE $7 END, \
                  finished_at = CASE WHEN attempts >= COALESCE(max_attempts, $6) THEN $3 ELSE NULL END, \
                  last_error = $8, locked_by = NULL, locked_until = NULL, updated_at = $3 \
-                 WHERE id = $1 AND attempts = $2 AND state = 'running' AND locked_by = $4 \
+                 WHERE id = $1 AND claims = $2 AND state = 'running' AND locked_by = $4 \
                  AND EXISTS (SELECT 1 FROM ttw_leases l WHERE l.shard = ttw_tasks.id % $5 \
                  AND l.owner_session = $4 AND l.epoch = ttw_tasks.lock_epoch) \
                  RETURNING state, run_at",
             )
             .bind(id)
-            .bind(attempt)
+            .bind(claim)
             .bind(now)
             .bind(session)
             .bind(self.shards_i64())

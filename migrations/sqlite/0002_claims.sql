@@ -1,0 +1,3 @@
+-- A count of claims that only goes up: outcomes are fenced on it, since
+-- attempts start again from 0 when a dead task is redriven.
+ALTER TABLE ttw_tasks ADD COLUMN claims INTEGER NOT NULL DEFAULT 0;
