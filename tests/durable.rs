@@ -534,6 +534,44 @@ on_both! {
     }
 }
 
+/// Regression: a schedule from another process that waited for SQLite's
+/// write lock longer than the catch-up poll's slack was stamped with the
+/// time it was *called*, seconds before it committed. Every poll after the
+/// commit looked only at rows changed since a later time, so the task was
+/// found by the next window reload instead: half a window late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_that_waited_for_the_write_lock_is_found_by_the_poll() {
+    let db = Db::new(Backend::Sqlite, "waited_for_the_write_lock").unwrap();
+    let store = db.open().await;
+    let log = Log::default();
+    // A long window, so only the catch-up poll (every 100 ms, looking 1.2 s
+    // back) can find the task in time; leases long enough to outlive the
+    // lock, so no takeover reloads the window either.
+    let builder = fast(&store)
+        .window(Duration::from_secs(120))
+        .lease_ttl(Duration::from_secs(30))
+        .heartbeat(Duration::from_secs(10));
+    let scheduler = start_logging(builder, &log).await;
+    let other = db.open().await;
+    let lock = db.hold_write_lock().await.unwrap();
+    let schedule = tokio::spawn(async move {
+        other
+            .schedule(b"waited".to_vec())
+            .delay(Duration::from_millis(3_500))
+            .await
+            .unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    lock.release().await;
+    let id = schedule.await.unwrap();
+    log.wait_for(1, Duration::from_secs(10)).await;
+    let seen = log.0.lock().unwrap().clone();
+    assert_eq!(seen[0].0, id);
+    let late = seen[0].2.duration_since(seen[0].3).unwrap();
+    assert!(late < Duration::from_millis(1_500), "{late:?} late");
+    scheduler.shutdown().await.unwrap();
+}
+
 on_both! {
     /// Done and cancelled tasks are deleted after the retention; dead ones
     /// are kept.

@@ -50,8 +50,12 @@
 //!   reloads every half window. A task scheduled inside the loaded window
 //!   enters the wheel at once: in-process directly, from other processes by
 //!   PostgreSQL `LISTEN/NOTIFY`, and in every case by a catch-up poll (every
-//!   second by default) for SQLite and for lost notifications. Tasks due in
-//!   years cost no memory until their window comes.
+//!   second by default) for SQLite and for lost notifications. The poll
+//!   compares change stamps written by the database's own clock while each
+//!   statement runs (on SQLite, after it has the write lock), so neither a
+//!   long wait for the lock nor a node's clock running behind hides a
+//!   change from it. Tasks due in years cost no memory until their window
+//!   comes.
 //! - **Claim**: when the wheel fires, one `UPDATE ... WHERE id IN (...) AND
 //!   state = 'scheduled' AND run_at <= now AND <this node holds the shard's
 //!   lease> RETURNING ...` moves the batch to running, counts the attempt,

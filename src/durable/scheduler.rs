@@ -619,7 +619,9 @@ impl Node {
             i.reset();
         }
         let slack = 2 * ms(self.config.catch_up) + 1000;
-        let mut since = now_ms() - slack;
+        // The first poll looks back one slack from its own start, which
+        // covers the time since the window was first loaded.
+        let mut since = None;
         loop {
             let result = tokio::select! {
                 _ = heartbeat.tick() => self.beat().await,
@@ -632,25 +634,33 @@ impl Node {
                         .map(drop),
                     Err(e) => Err(e),
                 },
-                _ = catch_up.tick() => {
-                    let start = now_ms();
-                    let horizon = self.horizon.load(Ordering::Acquire);
-                    match self.store.due_before(&self.session, horizon, Some(since)).await {
-                        Ok(rows) => {
-                            since = start - slack;
-                            for (id, run_at) in rows {
-                                self.arm(id, run_at).await;
-                            }
-                            Ok(())
-                        }
-                        Err(e) => Err(e),
-                    }
-                }
+                _ = catch_up.tick() => self.catch_up(&mut since, slack).await,
             };
             if let Err(err) = result {
                 tracing::warn!(node = %self.node_id, %err, "durable scheduler: database call failed; retrying");
             }
         }
+    }
+
+    /// One catch-up poll: arms what changed since `since` and moves it on.
+    /// Change stamps and `since` are both the database's clock, read while
+    /// each statement runs, so neither a long wait for SQLite's write lock
+    /// nor a node's clock running behind hides a change from the poll; the
+    /// slack only has to cover the moment between a change's stamp and its
+    /// commit.
+    async fn catch_up(&self, since: &mut Option<i64>, slack: i64) -> Result<(), Error> {
+        let start = self.store.db_now().await?;
+        let horizon = self.horizon.load(Ordering::Acquire);
+        let from = since.unwrap_or(start - slack);
+        let rows = self
+            .store
+            .due_before(&self.session, horizon, Some(from))
+            .await?;
+        *since = Some(start - slack);
+        for (id, run_at) in rows {
+            self.arm(id, run_at).await;
+        }
+        Ok(())
     }
 
     /// Takes schedules of this process directly, and of other processes by

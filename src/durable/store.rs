@@ -40,6 +40,21 @@ pub(crate) enum Db {
     Postgres(PgPool),
 }
 
+impl Db {
+    /// The database's own clock, in milliseconds since the Unix epoch, as
+    /// SQL read while the statement runs. On SQLite that is after the
+    /// statement has the write lock, so a change is stamped with about the
+    /// time it commits, however long it waited for the lock; on PostgreSQL
+    /// it is the time of the call (`clock_timestamp()`, not the
+    /// transaction's start), and no node's clock is involved.
+    fn clock_sql(&self) -> &'static str {
+        match self {
+            Db::Sqlite(_) => "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)",
+            Db::Postgres(_) => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+        }
+    }
+}
+
 /// The id of a durable task, unique in its store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TaskId(pub(crate) i64);
@@ -538,12 +553,14 @@ impl Store {
         let db = self.db();
         // Two tries: a conflicting task could be deleted (its retention
         // ran out) between the insert and the lookup.
+        let sql = format!(
+            "INSERT INTO ttw_tasks (run_at, payload, idempotency_key, max_attempts, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, {}) ON CONFLICT (idempotency_key) DO NOTHING RETURNING id",
+            db.clock_sql()
+        );
         for _ in 0..2 {
             let inserted: Option<i64> = with_pool!(db, pool => {
-                sqlx::query(
-                    "INSERT INTO ttw_tasks (run_at, payload, idempotency_key, max_attempts, created_at, updated_at) \
-                     VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (idempotency_key) DO NOTHING RETURNING id",
-                )
+                sqlx::query(&sql)
                 .bind(run_at)
                 .bind(&payload)
                 .bind(&idempotency_key)
@@ -599,11 +616,13 @@ impl Store {
     /// [`Error::is_database`].
     pub async fn cancel(&self, id: TaskId) -> Result<bool, Error> {
         let now = now_ms();
+        let sql = format!(
+            "UPDATE ttw_tasks SET state = 'cancelled', updated_at = {}, finished_at = $2 \
+             WHERE id = $1 AND state = 'scheduled'",
+            self.db().clock_sql()
+        );
         let n = with_pool!(self.db(), pool => {
-            sqlx::query(
-                "UPDATE ttw_tasks SET state = 'cancelled', updated_at = $2, finished_at = $2 \
-                 WHERE id = $1 AND state = 'scheduled'",
-            )
+            sqlx::query(&sql)
             .bind(id.0)
             .bind(now)
             .execute(pool)
@@ -622,12 +641,14 @@ impl Store {
     /// [`Error::is_database`].
     pub async fn reschedule(&self, id: TaskId, at: SystemTime) -> Result<bool, Error> {
         let run_at = to_ms(at)?;
-        let now = now_ms();
+        let sql = format!(
+            "UPDATE ttw_tasks SET run_at = $2, updated_at = {} WHERE id = $1 AND state = 'scheduled'",
+            self.db().clock_sql()
+        );
         let n = with_pool!(self.db(), pool => {
-            sqlx::query("UPDATE ttw_tasks SET run_at = $2, updated_at = $3 WHERE id = $1 AND state = 'scheduled'")
+            sqlx::query(&sql)
                 .bind(id.0)
                 .bind(run_at)
-                .bind(now)
                 .execute(pool)
                 .await?
                 .rows_affected()
@@ -646,11 +667,13 @@ impl Store {
     /// [`Error::is_database`].
     pub async fn redrive(&self, id: TaskId) -> Result<bool, Error> {
         let now = now_ms();
+        let sql = format!(
+            "UPDATE ttw_tasks SET state = 'scheduled', attempts = 0, run_at = $2, updated_at = {}, \
+             finished_at = NULL WHERE id = $1 AND state = 'dead'",
+            self.db().clock_sql()
+        );
         let n = with_pool!(self.db(), pool => {
-            sqlx::query(
-                "UPDATE ttw_tasks SET state = 'scheduled', attempts = 0, run_at = $2, updated_at = $2, \
-                 finished_at = NULL WHERE id = $1 AND state = 'dead'",
-            )
+            sqlx::query(&sql)
             .bind(id.0)
             .bind(now)
             .execute(pool)
@@ -723,8 +746,18 @@ impl Store {
 
     // ----- what the scheduler runs -----
 
+    /// The database's clock ([`Db::clock_sql`]), the time the catch-up poll
+    /// compares change stamps with.
+    pub(crate) async fn db_now(&self) -> Result<i64, Error> {
+        let sql = format!("SELECT {} AS now", self.db().clock_sql());
+        let now: (i64,) = with_pool!(self.db(), pool => {
+            sqlx::query_as(&sql).fetch_one(pool).await?
+        });
+        Ok(now.0)
+    }
+
     /// Scheduled tasks of this session's shards due before `horizon`, and,
-    /// with `since`, changed at or after it.
+    /// with `since` (the database's clock), changed at or after it.
     pub(crate) async fn due_before(
         &self,
         session: &str,
@@ -761,11 +794,12 @@ impl Store {
         let sql = format!(
             "UPDATE ttw_tasks SET state = 'running', attempts = attempts + 1, claims = claims + 1, locked_by = $1, \
              lock_epoch = (SELECT l.epoch FROM ttw_leases l WHERE l.shard = ttw_tasks.id % $2), \
-             locked_until = $3, updated_at = $4 \
+             locked_until = $3, updated_at = {} \
              WHERE state = 'scheduled' AND run_at <= $4 \
              AND EXISTS (SELECT 1 FROM ttw_leases l WHERE l.shard = ttw_tasks.id % $2 AND l.owner_session = $1) \
              AND id IN ({}) \
              RETURNING id, run_at, attempts, claims, payload, idempotency_key",
+            self.db().clock_sql(),
             placeholders(5, ids.len())
         );
         let claimed = with_pool!(self.db(), pool => {
@@ -830,14 +864,16 @@ impl Store {
     /// starts again, so a delivery from before a redrive is refused.)
     pub(crate) async fn complete(&self, session: &str, id: i64, claim: i64) -> Result<bool, Error> {
         let now = now_ms();
+        let sql = format!(
+            "UPDATE ttw_tasks SET state = 'done', locked_by = NULL, locked_until = NULL, \
+             updated_at = {}, finished_at = $3 \
+             WHERE id = $1 AND claims = $2 AND state = 'running' AND locked_by = $4 \
+             AND EXISTS (SELECT 1 FROM ttw_leases l WHERE l.shard = ttw_tasks.id % $5 \
+             AND l.owner_session = $4 AND l.epoch = ttw_tasks.lock_epoch)",
+            self.db().clock_sql()
+        );
         let n = with_pool!(self.db(), pool => {
-            sqlx::query(
-                "UPDATE ttw_tasks SET state = 'done', locked_by = NULL, locked_until = NULL, \
-                 updated_at = $3, finished_at = $3 \
-                 WHERE id = $1 AND claims = $2 AND state = 'running' AND locked_by = $4 \
-                 AND EXISTS (SELECT 1 FROM ttw_leases l WHERE l.shard = ttw_tasks.id % $5 \
-                 AND l.owner_session = $4 AND l.epoch = ttw_tasks.lock_epoch)",
-            )
+            sqlx::query(&sql)
             .bind(id)
             .bind(claim)
             .bind(now)
@@ -865,18 +901,20 @@ impl Store {
         default_max: i64,
     ) -> Result<Option<Failed>, Error> {
         let now = now_ms();
+        let sql = format!(
+            "UPDATE ttw_tasks SET \
+             state = CASE WHEN attempts >= COALESCE(max_attempts, $6) THEN 'dead' ELSE 'scheduled' END, \
+             run_at = CASE WHEN attempts >= COALESCE(max_attempts, $6) THEN run_at ELSE $7 END, \
+             finished_at = CASE WHEN attempts >= COALESCE(max_attempts, $6) THEN $3 ELSE NULL END, \
+             last_error = $8, locked_by = NULL, locked_until = NULL, updated_at = {} \
+             WHERE id = $1 AND claims = $2 AND state = 'running' AND locked_by = $4 \
+             AND EXISTS (SELECT 1 FROM ttw_leases l WHERE l.shard = ttw_tasks.id % $5 \
+             AND l.owner_session = $4 AND l.epoch = ttw_tasks.lock_epoch) \
+             RETURNING state, run_at",
+            self.db().clock_sql()
+        );
         let row: Option<(String, i64)> = with_pool!(self.db(), pool => {
-            sqlx::query_as(
-                "UPDATE ttw_tasks SET \
-                 state = CASE WHEN attempts >= COALESCE(max_attempts, $6) THEN 'dead' ELSE 'scheduled' END, \
-                 run_at = CASE WHEN attempts >= COALESCE(max_attempts, $6) THEN run_at ELSE $7 END, \
-                 finished_at = CASE WHEN attempts >= COALESCE(max_attempts, $6) THEN $3 ELSE NULL END, \
-                 last_error = $8, locked_by = NULL, locked_until = NULL, updated_at = $3 \
-                 WHERE id = $1 AND claims = $2 AND state = 'running' AND locked_by = $4 \
-                 AND EXISTS (SELECT 1 FROM ttw_leases l WHERE l.shard = ttw_tasks.id % $5 \
-                 AND l.owner_session = $4 AND l.epoch = ttw_tasks.lock_epoch) \
-                 RETURNING state, run_at",
-            )
+            sqlx::query_as(&sql)
             .bind(id)
             .bind(claim)
             .bind(now)
@@ -906,18 +944,20 @@ impl Store {
         default_max: i64,
     ) -> Result<Vec<(i64, i64, bool)>, Error> {
         let now = now_ms();
+        let sql = format!(
+            "UPDATE ttw_tasks SET \
+             state = CASE WHEN attempts >= COALESCE(max_attempts, $1) THEN 'dead' ELSE 'scheduled' END, \
+             finished_at = CASE WHEN attempts >= COALESCE(max_attempts, $1) THEN $2 ELSE NULL END, \
+             run_at = CASE WHEN attempts >= COALESCE(max_attempts, $1) THEN run_at ELSE $2 END, \
+             last_error = 'lock expired: the node delivering it stopped or lost its shard', \
+             locked_by = NULL, locked_until = NULL, updated_at = {} \
+             WHERE state = 'running' AND locked_until < $2 \
+             AND (id % $3) IN (SELECT shard FROM ttw_leases WHERE owner_session = $4) \
+             RETURNING id, run_at, state",
+            self.db().clock_sql()
+        );
         let rows: Vec<(i64, i64, String)> = with_pool!(self.db(), pool => {
-            sqlx::query_as(
-                "UPDATE ttw_tasks SET \
-                 state = CASE WHEN attempts >= COALESCE(max_attempts, $1) THEN 'dead' ELSE 'scheduled' END, \
-                 finished_at = CASE WHEN attempts >= COALESCE(max_attempts, $1) THEN $2 ELSE NULL END, \
-                 run_at = CASE WHEN attempts >= COALESCE(max_attempts, $1) THEN run_at ELSE $2 END, \
-                 last_error = 'lock expired: the node delivering it stopped or lost its shard', \
-                 locked_by = NULL, locked_until = NULL, updated_at = $2 \
-                 WHERE state = 'running' AND locked_until < $2 \
-                 AND (id % $3) IN (SELECT shard FROM ttw_leases WHERE owner_session = $4) \
-                 RETURNING id, run_at, state",
-            )
+            sqlx::query_as(&sql)
             .bind(default_max)
             .bind(now)
             .bind(self.shards_i64())

@@ -128,6 +128,34 @@ impl Db {
     }
 }
 
+impl Db {
+    /// On SQLite, takes the database's write lock on a connection of its
+    /// own, as another process in a long write transaction would; every
+    /// writer waits until [`WriteLock::release`]. `None` on PostgreSQL.
+    pub async fn hold_write_lock(&self) -> Option<WriteLock> {
+        let path = self.sqlite.as_ref()?;
+        use sqlx::Connection;
+        let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap();
+        sqlx::query("BEGIN IMMEDIATE")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        Some(WriteLock(conn))
+    }
+}
+
+/// SQLite's write lock, held by a connection outside the crate.
+pub struct WriteLock(sqlx::SqliteConnection);
+
+impl WriteLock {
+    /// Commits the empty transaction, letting writers in.
+    pub async fn release(mut self) {
+        sqlx::query("COMMIT").execute(&mut self.0).await.unwrap();
+    }
+}
+
 impl Drop for Db {
     fn drop(&mut self) {
         if let Some(path) = &self.sqlite {
