@@ -282,3 +282,32 @@ on_both! {
         b.shutdown().await.unwrap();
     }
 }
+
+on_both! {
+    /// Regression: a node that took over shards loaded their window once,
+    /// and if that load failed it tried again only at its next window
+    /// reload, half a window later, so the dead node's tasks due meanwhile
+    /// were that late. A failed load is now tried again at the next
+    /// catch-up tick.
+    async fn a_failed_load_after_a_takeover_is_tried_again_at_once(db: Db) {
+        let (sa, sb) = (db.open().await, db.open().await);
+        let ledger = Ledger::default();
+        let a = start(node(&sa, "a"), 0, &ledger, Duration::from_millis(1)).await;
+        let ids = spread(&sa, 50, Duration::from_secs(1), Duration::from_secs(4)).await;
+        a.abort();
+        // A long window: b's next reload after the takeover is 15 s away.
+        let b = start(node(&sb, "b").window(Duration::from_secs(30)), 1, &ledger, Duration::from_millis(1)).await;
+        assert_eq!(b.stats().shards_owned, 0, "a's leases are still live");
+        b.fault_fail_loads(1);
+        ledger.wait_unique(ids.len(), Duration::from_secs(8)).await;
+        ledger.assert_never_early_never_concurrent();
+        let worst = ledger
+            .runs()
+            .iter()
+            .map(|r| r.started.duration_since(r.due).unwrap())
+            .max()
+            .unwrap();
+        assert!(worst < Duration::from_millis(1_500), "a task was {worst:?} late after the takeover");
+        b.shutdown().await.unwrap();
+    }
+}

@@ -272,6 +272,7 @@ impl SchedulerBuilder {
             stopping: Notify::new(),
             reload: Notify::new(),
             heartbeat_paused: AtomicBool::new(false),
+            failing_loads: AtomicU64::new(0),
             aborted: AtomicBool::new(false),
             counters: Counters::default(),
             config,
@@ -434,6 +435,13 @@ impl Scheduler {
     pub fn fault_pause_heartbeat(&self, paused: bool) {
         self.node.heartbeat_paused.store(paused, Ordering::SeqCst);
     }
+
+    /// Fault injection: the next `n` window loads fail as a database error
+    /// would, without reaching the database.
+    #[doc(hidden)]
+    pub fn fault_fail_loads(&self, n: u64) {
+        self.node.failing_loads.store(n, Ordering::SeqCst);
+    }
 }
 
 impl Drop for Scheduler {
@@ -505,6 +513,8 @@ pub(crate) struct Node {
     stopping: Notify,
     reload: Notify,
     heartbeat_paused: AtomicBool,
+    /// Window loads still to fail on purpose ([`Scheduler::fault_fail_loads`]).
+    failing_loads: AtomicU64,
     aborted: AtomicBool,
     counters: Counters,
 }
@@ -601,6 +611,13 @@ impl Node {
 
     /// Loads every scheduled task of the held shards due within the window.
     async fn load_window(&self) -> Result<(), Error> {
+        if self
+            .failing_loads
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(Error::config("window load failed by fault injection"));
+        }
         let horizon = now_ms().saturating_add(ms(self.config.window));
         self.horizon.fetch_max(horizon, Ordering::AcqRel);
         for (id, run_at) in self.store.due_before(&self.session, horizon, None).await? {
@@ -622,11 +639,15 @@ impl Node {
         // The first poll looks back one slack from its own start, which
         // covers the time since the window was first loaded.
         let mut since = None;
+        // A window load that failed is tried again at the next catch-up
+        // tick, not half a window later: after a takeover the failed load
+        // was the only one to bring in the new shards' tasks.
+        let mut load_failed = false;
         loop {
             let result = tokio::select! {
                 _ = heartbeat.tick() => self.beat().await,
-                _ = self.reload.notified() => self.load_window().await,
-                _ = window.tick() => match self.load_window().await {
+                _ = self.reload.notified() => self.reload_window(&mut load_failed).await,
+                _ = window.tick() => match self.reload_window(&mut load_failed).await {
                     Ok(()) => self
                         .store
                         .sweep(now_ms().saturating_sub(ms(self.config.retention)))
@@ -634,12 +655,25 @@ impl Node {
                         .map(drop),
                     Err(e) => Err(e),
                 },
-                _ = catch_up.tick() => self.catch_up(&mut since, slack).await,
+                _ = catch_up.tick() => {
+                    if load_failed {
+                        self.reload_window(&mut load_failed).await
+                    } else {
+                        self.catch_up(&mut since, slack).await
+                    }
+                }
             };
             if let Err(err) = result {
                 tracing::warn!(node = %self.node_id, %err, "durable scheduler: database call failed; retrying");
             }
         }
+    }
+
+    /// Loads the window, noting whether it failed.
+    async fn reload_window(&self, failed: &mut bool) -> Result<(), Error> {
+        let result = self.load_window().await;
+        *failed = result.is_err();
+        result
     }
 
     /// One catch-up poll: arms what changed since `since` and moves it on.
