@@ -48,6 +48,9 @@ pub(crate) struct Driver<K, V> {
     /// hold their channel slots).
     batch: VecDeque<Command<K, V>>,
     stats: Stats,
+    /// `stats()` calls taken from the channel, answered once every command
+    /// taken with them is applied and what is due has fired.
+    stats_replies: Vec<tokio::sync::oneshot::Sender<Stats>>,
     /// Declared last, so it drops after the wheel: closes the stream even if
     /// the task is dropped before it ever ran.
     close: Option<CloseOnDrop<K, V>>,
@@ -97,6 +100,7 @@ where
             clock,
             batch: VecDeque::new(),
             stats: Stats::default(),
+            stats_replies: Vec::new(),
             close: Some(CloseOnDrop(Arc::clone(&shared))),
             shared,
         }
@@ -137,6 +141,7 @@ where
             // were all queued before the clock was looked at.
             if self.batch.is_empty() {
                 self.fire_due();
+                self.answer_stats();
             }
             let delivered = !open && (self.wheel.is_empty() || !self.shared.receiver_alive());
             if delivered {
@@ -299,23 +304,39 @@ where
                 self.shared.release(all.len());
                 let _ = reply.send(all);
             }
-            Command::Stats { reply } => {
-                // Report the state as of now: every sleep made before this
-                // call is counted, and what is due has fired.
-                while self.take_queued_sleeps() {}
-                self.fire_due();
-                while self.wheel.has_due() || self.sleeps.has_due() {
-                    self.fire_due();
-                }
-                let _ = reply.send(Stats {
-                    pending: self.wheel.len(),
-                    sleeps: self.sleeps.len(),
-                    ..self.stats
-                });
+            // Answered once the commands taken with it are applied: it
+            // fires what is due, which must wait for them.
+            Command::Stats { reply } => self.stats_replies.push(reply),
+            Command::Stop { reply } => {
+                // `stats()` calls queued before the stop see the wheel as
+                // it was; those after it learn that it closed.
+                self.answer_stats();
+                return Some(reply);
             }
-            Command::Stop { reply } => return Some(reply),
         }
         None
+    }
+
+    /// Answers the `stats()` calls taken so far with the state as of now:
+    /// every sleep made before the call is counted, and what is due has
+    /// fired.
+    fn answer_stats(&mut self) {
+        if self.stats_replies.is_empty() {
+            return;
+        }
+        while self.take_queued_sleeps() {}
+        self.fire_due();
+        while self.wheel.has_due() || self.sleeps.has_due() {
+            self.fire_due();
+        }
+        let stats = Stats {
+            pending: self.wheel.len(),
+            sleeps: self.sleeps.len(),
+            ..self.stats
+        };
+        for reply in self.stats_replies.drain(..) {
+            let _ = reply.send(stats);
+        }
     }
 
     /// Ends the driver: refuses new commands, applies the ones already
@@ -338,6 +359,7 @@ where
         let mut pending = Vec::new();
         self.wheel.drain_into(&mut pending);
         self.shared.release(pending.len());
+        self.stats_replies.clear();
         debug!(pending = pending.len(), "timing wheel driver stopped");
         // This driver is done with the stream before it replies.
         drop(self.close.take());

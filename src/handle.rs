@@ -737,9 +737,15 @@ where
 
     /// The driver's counters, after it has fired every timer already due.
     ///
+    /// The driver answers once it has applied every command it took from
+    /// the channel along with this one, so commands queued just behind a
+    /// `stats()` (another task's `remove_timer`, say) still come before the
+    /// firing it does.
+    ///
     /// # Errors
     ///
-    /// [`Error::is_closed`] if the driver has stopped.
+    /// [`Error::is_closed`] if the driver has stopped, or stops before it
+    /// gets to this call (a `stats()` queued after a [`stop`](Self::stop)).
     ///
     /// # Cancel safety
     ///

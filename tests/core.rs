@@ -594,6 +594,43 @@ async fn a_remove_queued_behind_a_long_queue_beats_the_deadline() {
     assert!(ready(&mut expired).is_empty());
 }
 
+/// Regression: `stats()` fired what was due the moment the driver reached
+/// it, with commands queued behind it in the same batch still unapplied: a
+/// `remove_timer` queued before its timer's deadline, right behind another
+/// task's `stats()`, found the timer fired.
+#[tokio::test(start_paused = true)]
+async fn a_remove_queued_behind_stats_beats_the_deadline() {
+    let (wheel, mut expired) = TimingWheel::<u32, ()>::new();
+    wheel.set_timer(0, (), ms(10)).await.unwrap();
+    let mut stats = task::spawn(wheel.stats());
+    assert_pending!(stats.poll());
+    let mut remove = task::spawn(wheel.remove_timer(0));
+    assert_pending!(remove.poll());
+    advance(ms(20)).await;
+    assert_eq!(remove.await.unwrap(), Some(()));
+    let stats = stats.await.unwrap();
+    assert_eq!((stats.pending, stats.fired), (0, 0));
+    settle(&wheel).await;
+    assert!(ready(&mut expired).is_empty());
+}
+
+/// A `stats()` queued before a `stop()` in the same batch is answered with
+/// the wheel as it was; one queued after it learns the wheel closed.
+#[tokio::test(start_paused = true)]
+async fn stats_around_a_stop_in_one_batch() {
+    let (wheel, _expired) = TimingWheel::<u32, ()>::new();
+    wheel.set_timer(0, (), ms(10_000)).await.unwrap();
+    let mut before = task::spawn(wheel.stats());
+    assert_pending!(before.poll());
+    let mut stop = task::spawn(wheel.stop());
+    assert_pending!(stop.poll());
+    let mut after = task::spawn(wheel.stats());
+    assert_pending!(after.poll());
+    assert_eq!(before.await.unwrap().pending, 1);
+    assert_eq!(stop.await.unwrap(), vec![(0, ())]);
+    assert!(after.await.unwrap_err().is_closed());
+}
+
 /// Regression: with more than 256 commands queued, timers that came due
 /// while they waited fired in runs of 256, each run in deadline order but
 /// not the whole.
