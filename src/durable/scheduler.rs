@@ -780,10 +780,18 @@ impl Node {
 
     async fn claim_and_run(
         self: &Arc<Self>,
-        fired: Vec<(i64, i64)>,
+        mut fired: Vec<(i64, i64)>,
         mode: &Mode,
         running: &mut JoinSet<()>,
     ) -> Result<(), Error> {
+        // A task armed twice in quick succession (the in-process
+        // announcement, NOTIFY, the catch-up poll, a re-arm) can fire twice
+        // into one batch: once from the queue, once armed again after it
+        // left the wheel. Its claim takes it once, so it must register in
+        // its shard once, or the shard's in-flight count never returns to
+        // zero and the shard can never be given back.
+        fired.sort_unstable_by_key(|&(id, _)| id);
+        fired.dedup_by_key(|&mut (id, _)| id);
         // Each id registers in its shard before the claim, so the shard is
         // not given back under it. Ids of shards given back are dropped
         // quietly: the new owner has loaded them. Ids of a shard being

@@ -156,6 +156,38 @@ impl WriteLock {
     }
 }
 
+impl Db {
+    /// Runs one query returning a single integer, outside the crate.
+    pub async fn query_i64(&self, sql: &str) -> i64 {
+        match self.backend {
+            Backend::Sqlite => {
+                let pool = sqlx::SqlitePool::connect(&format!(
+                    "sqlite://{}",
+                    self.sqlite.as_ref().unwrap().display()
+                ))
+                .await
+                .unwrap();
+                let (n,): (i64,) = sqlx::query_as(sql).fetch_one(&pool).await.unwrap();
+                pool.close().await;
+                n
+            }
+            Backend::Postgres => {
+                let (url, schema) = self.postgres.as_ref().unwrap();
+                let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(url)
+                    .await
+                    .unwrap();
+                sqlx::query(&format!("SET search_path TO {schema}"))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+                let (n,): (i64,) = sqlx::query_as(sql).fetch_one(&mut conn).await.unwrap();
+                let _ = sqlx::Connection::close(conn).await;
+                n
+            }
+        }
+    }
+}
+
 impl Drop for Db {
     fn drop(&mut self) {
         if let Some(path) = &self.sqlite {
