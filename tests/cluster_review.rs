@@ -151,3 +151,44 @@ on_both! {
         b.shutdown().await.unwrap();
     }
 }
+on_both! {
+    /// A node that joins while every shard of the other always has a
+    /// delivery in flight (steady load, handlers slower than the gap between
+    /// tasks of one shard) must still get its share: rebalancing cannot wait
+    /// for a shard to be idle at the instant a heartbeat looks.
+    async fn a_joining_node_gets_its_share_under_steady_load(db: Db) {
+        let (sa, sb) = (db.open().await, db.open().await);
+        let shards = sa.shards();
+        let ledger = Ledger::default();
+        // Each delivery takes 400 ms; a task every 10 ms, so each of the 16
+        // shards gets one every 160 ms and always has two or three in flight.
+        let a = start(node(&sa, "a"), 0, &ledger, Duration::from_millis(400)).await;
+        let ids = spread(&sa, 1_200, Duration::from_secs(12), Duration::from_millis(300)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(a.stats().shards_owned, shards);
+
+        let b = start(node(&sb, "b"), 1, &ledger, Duration::from_millis(400)).await;
+        let joined = Instant::now();
+        let bound = HEARTBEAT * 10;
+        while b.stats().shards_owned < shards / 2 && joined.elapsed() < bound {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let (got_a, got_b) = (a.stats().shards_owned, b.stats().shards_owned);
+        eprintln!("after {:?}: a holds {got_a}, b holds {got_b}", joined.elapsed());
+        assert_eq!(
+            (got_a, got_b),
+            (shards / 2, shards / 2),
+            "the joining node did not get its share within {bound:?} under load"
+        );
+        // Nothing lost, no duplicates: a graceful rebalance.
+        ledger.wait_unique(ids.len(), Duration::from_secs(25)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(ledger.per_task().values().all(|r| r.len() == 1), "no duplicates without a crash");
+        for run in ledger.runs() {
+            assert!(run.started >= run.due);
+        }
+        a.shutdown().await.unwrap();
+        b.shutdown().await.unwrap();
+    }
+}
+

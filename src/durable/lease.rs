@@ -1,6 +1,7 @@
 //! Membership and shard leases: each node heartbeats in `ttw_nodes`, renews
 //! the leases it holds, takes free or expired ones up to its fair share
-//! (`ceil(shards / live nodes)`), and gives back surplus when nodes join.
+//! (`ceil(shards / live nodes)`), and gives back surplus when nodes join
+//! (draining busy shards first, so steady load cannot hold them forever).
 //!
 //! A lease row names its owner twice: the node id (stable across restarts)
 //! and the session (new every time a scheduler starts). Every claim and
@@ -21,14 +22,20 @@ pub(crate) struct Beat {
     pub(crate) owned: Vec<u32>,
     pub(crate) acquired: Vec<u32>,
     pub(crate) takeovers: u64,
+    /// Surplus shards still busy: marked to take no new claims, to be given
+    /// back by a later heartbeat once idle.
+    pub(crate) draining: Vec<u32>,
 }
 
 /// One heartbeat of node `node` (session `session`): record liveness, renew
 /// held leases, then take or give back shards toward the fair share.
 /// Before a surplus shard is given back, `give_back` must agree: it marks
 /// the shard so no new claim starts in it, and refuses while a delivery is
-/// in flight there (see [`ShardTable::begin_release`]). The caller clears
-/// the marks once it has recorded the result.
+/// in flight there (see [`ShardTable::begin_release`]). Idle shards go
+/// first; if too few are idle, busy ones are handed to `drain` (no new
+/// claims there) and listed in [`Beat::draining`], so they are idle for a
+/// later heartbeat. The caller clears the other marks once it has recorded
+/// the result.
 ///
 /// [`ShardTable::begin_release`]: super::shards::ShardTable::begin_release
 pub(crate) async fn heartbeat(
@@ -37,6 +44,7 @@ pub(crate) async fn heartbeat(
     session: &str,
     ttl_ms: i64,
     give_back: impl Fn(u32) -> bool,
+    drain: impl Fn(u32),
 ) -> Result<Beat, Error> {
     let now = now_ms();
     let db = store.db();
@@ -127,6 +135,9 @@ pub(crate) async fn heartbeat(
         // Give back surplus shards that have nothing in flight, so a node
         // that joined can take them without waiting for a lease to expire.
         let surplus = owned.len() - target;
+        // Highest first, in a stable order, so that the shards drained by
+        // one heartbeat are the ones the next one gives back.
+        owned.sort_unstable();
         let mut give: Vec<u32> = Vec::with_capacity(surplus);
         for &shard in owned.iter().rev() {
             if give.len() == surplus {
@@ -134,6 +145,17 @@ pub(crate) async fn heartbeat(
             }
             if give_back(shard) {
                 give.push(shard);
+            }
+        }
+        // Under steady load a shard may never be idle when a heartbeat
+        // looks: drain busy ones instead of waiting for luck.
+        for &shard in owned.iter().rev() {
+            if give.len() + beat.draining.len() >= surplus {
+                break;
+            }
+            if !give.contains(&shard) {
+                drain(shard);
+                beat.draining.push(shard);
             }
         }
         if !give.is_empty() {

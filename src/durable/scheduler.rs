@@ -271,6 +271,7 @@ impl SchedulerBuilder {
             semaphore: Arc::new(Semaphore::new(config.max_concurrency)),
             stopping: Notify::new(),
             reload: Notify::new(),
+            drained: Notify::new(),
             heartbeat_paused: AtomicBool::new(false),
             failing_loads: AtomicU64::new(0),
             aborted: AtomicBool::new(false),
@@ -512,6 +513,9 @@ pub(crate) struct Node {
     semaphore: Arc<Semaphore>,
     stopping: Notify,
     reload: Notify,
+    /// A shard being drained for giving back has nothing in flight any
+    /// more: heartbeat now rather than leave its tasks waiting.
+    drained: Notify,
     heartbeat_paused: AtomicBool,
     /// Window loads still to fail on purpose ([`Scheduler::fault_fail_loads`]).
     failing_loads: AtomicU64,
@@ -567,6 +571,7 @@ impl Node {
             &self.session,
             ms(self.config.lease_ttl),
             |shard| self.shards.begin_release(shard as usize),
+            |shard| self.shards.drain(shard as usize),
         )
         .await;
         let beat = match beat {
@@ -575,14 +580,14 @@ impl Node {
                 // A release may not have happened: the shards it marked
                 // take claims again (and if it did, the database refuses
                 // them).
-                self.shards.end_releases();
+                self.shards.end_releases(&[]);
                 return Err(err);
             }
         };
         let lost = self.shards.set_owned(&beat.owned);
         // Only now that the shards given back are no longer held may the
-        // marks go.
-        self.shards.end_releases();
+        // marks go; shards still draining keep theirs.
+        self.shards.end_releases(&beat.draining);
         if lost > 0 {
             tracing::info!(node = %self.node_id, lost, "gave back or lost shard leases");
         }
@@ -646,6 +651,7 @@ impl Node {
         loop {
             let result = tokio::select! {
                 _ = heartbeat.tick() => self.beat().await,
+                _ = self.drained.notified() => self.beat().await,
                 _ = self.reload.notified() => self.reload_window(&mut load_failed).await,
                 _ = window.tick() => match self.reload_window(&mut load_failed).await {
                     Ok(()) => self
@@ -875,7 +881,9 @@ impl Node {
     /// Ends the registration of ids that will not be delivered.
     fn exit_all(&self, ids: &[i64]) {
         for &id in ids {
-            self.shards.exit(self.shard_of(id));
+            if self.shards.exit(self.shard_of(id)) {
+                self.drained.notify_one();
+            }
         }
     }
 
@@ -962,7 +970,9 @@ impl Node {
                 }
             }
         }
-        self.shards.exit(shard);
+        if self.shards.exit(shard) {
+            self.drained.notify_one();
+        }
         drop(permit);
     }
 

@@ -45,29 +45,40 @@ impl ShardTable {
         }
         self.in_flight[shard].fetch_add(1, SeqCst);
         if self.releasing[shard].load(SeqCst) || !self.owns(shard) {
-            self.exit(shard);
+            let _ = self.exit(shard);
             return false;
         }
         true
     }
 
     /// Ends one delivery registered by [`enter`](Self::enter): its claim
-    /// took nothing, or its outcome is recorded.
-    pub(crate) fn exit(&self, shard: usize) {
-        self.in_flight[shard].fetch_sub(1, SeqCst);
+    /// took nothing, or its outcome is recorded. Returns true if that left
+    /// a shard marked for giving back with nothing in flight: a heartbeat
+    /// now can give it back without waiting for the next one.
+    pub(crate) fn exit(&self, shard: usize) -> bool {
+        self.in_flight[shard].fetch_sub(1, SeqCst) == 1 && self.releasing[shard].load(SeqCst)
     }
 
     /// Marks `shard` as being given back unless a delivery is in flight in
     /// it. Returns whether it was marked; while it is, every
     /// [`enter`](Self::enter) for it fails, until
-    /// [`end_releases`](Self::end_releases).
+    /// [`end_releases`](Self::end_releases). A shard refused here keeps the
+    /// mark it had (a shard [draining](Self::drain) stays draining).
     pub(crate) fn begin_release(&self, shard: usize) -> bool {
-        self.releasing[shard].store(true, SeqCst);
+        let was = self.releasing[shard].swap(true, SeqCst);
         if self.in_flight[shard].load(SeqCst) > 0 {
-            self.releasing[shard].store(false, SeqCst);
+            self.releasing[shard].store(was, SeqCst);
             return false;
         }
         true
+    }
+
+    /// Marks a busy `shard` as draining: no new claim starts in it, so its
+    /// deliveries in flight end and a later heartbeat can give it back.
+    /// Without this a shard that always has something in flight (steady
+    /// load) would never be given back to a node that joined.
+    pub(crate) fn drain(&self, shard: usize) {
+        self.releasing[shard].store(true, SeqCst);
     }
 
     /// Records the shards held after a heartbeat; returns how many this
@@ -83,11 +94,14 @@ impl ShardTable {
         lost
     }
 
-    /// Clears every release mark. Called after a heartbeat has recorded
-    /// which shards it gave back, or failed.
-    pub(crate) fn end_releases(&self) {
-        for flag in &self.releasing {
-            flag.store(false, SeqCst);
+    /// Clears every release mark but those of the shards in `draining`.
+    /// Called after a heartbeat has recorded which shards it gave back and
+    /// which it is still draining, or failed (with nothing to keep).
+    pub(crate) fn end_releases(&self, draining: &[u32]) {
+        for (shard, flag) in self.releasing.iter().enumerate() {
+            if !draining.contains(&(shard as u32)) {
+                flag.store(false, SeqCst);
+            }
         }
     }
 
@@ -124,7 +138,7 @@ mod tests {
         assert!(table.enter(1));
         assert!(!table.begin_release(1), "a claim is under way in shard 1");
         assert!(table.begin_release(2));
-        table.exit(1);
+        let _ = table.exit(1);
         assert!(table.begin_release(1));
     }
 
@@ -137,14 +151,34 @@ mod tests {
         assert!(!table.busy(1), "a refused claim leaves nothing registered");
         // The release went through: the shard is gone.
         assert_eq!(table.set_owned(&[]), 1);
-        table.end_releases();
+        table.end_releases(&[]);
         assert!(!table.enter(1));
         // A failed release leaves the shard held and claimable again.
         table.set_owned(&[1]);
         assert!(table.begin_release(1));
-        table.end_releases();
+        table.end_releases(&[]);
         assert!(table.enter(1));
         assert_eq!(table.in_flight_total(), 1);
+    }
+
+    #[test]
+    fn a_draining_shard_takes_no_new_claims_and_is_given_back_once_idle() {
+        let table = ShardTable::new(2);
+        table.set_owned(&[0, 1]);
+        assert!(table.enter(0));
+        assert!(!table.begin_release(0));
+        table.drain(0);
+        table.end_releases(&[0]);
+        assert!(!table.enter(0), "no new claim in a draining shard");
+        assert!(table.enter(1));
+        // Still busy: refused, and still draining.
+        assert!(!table.begin_release(0));
+        assert!(!table.enter(0));
+        assert!(table.exit(0), "the last delivery of a draining shard says so");
+        assert!(table.begin_release(0), "idle now: given back");
+        // A drain that is called off lets claims in again.
+        table.end_releases(&[]);
+        assert!(table.enter(0));
     }
 
     #[test]
@@ -191,9 +225,9 @@ mod tests {
             barrier.wait();
             // Both sides are done with this round: reset it.
             if table.busy(0) {
-                table.exit(0);
+                let _ = table.exit(0);
             }
-            table.end_releases();
+            table.end_releases(&[]);
             barrier.wait();
         }
         let entered = claimer.join().unwrap();
