@@ -192,3 +192,57 @@ on_both! {
     }
 }
 
+/// A burst of tasks scheduled into the window (here by another process,
+/// found by the catch-up poll) makes the window loads and polls arm many
+/// timers. The heartbeat must not wait behind them: no lease of a healthy,
+/// running node may expire (another node would take it, and fence the
+/// outcomes of the deliveries it had in flight).
+///
+/// PostgreSQL only: on SQLite the bulk insert that sets the scene holds the
+/// one write lock, and that, not the scheduler, stalls the heartbeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_do_not_wait_behind_window_loads() {
+    let Some(db) = Db::new(
+        Backend::Postgres,
+        "heartbeats_do_not_wait_behind_window_loads",
+    ) else {
+        return;
+    };
+    let store = db.open().await;
+    let ledger = Ledger::default();
+    let builder = Scheduler::builder(store.clone())
+        .node_id("a")
+        .window(Duration::from_secs(60))
+        .catch_up_interval(Duration::from_millis(100))
+        .heartbeat(Duration::from_millis(100))
+        .lease_ttl(Duration::from_millis(500));
+    let a = start(builder, 0, &ledger, Duration::from_millis(1)).await;
+    // 300,000 tasks due 40-50 s from now, written by "another process" (no
+    // notification: the catch-up poll finds them).
+    let base = now_ms() + 40_000;
+    db.exec(&format!(
+        "WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 300000) \
+         INSERT INTO ttw_tasks (run_at, payload, created_at, updated_at) \
+         SELECT {base} + (n % 10000), CAST('' AS BYTEA), {now}, {now} FROM s",
+        now = now_ms()
+    ))
+    .await;
+    // Watch the leases for a few seconds: none may run out.
+    let watch = Instant::now();
+    let mut worst = i64::MIN;
+    while watch.elapsed() < Duration::from_secs(6) {
+        let now = now_ms();
+        let lag = db
+            .query_i64(&format!("SELECT {now} - MIN(expires_at) FROM ttw_leases"))
+            .await;
+        worst = worst.max(lag);
+        assert!(
+            lag <= 0,
+            "a healthy node's lease expired {lag} ms ago, {:?} into the burst",
+            watch.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!("closest a lease came to expiring: {} ms before", -worst);
+    a.abort();
+}

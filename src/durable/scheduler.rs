@@ -283,11 +283,13 @@ impl SchedulerBuilder {
         node.load_window().await?;
         // The first heartbeat asked for a window load, which just happened.
         let _ = node.reload.notified().now_or_never();
+        let heartbeats = tokio::spawn(node.clone().heartbeats());
         let control = tokio::spawn(node.clone().control());
         let listener = tokio::spawn(node.clone().listen(local));
         let dispatcher = tokio::spawn(node.clone().dispatch(expirations, mode));
         Ok(Scheduler {
             node,
+            heartbeats,
             control,
             listener,
             dispatcher: Some(dispatcher),
@@ -332,6 +334,7 @@ enum Mode {
 /// ```
 pub struct Scheduler {
     node: Arc<Node>,
+    heartbeats: JoinHandle<()>,
     control: JoinHandle<()>,
     listener: JoinHandle<()>,
     dispatcher: Option<JoinHandle<()>>,
@@ -390,8 +393,10 @@ impl Scheduler {
         if let Some(dispatcher) = self.dispatcher.take() {
             let _ = dispatcher.await;
         }
+        self.heartbeats.abort();
         self.control.abort();
         self.listener.abort();
+        let _ = (&mut self.heartbeats).await;
         let _ = (&mut self.control).await;
         let _ = (&mut self.listener).await;
         let _ = self.node.wheel.stop().await;
@@ -413,6 +418,7 @@ impl Scheduler {
 
     fn abort_now(&mut self) {
         self.node.aborted.store(true, Ordering::SeqCst);
+        self.heartbeats.abort();
         self.control.abort();
         self.listener.abort();
         if let Some(dispatcher) = self.dispatcher.take() {
@@ -631,12 +637,34 @@ impl Node {
         Ok(())
     }
 
-    /// Heartbeats, window refreshes, catch-up polls and retention sweeps.
-    async fn control(self: Arc<Self>) {
+    /// Heartbeats (lease renewal, rebalancing, reclaims), in a task of their
+    /// own: a renewal must never wait behind a window load, a catch-up poll
+    /// or a sweep, which take as long as there are rows; a node stalled past
+    /// its lease TTL would lose its shards to others while healthy, and the
+    /// outcomes of its deliveries in flight would be fenced off and
+    /// delivered again.
+    async fn heartbeats(self: Arc<Self>) {
         let mut heartbeat = tokio::time::interval(self.config.heartbeat);
+        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        heartbeat.reset();
+        loop {
+            tokio::select! {
+                _ = heartbeat.tick() => {}
+                _ = self.drained.notified() => {}
+            }
+            if let Err(err) = self.beat().await {
+                tracing::warn!(node = %self.node_id, %err, "durable scheduler: heartbeat failed; retrying");
+            }
+        }
+    }
+
+    /// Window refreshes, catch-up polls and retention sweeps. A window load
+    /// runs when a heartbeat took shards; the two run side by side, and a
+    /// load that raced a change of ownership is followed by another.
+    async fn control(self: Arc<Self>) {
         let mut window = tokio::time::interval(self.config.window / 2);
         let mut catch_up = tokio::time::interval(self.config.catch_up);
-        for i in [&mut heartbeat, &mut window, &mut catch_up] {
+        for i in [&mut window, &mut catch_up] {
             i.set_missed_tick_behavior(MissedTickBehavior::Delay);
             i.reset();
         }
@@ -650,8 +678,6 @@ impl Node {
         let mut load_failed = false;
         loop {
             let result = tokio::select! {
-                _ = heartbeat.tick() => self.beat().await,
-                _ = self.drained.notified() => self.beat().await,
                 _ = self.reload.notified() => self.reload_window(&mut load_failed).await,
                 _ = window.tick() => match self.reload_window(&mut load_failed).await {
                     Ok(()) => self

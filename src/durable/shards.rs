@@ -174,7 +174,10 @@ mod tests {
         // Still busy: refused, and still draining.
         assert!(!table.begin_release(0));
         assert!(!table.enter(0));
-        assert!(table.exit(0), "the last delivery of a draining shard says so");
+        assert!(
+            table.exit(0),
+            "the last delivery of a draining shard says so"
+        );
         assert!(table.begin_release(0), "idle now: given back");
         // A drain that is called off lets claims in again.
         table.end_releases(&[]);
