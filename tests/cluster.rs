@@ -130,6 +130,14 @@ async fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool
     started.elapsed()
 }
 
+/// Milliseconds since the Unix epoch, as the store writes times.
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
 async fn spread(store: &Store, n: u64, over: Duration, after: Duration) -> Vec<TaskId> {
     let start = SystemTime::now() + after;
     let mut ids = Vec::with_capacity(n as usize);
@@ -310,4 +318,137 @@ on_both! {
         assert!(worst < Duration::from_millis(1_500), "a task was {worst:?} late after the takeover");
         b.shutdown().await.unwrap();
     }
+}
+
+on_both! {
+    /// Regression: a task due at once is armed by several paths (the
+    /// in-process announcement, NOTIFY, the catch-up poll), and two of them
+    /// could put it in the same fired batch. It registered in its shard
+    /// twice and left once, so the shard's in-flight count never returned
+    /// to zero and the shard could never be given back to a node that
+    /// joined.
+    async fn in_flight_returns_to_zero_and_idle_shards_are_given_back(db: Db) {
+        let (sa, sb) = (db.open().await, db.open().await);
+        let shards = sa.shards();
+        let ledger = Ledger::default();
+        let a = start(node(&sa, "a"), 0, &ledger, Duration::from_millis(1)).await;
+        let mut ids = Vec::new();
+        for i in 0..300u32 {
+            ids.push(sa.schedule(i.to_le_bytes().to_vec()).await.unwrap());
+        }
+        ledger.wait_unique(ids.len(), Duration::from_secs(20)).await;
+        // Let the last outcomes be written and nothing fire any more.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let stats = a.stats();
+        eprintln!("a: {stats:?}");
+        let b = start(node(&sb, "b"), 1, &ledger, Duration::from_millis(1)).await;
+        let joined = Instant::now();
+        while b.stats().shards_owned < shards / 2 && joined.elapsed() < HEARTBEAT * 10 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let (got_a, got_b) = (a.stats().shards_owned, b.stats().shards_owned);
+        assert_eq!(stats.in_flight, 0, "nothing is in flight, yet a counts {}", stats.in_flight);
+        assert_eq!((got_a, got_b), (shards / 2, shards / 2), "idle shards were not given back");
+        a.shutdown().await.unwrap();
+        b.shutdown().await.unwrap();
+    }
+}
+
+on_both! {
+    /// Regression: a surplus shard was given back only if it had nothing in
+    /// flight at the instant a heartbeat looked. Under steady load (handlers
+    /// slower than the gap between tasks of one shard) every shard always
+    /// had, and a node that joined got none of them. Busy surplus shards are
+    /// now drained, then given back.
+    async fn a_joining_node_gets_its_share_under_steady_load(db: Db) {
+        let (sa, sb) = (db.open().await, db.open().await);
+        let shards = sa.shards();
+        let ledger = Ledger::default();
+        // Each delivery takes 400 ms; a task every 10 ms, so each of the 16
+        // shards gets one every 160 ms and always has two or three in flight.
+        let a = start(node(&sa, "a"), 0, &ledger, Duration::from_millis(400)).await;
+        let ids = spread(&sa, 1_200, Duration::from_secs(12), Duration::from_millis(300)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(a.stats().shards_owned, shards);
+
+        let b = start(node(&sb, "b"), 1, &ledger, Duration::from_millis(400)).await;
+        let joined = Instant::now();
+        let bound = HEARTBEAT * 10;
+        while b.stats().shards_owned < shards / 2 && joined.elapsed() < bound {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let (got_a, got_b) = (a.stats().shards_owned, b.stats().shards_owned);
+        eprintln!("after {:?}: a holds {got_a}, b holds {got_b}", joined.elapsed());
+        assert_eq!(
+            (got_a, got_b),
+            (shards / 2, shards / 2),
+            "the joining node did not get its share within {bound:?} under load"
+        );
+        // Nothing lost, no duplicates: a graceful rebalance.
+        ledger.wait_unique(ids.len(), Duration::from_secs(25)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(ledger.per_task().values().all(|r| r.len() == 1), "no duplicates without a crash");
+        for run in ledger.runs() {
+            assert!(run.started >= run.due);
+        }
+        a.shutdown().await.unwrap();
+        b.shutdown().await.unwrap();
+    }
+}
+
+/// Regression: lease renewal shared one loop with window loads, catch-up
+/// polls and sweeps, which take as long as there are rows. A burst of
+/// tasks scheduled into the window (here by another process, found by the
+/// catch-up poll) stalled the heartbeat past the lease TTL, and a healthy,
+/// running node's leases expired (another node would take them, and fence
+/// the outcomes of the deliveries it had in flight). Heartbeats now run in
+/// a task of their own.
+///
+/// PostgreSQL only: on SQLite the bulk insert that sets the scene holds the
+/// one write lock, and that, not the scheduler, stalls the heartbeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_do_not_wait_behind_window_loads() {
+    let Some(db) = Db::new(
+        Backend::Postgres,
+        "heartbeats_do_not_wait_behind_window_loads",
+    ) else {
+        return;
+    };
+    let store = db.open().await;
+    let ledger = Ledger::default();
+    let builder = Scheduler::builder(store.clone())
+        .node_id("a")
+        .window(Duration::from_secs(60))
+        .catch_up_interval(Duration::from_millis(100))
+        .heartbeat(Duration::from_millis(100))
+        .lease_ttl(Duration::from_millis(500));
+    let a = start(builder, 0, &ledger, Duration::from_millis(1)).await;
+    // 300,000 tasks due 40-50 s from now, written by "another process" (no
+    // notification: the catch-up poll finds them).
+    let base = now_ms() + 40_000;
+    db.exec(&format!(
+        "WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 300000) \
+         INSERT INTO ttw_tasks (run_at, payload, created_at, updated_at) \
+         SELECT {base} + (n % 10000), CAST('' AS BYTEA), {now}, {now} FROM s",
+        now = now_ms()
+    ))
+    .await;
+    // Watch the leases for a few seconds: none may run out.
+    let watch = Instant::now();
+    let mut worst = i64::MIN;
+    while watch.elapsed() < Duration::from_secs(6) {
+        let now = now_ms();
+        let lag = db
+            .query_i64(&format!("SELECT {now} - MIN(expires_at) FROM ttw_leases"))
+            .await;
+        worst = worst.max(lag);
+        assert!(
+            lag <= 0,
+            "a healthy node's lease expired {lag} ms ago, {:?} into the burst",
+            watch.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!("closest a lease came to expiring: {} ms before", -worst);
+    a.abort();
 }
