@@ -440,6 +440,38 @@ on_both! {
 }
 
 on_both! {
+    /// Regression: a delivery the consumer had not taken from the stream
+    /// by its deadline stayed in the stream after its attempt was failed,
+    /// and a consumer that read late got that stale attempt: it ran the
+    /// task again while the retry was due, and its ack was refused.
+    async fn a_delivery_left_in_the_stream_past_its_deadline_is_not_handed_out(db: Db) {
+        let store = db.open().await;
+        let (scheduler, mut deliveries) = fast(&store)
+            .callback_timeout(Duration::from_millis(300))
+            .backoff(Backoff::exponential(Duration::from_secs(2), Duration::from_secs(2)))
+            .start_stream()
+            .await
+            .unwrap();
+        let id = store.schedule(b"late reader".to_vec()).await.unwrap();
+        // Nobody reads while the first attempt times out and is failed.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let info = store.get(id).await.unwrap().unwrap();
+            if (info.state, info.attempts) == (TaskState::Scheduled, 1) {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{info:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let d = deliveries.next().await.unwrap();
+        assert_eq!((d.task().id(), d.task().attempt()), (id, 2), "the stale first attempt was handed out");
+        d.ack().await.unwrap();
+        assert_eq!(store.get(id).await.unwrap().unwrap().state, TaskState::Done);
+        scheduler.shutdown().await.unwrap();
+    }
+}
+
+on_both! {
     /// A process killed with tasks pending (no graceful shutdown) and
     /// started again under the same node id delivers every task, none
     /// before its time and none lost.

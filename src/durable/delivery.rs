@@ -146,6 +146,11 @@ impl fmt::Debug for Delivery {
 /// The stream of deliveries of a scheduler started with
 /// [`SchedulerBuilder::start_stream`](super::SchedulerBuilder::start_stream).
 /// It ends when the scheduler shuts down.
+///
+/// A delivery not taken from the stream before its deadline (the
+/// scheduler's `callback_timeout`, from its claim) has already been failed
+/// and is skipped: a consumer that reads late never gets an attempt that
+/// its retry may be overlapping.
 #[must_use = "streams do nothing unless polled"]
 #[derive(Debug)]
 pub struct Deliveries {
@@ -155,7 +160,19 @@ pub struct Deliveries {
 impl Deliveries {
     /// The next delivery, or `None` once the scheduler has shut down.
     pub async fn recv(&mut self) -> Option<Delivery> {
-        self.rx.recv().await
+        std::future::poll_fn(|cx| self.poll_live(cx)).await
+    }
+
+    /// The next delivery whose attempt is still waiting for its outcome.
+    fn poll_live(&mut self, cx: &mut Context<'_>) -> Poll<Option<Delivery>> {
+        loop {
+            match self.rx.poll_recv(cx) {
+                // Its supervisor gave up at the deadline and failed the
+                // attempt: dropping it records nothing more.
+                Poll::Ready(Some(d)) if d.settled.as_ref().is_none_or(|s| s.is_closed()) => {}
+                other => return other,
+            }
+        }
     }
 }
 
@@ -163,7 +180,7 @@ impl Stream for Deliveries {
     type Item = Delivery;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Delivery>> {
-        self.rx.poll_recv(cx)
+        self.poll_live(cx)
     }
 }
 

@@ -982,14 +982,16 @@ impl Node {
                     node: self.clone(),
                     settled: Some(settled_tx),
                 };
-                let outcome = if tx.send(delivery).await.is_err() {
-                    Some("no consumer: the delivery stream was dropped".to_string())
-                } else {
-                    match tokio::time::timeout_at(deadline, settled_rx).await {
+                // The send waits only if the stream holds more deliveries
+                // than it has room for; it too must end by the deadline.
+                let outcome = match tokio::time::timeout_at(deadline, tx.send(delivery)).await {
+                    Ok(Err(_)) => Some("no consumer: the delivery stream was dropped".to_string()),
+                    Err(_) => Some(format!("not taken from the stream within {timeout:?}")),
+                    Ok(Ok(())) => match tokio::time::timeout_at(deadline, settled_rx).await {
                         Ok(Ok(())) => None,
                         Ok(Err(_)) => Some("delivery dropped without ack".to_string()),
                         Err(_) => Some(format!("not acknowledged within {timeout:?}")),
-                    }
+                    },
                 };
                 if let Some(err) = outcome {
                     let _ = self.failure(&task, &err).await;
