@@ -55,6 +55,8 @@ pub(crate) struct Entry<K, V> {
 }
 
 impl<K, V> Entry<K, V> {
+    /// An entry filed nowhere yet.
+    #[cfg(test)]
     pub(crate) fn new(key: K, value: V, when: u64) -> Self {
         Entry {
             key,
@@ -212,15 +214,10 @@ impl Slot {
         n
     }
 
-    /// Files entry `idx` (not filed anywhere) at the end, as `place`.
+    /// Files entry `idx` (not filed anywhere) at the end; returns its
+    /// position, for the entry to record.
     #[inline]
-    pub(crate) fn push<K, V>(
-        &mut self,
-        entries: &mut Slab<Entry<K, V>>,
-        blocks: &mut Blocks,
-        idx: u32,
-        place: Place,
-    ) {
+    pub(crate) fn push(&mut self, blocks: &mut Blocks, idx: u32) -> u32 {
         if self.tail == NIL || self.fill == BLOCK {
             let block = blocks.alloc();
             if self.tail == NIL {
@@ -233,12 +230,11 @@ impl Slot {
             self.fill = 0;
         }
         blocks.items[self.tail as usize][self.fill as usize] = idx;
-        let entry = &mut entries[idx as usize];
-        entry.place = place;
-        entry.pos = pos(self.tail, self.fill);
+        let at = pos(self.tail, self.fill);
         self.fill += 1;
         self.len += 1;
         self.live += 1;
+        at
     }
 
     /// Records that the entry filed here at `at` has left (been removed, or
@@ -445,7 +441,8 @@ mod tests {
     ) {
         for key in keys {
             let idx = entries.insert(Entry::new(key, (), 0)) as u32;
-            slot.push(entries, blocks, idx, HERE);
+            let entry = &mut entries[idx as usize];
+            (entry.place, entry.pos) = (HERE, slot.push(blocks, idx));
         }
     }
 
@@ -525,7 +522,8 @@ mod tests {
         let (mut entries, mut blocks, mut due) = (Slab::new(), Blocks::new(), Slot::EMPTY);
         for key in 0..300u32 {
             let idx = entries.insert(Entry::new(key, (), 0)) as u32;
-            due.push(&mut entries, &mut blocks, idx, Place::Due);
+            let entry = &mut entries[idx as usize];
+            (entry.place, entry.pos) = (Place::Due, due.push(&mut blocks, idx));
         }
         let mut out = Vec::new();
         for _ in 0..50 {

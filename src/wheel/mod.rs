@@ -189,8 +189,15 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
         }
         let idx = self.entries.vacant_key() as u32;
         vacant.insert(idx);
-        self.entries.insert(Entry::new(key, value, when));
-        self.link(idx);
+        // Filed before it is stored, so the new entry is written once.
+        let (place, pos) = self.file_at(idx, when);
+        self.entries.insert(Entry {
+            key,
+            value,
+            when,
+            place,
+            pos,
+        });
         Ok(None)
     }
 
@@ -469,6 +476,17 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
     /// [`link`](Self::link), with the entry's deadline at hand.
     #[inline]
     fn file(&mut self, idx: u32, when: u64) {
+        let (place, pos) = self.file_at(idx, when);
+        let entry = &mut self.entries[idx as usize];
+        (entry.place, entry.pos) = (place, pos);
+    }
+
+    /// Files index `idx` at the end of the slot deadline `when` belongs in
+    /// (or the due queue), and returns that place and the position there,
+    /// for the entry to record. The entry itself is not touched: it may not
+    /// be stored yet.
+    #[inline]
+    fn file_at(&mut self, idx: u32, when: u64) -> (Place, u32) {
         #[cfg(test)]
         {
             self.links += 1;
@@ -485,7 +503,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
                 lvl.slot_mut(slot as usize)
             }
         };
-        slot.push(&mut self.entries, &mut self.blocks, idx, place);
+        (place, slot.push(&mut self.blocks, idx))
     }
 
     /// Makes the entries of the spliced slot say they are due, before an
