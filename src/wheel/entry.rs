@@ -246,14 +246,20 @@ impl Slot {
         blocks: &mut Blocks,
         at: u32,
     ) {
-        *blocks.item_mut(at) = NIL;
         self.live -= 1;
         if self.live == 0 {
+            // Nothing left to read: no hole needs writing.
             self.clear(blocks);
             return;
         }
         if at == pos(self.head, self.start) {
+            // The oldest leaves (timeouts cancelled in the order they were
+            // set): read past it rather than leave a hole to skip.
+            self.start += 1;
+            self.len -= 1;
             self.skip_holes(blocks);
+        } else {
+            *blocks.item_mut(at) = NIL;
         }
         if self.len > 2 * self.live + SLACK {
             self.compact(entries, blocks);
@@ -266,18 +272,23 @@ impl Slot {
     fn skip_holes(&mut self, blocks: &mut Blocks) {
         debug_assert!(self.live > 0);
         loop {
-            if self.start == BLOCK {
-                // Past the end of a block that is not the last.
-                let block = self.head;
-                self.head = blocks.next[block as usize];
-                self.start = 0;
-                blocks.free_chain(block, block);
-            } else if blocks.item(self.head, self.start) == NIL {
-                self.start += 1;
-                self.len -= 1;
-            } else {
+            let items = &blocks.items[self.head as usize];
+            let mut start = self.start as usize;
+            // An entry lies ahead, so in the last block this stops at it,
+            // before the items not written yet.
+            while start < items.len() && items[start] == NIL {
+                start += 1;
+            }
+            self.len -= start as u32 - self.start;
+            if start < items.len() {
+                self.start = start as u32;
                 return;
             }
+            // Past the end of a block that is not the last.
+            let block = self.head;
+            self.head = blocks.next[block as usize];
+            self.start = 0;
+            blocks.free_chain(block, block);
         }
     }
 
