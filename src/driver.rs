@@ -261,15 +261,16 @@ where
     fn apply_batch(&mut self) -> Option<StopReply<K, V>> {
         let n = self.batch.len().min(COMMAND_BATCH);
         let mut stop = None;
-        for _ in 0..n {
-            let Some(command) = self.batch.pop_front() else {
-                break;
-            };
+        // Out of `self` while it is applied (nothing applying a command
+        // looks at the batch), so the commands are drained in one go.
+        let mut batch = std::mem::take(&mut self.batch);
+        for command in batch.drain(..n) {
             if let Some(reply) = self.apply(command) {
                 // A second `stop` learns "closed" from its dropped reply.
                 stop.get_or_insert(reply);
             }
         }
+        self.batch = batch;
         self.rx.release(n);
         stop
     }
