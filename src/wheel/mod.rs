@@ -485,7 +485,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
     /// (or the due queue), and returns that place and the position there,
     /// for the entry to record. The entry itself is not touched: it may not
     /// be stored yet.
-    #[inline]
+    #[inline(always)]
     fn file_at(&mut self, idx: u32, when: u64) -> (Place, u32) {
         #[cfg(test)]
         {
