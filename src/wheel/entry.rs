@@ -239,13 +239,35 @@ impl Slot {
 
     /// Records that the entry filed here at `at` has left (been removed, or
     /// filed elsewhere), leaving a hole.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn vacate<K, V>(
         &mut self,
         entries: &mut Slab<Entry<K, V>>,
         blocks: &mut Blocks,
         at: u32,
     ) {
+        // The common case, kept small enough to inline: the oldest entry
+        // leaves, another one follows it in its block.
+        let next = self.start + 1;
+        if self.live > 1
+            && at == pos(self.head, self.start)
+            && next < BLOCK
+            && blocks.item(self.head, next) != NIL
+        {
+            self.start = next;
+            self.len -= 1;
+            self.live -= 1;
+            if self.len > 2 * self.live + SLACK {
+                self.compact(entries, blocks);
+            }
+            return;
+        }
+        self.vacate_slow(entries, blocks, at);
+    }
+
+    /// [`vacate`](Self::vacate), in general.
+    #[inline(never)]
+    fn vacate_slow<K, V>(&mut self, entries: &mut Slab<Entry<K, V>>, blocks: &mut Blocks, at: u32) {
         self.live -= 1;
         if self.live == 0 {
             // Nothing left to read: no hole needs writing.
