@@ -524,7 +524,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
 
     /// Records that an entry filed at `place`, position `at`, has left it:
     /// removed, or filed elsewhere already.
-    #[inline]
+    #[inline(always)]
     fn vacate(&mut self, place: Place, at: u32) {
         match place {
             Place::Due => self.due.vacate(&mut self.entries, &mut self.blocks, at),
