@@ -157,6 +157,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
 
     /// Sets `key` to fire at tick `when`, or, if it is already pending,
     /// replaces its value and deadline and returns the old value.
+    #[inline(always)]
     pub(crate) fn insert(
         &mut self,
         key: K,
@@ -260,6 +261,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
     }
 
     /// Removes `key`, returning its key and value if it was pending.
+    #[inline(always)]
     pub(crate) fn remove(&mut self, key: &K) -> Option<(K, V)> {
         let hash = self.hasher.hash_one(key);
         let entries = &self.entries;
