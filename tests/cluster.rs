@@ -452,3 +452,66 @@ async fn heartbeats_do_not_wait_behind_window_loads() {
     eprintln!("closest a lease came to expiring: {} ms before", -worst);
     a.abort();
 }
+
+on_both! {
+    /// Regression: a graceful shutdown held every shard of the node until
+    /// its slowest delivery ended, so tasks due meanwhile in its idle
+    /// shards waited for it too (up to `callback_timeout`). The leaving
+    /// node now gives idle shards back at once and busy ones as they drain.
+    async fn a_shutdown_hands_over_idle_shards_before_its_slowest_delivery_ends(db: Db) {
+        let (sa, sb) = (db.open().await, db.open().await);
+        let shards = sa.shards();
+        let ledger = Ledger::default();
+        let slow_started = Arc::new(tokio::sync::Notify::new());
+        let a = {
+            let (ledger, slow_started) = (ledger.clone(), slow_started.clone());
+            node(&sa, "a")
+                .callback_timeout(Duration::from_secs(10))
+                .start(move |task| {
+                    let (ledger, slow_started) = (ledger.clone(), slow_started.clone());
+                    async move {
+                        let started = SystemTime::now();
+                        if task.payload() == b"slow" {
+                            slow_started.notify_one();
+                            tokio::time::sleep(Duration::from_secs(3)).await;
+                        }
+                        ledger.0.lock().unwrap().push(Run {
+                            node: 0,
+                            task: task.id(),
+                            started,
+                            ended: SystemTime::now(),
+                            due: task.run_at(),
+                        });
+                        Ok::<_, String>(())
+                    }
+                })
+                .await
+                .unwrap()
+        };
+        // a holds every shard when the slow task starts; b joins and takes
+        // half, and the slow task's shard stays with a (a busy shard goes
+        // last).
+        let slow = sa.schedule(b"slow".to_vec()).await.unwrap();
+        slow_started.notified().await;
+        let b = start(node(&sb, "b"), 1, &ledger, Duration::from_millis(1)).await;
+        wait_until("balanced", HEARTBEAT * 10, || {
+            a.stats().shards_owned == shards / 2 && b.stats().shards_owned == shards / 2
+        })
+        .await;
+        let ids = spread(&sa, 200, Duration::from_secs(2), Duration::from_millis(300)).await;
+        let shutdown = tokio::spawn(a.shutdown());
+        ledger.wait_unique(ids.len() + 1, Duration::from_secs(10)).await;
+        shutdown.await.unwrap().unwrap();
+        ledger.assert_never_early_never_concurrent();
+        let slow_shard = slow.get() % i64::from(shards);
+        let worst = ledger
+            .runs()
+            .iter()
+            .filter(|r| r.task.get() % i64::from(shards) != slow_shard)
+            .map(|r| r.started.duration_since(r.due).unwrap())
+            .max()
+            .unwrap();
+        assert!(worst < HEARTBEAT * 3, "a task in an idle shard was {worst:?} late across the shutdown");
+        b.shutdown().await.unwrap();
+    }
+}

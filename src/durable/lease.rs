@@ -37,19 +37,25 @@ pub(crate) struct Beat {
 /// later heartbeat. The caller clears the other marks once it has recorded
 /// the result.
 ///
+/// A node `leaving` (shutting down) has left the membership table already:
+/// it does not come back in, takes nothing, and treats every shard it holds
+/// as surplus, so idle ones go back at once and busy ones as they drain.
+///
 /// [`ShardTable::begin_release`]: super::shards::ShardTable::begin_release
 pub(crate) async fn heartbeat(
     store: &Store,
     node: &str,
     session: &str,
     ttl_ms: i64,
+    leaving: bool,
     give_back: impl Fn(u32) -> bool,
     drain: impl Fn(u32),
 ) -> Result<Beat, Error> {
     let now = now_ms();
     let db = store.db();
     let shards = store.shards_i64();
-    with_pool!(db, pool => {
+    if !leaving {
+        with_pool!(db, pool => {
         sqlx::query(
             "INSERT INTO ttw_nodes (node_id, session, heartbeat_at) VALUES ($1, $2, $3) \
              ON CONFLICT (node_id) DO UPDATE SET session = excluded.session, heartbeat_at = excluded.heartbeat_at",
@@ -59,7 +65,8 @@ pub(crate) async fn heartbeat(
         .bind(now)
         .execute(pool)
         .await?;
-    });
+        });
+    }
     let mut owned: Vec<u32> = with_pool!(db, pool => {
         sqlx::query("UPDATE ttw_leases SET expires_at = $1 WHERE owner_session = $2 RETURNING shard")
             .bind(now + ttl_ms)
@@ -70,15 +77,19 @@ pub(crate) async fn heartbeat(
             .map(|row| row.try_get::<i64, _>("shard").map(|s| s as u32))
             .collect::<Result<_, _>>()?
     });
-    let live: i64 = with_pool!(db, pool => {
-        sqlx::query("SELECT COUNT(*) AS n FROM ttw_nodes WHERE heartbeat_at > $1")
-            .bind(now - ttl_ms)
-            .fetch_one(pool)
-            .await?
-            .try_get("n")?
-    });
-    let live = live.max(1);
-    let target = ((shards + live - 1) / live) as usize;
+    let target = if leaving {
+        0
+    } else {
+        let live: i64 = with_pool!(db, pool => {
+            sqlx::query("SELECT COUNT(*) AS n FROM ttw_nodes WHERE heartbeat_at > $1")
+                .bind(now - ttl_ms)
+                .fetch_one(pool)
+                .await?
+                .try_get("n")?
+        });
+        let live = live.max(1);
+        ((shards + live - 1) / live) as usize
+    };
     let mut beat = Beat::default();
 
     if owned.len() < target {

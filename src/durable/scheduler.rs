@@ -273,6 +273,7 @@ impl SchedulerBuilder {
             reload: Notify::new(),
             drained: Notify::new(),
             heartbeat_paused: AtomicBool::new(false),
+            leaving: AtomicBool::new(false),
             failing_loads: AtomicU64::new(0),
             aborted: AtomicBool::new(false),
             counters: Counters::default(),
@@ -379,16 +380,29 @@ impl Scheduler {
     }
 
     /// Stops gracefully: no new claims; deliveries in flight finish (within
-    /// `callback_timeout`) and are recorded; then the node releases its
-    /// leases at once so other nodes take its shards without waiting for
-    /// the TTL, and leaves. Tasks not yet claimed stay scheduled in the
-    /// store.
+    /// `callback_timeout`) and are recorded. Meanwhile the node has left
+    /// the membership and gives its shards back as they come idle (those
+    /// with nothing in flight at once), so other nodes take them without
+    /// waiting for the TTL or for the slowest delivery; whatever it still
+    /// holds at the end is released then. Tasks not yet claimed stay
+    /// scheduled in the store.
     ///
     /// # Errors
     ///
     /// [`Error::is_database`] if releasing the leases failed (they then
     /// expire after the TTL).
     pub async fn shutdown(mut self) -> Result<(), Error> {
+        // Leave first, so the other nodes count one node fewer and take
+        // this node's shards as it gives them back: idle ones at the next
+        // heartbeat (now), busy ones as their deliveries end, not all of
+        // them only after the slowest delivery.
+        self.node.leaving.store(true, Ordering::SeqCst);
+        if let Err(err) =
+            lease::leave(&self.node.store, &self.node.node_id, &self.node.session).await
+        {
+            tracing::warn!(node = %self.node.node_id, %err, "could not leave before the deliveries in flight ended");
+        }
+        self.node.drained.notify_one();
         self.node.stopping.notify_one();
         if let Some(dispatcher) = self.dispatcher.take() {
             let _ = dispatcher.await;
@@ -523,6 +537,8 @@ pub(crate) struct Node {
     /// more: heartbeat now rather than leave its tasks waiting.
     drained: Notify,
     heartbeat_paused: AtomicBool,
+    /// Shutting down: heartbeats give shards back as they come idle.
+    leaving: AtomicBool,
     /// Window loads still to fail on purpose ([`Scheduler::fault_fail_loads`]).
     failing_loads: AtomicU64,
     aborted: AtomicBool,
@@ -576,6 +592,7 @@ impl Node {
             &self.node_id,
             &self.session,
             ms(self.config.lease_ttl),
+            self.leaving.load(Ordering::SeqCst),
             |shard| self.shards.begin_release(shard as usize),
             |shard| self.shards.drain(shard as usize),
         )
