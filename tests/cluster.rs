@@ -515,3 +515,58 @@ on_both! {
         b.shutdown().await.unwrap();
     }
 }
+
+/// Regression: a heartbeat already under way when a graceful shutdown
+/// began had read "not leaving" and wrote the node's membership row after
+/// the shutdown had deleted it. Later heartbeats of the leaving node do not
+/// touch that row, so it stayed live until the TTL (or the end of the
+/// shutdown): the other nodes counted the leaving node in their fair share
+/// and did not take the shards it gave back, whose tasks waited. Here the
+/// heartbeat is held up by SQLite's write lock while the shutdown starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeat_under_way_at_shutdown_does_not_bring_the_node_back() {
+    let db = Db::new(Backend::Sqlite, "heartbeat_under_way_at_shutdown").unwrap();
+    let (sa, sb) = (db.open().await, db.open().await);
+    let shards = sa.shards();
+    let ledger = Ledger::default();
+    let slow_started = Arc::new(tokio::sync::Notify::new());
+    let a = {
+        let slow_started = slow_started.clone();
+        node(&sa, "a")
+            .callback_timeout(Duration::from_secs(10))
+            .start(move |_task| {
+                let slow_started = slow_started.clone();
+                async move {
+                    slow_started.notify_one();
+                    tokio::time::sleep(Duration::from_secs(4)).await;
+                    Ok::<_, String>(())
+                }
+            })
+            .await
+            .unwrap()
+    };
+    sa.schedule(b"slow".to_vec()).await.unwrap();
+    slow_started.notified().await;
+    let b = start(node(&sb, "b"), 1, &ledger, Duration::from_millis(1)).await;
+    wait_until("balanced", HEARTBEAT * 10, || {
+        a.stats().shards_owned == shards / 2 && b.stats().shards_owned == shards / 2
+    })
+    .await;
+    // a's next heartbeat starts, not leaving, and waits for the lock.
+    let lock = db.hold_write_lock().await.unwrap();
+    tokio::time::sleep(HEARTBEAT * 2).await;
+    let shutdown = tokio::spawn(a.shutdown());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    lock.release().await;
+    // The slow delivery holds the shutdown for a few seconds more.
+    tokio::time::sleep(HEARTBEAT * 3).await;
+    assert!(!shutdown.is_finished());
+    let members = db
+        .query_i64("SELECT COUNT(*) FROM ttw_nodes WHERE node_id = 'a'")
+        .await;
+    let held_by_b = b.stats().shards_owned;
+    assert_eq!(members, 0, "the leaving node is a member again");
+    assert_eq!(held_by_b, shards - 1, "b did not take the shards a gave back");
+    shutdown.await.unwrap().unwrap();
+    b.shutdown().await.unwrap();
+}

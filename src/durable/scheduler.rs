@@ -273,6 +273,7 @@ impl SchedulerBuilder {
             reload: Notify::new(),
             drained: Notify::new(),
             heartbeat_paused: AtomicBool::new(false),
+            membership: tokio::sync::Mutex::new(()),
             leaving: AtomicBool::new(false),
             failing_loads: AtomicU64::new(0),
             aborted: AtomicBool::new(false),
@@ -396,11 +397,16 @@ impl Scheduler {
         // this node's shards as it gives them back: idle ones at the next
         // heartbeat (now), busy ones as their deliveries end, not all of
         // them only after the slowest delivery.
-        self.node.leaving.store(true, Ordering::SeqCst);
-        if let Err(err) =
-            lease::leave(&self.node.store, &self.node.node_id, &self.node.session).await
+        // A heartbeat under way has read `leaving` already: let it finish
+        // first, or it writes the membership row back after the delete.
         {
-            tracing::warn!(node = %self.node.node_id, %err, "could not leave before the deliveries in flight ended");
+            let _membership = self.node.membership.lock().await;
+            self.node.leaving.store(true, Ordering::SeqCst);
+            if let Err(err) =
+                lease::leave(&self.node.store, &self.node.node_id, &self.node.session).await
+            {
+                tracing::warn!(node = %self.node.node_id, %err, "could not leave before the deliveries in flight ended");
+            }
         }
         self.node.drained.notify_one();
         self.node.stopping.notify_one();
@@ -537,6 +543,11 @@ pub(crate) struct Node {
     /// more: heartbeat now rather than leave its tasks waiting.
     drained: Notify,
     heartbeat_paused: AtomicBool,
+    /// Held by a heartbeat while it writes membership and leases, and by a
+    /// shutdown while it starts leaving: a heartbeat that began before
+    /// `leaving` was set must not write the membership row back after the
+    /// shutdown deleted it.
+    membership: tokio::sync::Mutex<()>,
     /// Shutting down: heartbeats give shards back as they come idle.
     leaving: AtomicBool,
     /// Window loads still to fail on purpose ([`Scheduler::fault_fail_loads`]).
@@ -587,6 +598,7 @@ impl Node {
         if self.heartbeat_paused.load(Ordering::SeqCst) {
             return Ok(());
         }
+        let membership = self.membership.lock().await;
         let beat = lease::heartbeat(
             &self.store,
             &self.node_id,
@@ -611,6 +623,7 @@ impl Node {
         // Only now that the shards given back are no longer held may the
         // marks go; shards still draining keep theirs.
         self.shards.end_releases(&beat.draining);
+        drop(membership);
         if lost > 0 {
             tracing::info!(node = %self.node_id, lost, "gave back or lost shard leases");
         }
