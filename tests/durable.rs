@@ -792,3 +792,37 @@ async fn a_delivery_never_starts_after_its_deadline() {
         .contains("not started before its deadline"));
     scheduler.shutdown().await.unwrap();
 }
+
+/// Regression: the stream skipped a delivery only once its supervisor had
+/// dropped the settle channel, which happens when the supervisor's timer
+/// task gets to run. A consumer that read at (or after) the deadline before
+/// that moment, here on a runtime the consumer itself kept busy, was handed
+/// the attempt the supervisor was about to fail: it worked on a task whose
+/// retry was already on its way. A delivery past its deadline is now
+/// skipped (and so failed) whoever notices first.
+#[tokio::test(flavor = "current_thread")]
+async fn a_delivery_read_at_its_deadline_is_not_handed_out() {
+    let db = Db::new(Backend::Sqlite, "read_at_deadline").unwrap();
+    let store = db.open().await;
+    let (scheduler, mut deliveries) = fast(&store)
+        .callback_timeout(Duration::from_millis(300))
+        .backoff(Backoff::exponential(Duration::from_millis(200), Duration::from_millis(200)))
+        .start_stream()
+        .await
+        .unwrap();
+    let id = store.schedule(b"x".to_vec()).await.unwrap();
+    wait_state(&store, id, TaskState::Running, Duration::from_secs(5)).await;
+    // Let the supervisor put the delivery into the stream.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The consumer keeps the only runtime thread busy past the deadline,
+    // then reads.
+    std::thread::sleep(Duration::from_millis(400));
+    let d = deliveries.next().await.unwrap();
+    assert_eq!(
+        (d.task().id(), d.task().attempt()),
+        (id, 2),
+        "an attempt past its deadline was handed out"
+    );
+    d.ack().await.unwrap();
+    scheduler.shutdown().await.unwrap();
+}

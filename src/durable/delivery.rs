@@ -95,6 +95,9 @@ pub struct Delivery {
     pub(crate) task: Task,
     pub(crate) node: Arc<Node>,
     pub(crate) settled: Option<oneshot::Sender<()>>,
+    /// When its supervisor fails the attempt (`callback_timeout` from the
+    /// claim): from then on it is no longer handed out.
+    pub(crate) deadline: tokio::time::Instant,
 }
 
 impl Delivery {
@@ -168,8 +171,11 @@ impl Deliveries {
         loop {
             match self.rx.poll_recv(cx) {
                 // Its supervisor gave up at the deadline and failed the
-                // attempt: dropping it records nothing more.
-                Poll::Ready(Some(d)) if d.settled.as_ref().is_none_or(|s| s.is_closed()) => {}
+                // attempt, or is about to (its timer may not have run yet):
+                // dropping it records nothing more than that failure.
+                Poll::Ready(Some(d))
+                    if d.settled.as_ref().is_none_or(|s| s.is_closed())
+                        || tokio::time::Instant::now() >= d.deadline => {}
                 other => return other,
             }
         }

@@ -1011,6 +1011,7 @@ impl Node {
                     task: task.clone(),
                     node: self.clone(),
                     settled: Some(settled_tx),
+                    deadline,
                 };
                 // The send waits only if the stream holds more deliveries
                 // than it has room for; it too must end by the deadline.
