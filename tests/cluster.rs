@@ -570,3 +570,54 @@ async fn a_heartbeat_under_way_at_shutdown_does_not_bring_the_node_back() {
     shutdown.await.unwrap().unwrap();
     b.shutdown().await.unwrap();
 }
+
+on_both! {
+    /// Regression: a shutdown took the dispatcher's handle out of the
+    /// scheduler before waiting for it, so a shutdown cut short (dropped by
+    /// a `timeout` while deliveries were still in flight) left a scheduler
+    /// that its `Drop` no longer stopped: its heartbeats, window loads,
+    /// polls and wheel ran on for the life of the process, renewing and
+    /// giving back any lease in its session's name. A dropped shutdown now
+    /// stops the rest as a dropped scheduler does.
+    async fn a_shutdown_cut_short_stops_the_node(db: Db) {
+        let sa = db.open().await;
+        let slow_started = Arc::new(tokio::sync::Notify::new());
+        let a = {
+            let slow_started = slow_started.clone();
+            node(&sa, "a")
+                .callback_timeout(Duration::from_secs(10))
+                .start(move |_task| {
+                    let slow_started = slow_started.clone();
+                    async move {
+                        slow_started.notify_one();
+                        tokio::time::sleep(Duration::from_secs(2)).await;
+                        Ok::<_, String>(())
+                    }
+                })
+                .await
+                .unwrap()
+        };
+        sa.schedule(b"slow".to_vec()).await.unwrap();
+        slow_started.notified().await;
+        let cut = tokio::time::timeout(Duration::from_millis(300), a.shutdown()).await;
+        assert!(cut.is_err(), "the shutdown waits for the slow delivery");
+        // a's session, from the lease of the shard still busy.
+        db.exec("CREATE TABLE ttw_probe AS SELECT owner_session AS s FROM ttw_leases WHERE owner_node = 'a'")
+            .await;
+        assert!(db.query_i64("SELECT COUNT(*) FROM ttw_probe").await >= 1);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        // A lease in a's session: only a running heartbeat of a's would
+        // touch it (a leaving one gives it back).
+        db.exec(&format!(
+            "UPDATE ttw_leases SET owner_node = 'a', owner_session = (SELECT s FROM ttw_probe LIMIT 1), \
+             expires_at = {} WHERE shard = 0",
+            now_ms() + 60_000
+        ))
+        .await;
+        tokio::time::sleep(HEARTBEAT * 4).await;
+        let touched = db
+            .query_i64("SELECT COUNT(*) FROM ttw_leases WHERE shard = 0 AND owner_session IS NULL")
+            .await;
+        assert_eq!(touched, 0, "the dropped scheduler is still heartbeating");
+    }
+}

@@ -386,7 +386,9 @@ impl Scheduler {
     /// with nothing in flight at once), so other nodes take them without
     /// waiting for the TTL or for the slowest delivery; whatever it still
     /// holds at the end is released then. Tasks not yet claimed stay
-    /// scheduled in the store.
+    /// scheduled in the store. A shutdown whose future is dropped before it
+    /// ends (cut short by a timeout) stops what is left as
+    /// [`Scheduler::abort`] does.
     ///
     /// # Errors
     ///
@@ -410,9 +412,12 @@ impl Scheduler {
         }
         self.node.drained.notify_one();
         self.node.stopping.notify_one();
-        if let Some(dispatcher) = self.dispatcher.take() {
+        // The handle stays in `self` while it is awaited: a shutdown cut
+        // short here (its future dropped) leaves `Drop` to stop the rest.
+        if let Some(dispatcher) = self.dispatcher.as_mut() {
             let _ = dispatcher.await;
         }
+        self.dispatcher = None;
         self.heartbeats.abort();
         self.control.abort();
         self.listener.abort();
