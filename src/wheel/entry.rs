@@ -274,7 +274,12 @@ impl Slot {
             self.clear(blocks);
             return;
         }
-        if at == pos(self.head, self.start) {
+        // After `pop` takes a block's last entry, `start` is `BLOCK` until
+        // the next read, and `pos(head, BLOCK)` is no position of `head`:
+        // for an even `head` it spells offset 0 of block `head + 1`, which
+        // may be the next block here, whose first entry is not the oldest
+        // to have left.
+        if self.start < BLOCK && at == pos(self.head, self.start) {
             // The oldest leaves (timeouts cancelled in the order they were
             // set): read past it rather than leave a hole to skip.
             self.start += 1;

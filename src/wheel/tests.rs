@@ -687,3 +687,31 @@ fn a_reservation_too_large_to_grant_is_refused_without_harm() {
     wheel.insert(2, 2, 3).unwrap();
     assert_eq!(fire_all(&mut wheel, 5), vec![(2, 2, 3), (1, 1, 5)]);
 }
+
+/// Regression: popping the last entry of a due block leaves the read
+/// position at offset 64 of that block, which, for an even block, spells
+/// the same position as offset 0 of the block numbered after it. Removing
+/// the entry there (the next block of the due queue, numbered one more) was
+/// taken for the oldest leaving: the read position moved on and no hole was
+/// written, so the removed entry stayed in the queue and was popped again
+/// (a freed slab index: the driver panicked and every pending timer was
+/// lost; or a reused one: another timer fired early).
+#[test]
+fn removing_the_first_entry_of_the_next_due_block_after_popping_a_block() {
+    let mut wheel = Wheel::<u32, u32>::new();
+    for key in 0..128u32 {
+        wheel.insert(key, key, 1).unwrap();
+    }
+    wheel.advance(1);
+    for key in 0..64u32 {
+        assert_eq!(wheel.pop_due(), Some((key, key, 1)));
+    }
+    assert_eq!(wheel.remove(&64), Some((64, 64)));
+    wheel.check_invariants();
+    let rest: Vec<u32> = std::iter::from_fn(|| wheel.pop_due())
+        .map(|(k, _, _)| k)
+        .collect();
+    assert_eq!(rest, (65..128).collect::<Vec<_>>());
+    assert!(wheel.is_empty());
+    assert_eq!(wheel.blocks.free_len(), wheel.blocks.len());
+}
