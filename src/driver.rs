@@ -51,6 +51,10 @@ pub(crate) struct Driver<K, V> {
     /// `stats()` calls taken from the channel, answered once every command
     /// taken with them is applied and what is due has fired.
     stats_replies: Vec<tokio::sync::oneshot::Sender<Stats>>,
+    /// How many of `stats_replies` were taken before the first `Stop`:
+    /// answered once [`stop`](Self::stop) has applied every command queued
+    /// behind the stop; the rest learn that the wheel closed.
+    stats_before_stop: Option<usize>,
     /// Declared last, so it drops after the wheel: closes the stream even if
     /// the task is dropped before it ever ran.
     close: Option<CloseOnDrop<K, V>>,
@@ -101,6 +105,7 @@ where
             batch: VecDeque::new(),
             stats: Stats::default(),
             stats_replies: Vec::new(),
+            stats_before_stop: None,
             close: Some(CloseOnDrop(Arc::clone(&shared))),
             shared,
         }
@@ -309,9 +314,12 @@ where
             // fires what is due, which must wait for them.
             Command::Stats { reply } => self.stats_replies.push(reply),
             Command::Stop { reply } => {
-                // `stats()` calls queued before the stop see the wheel as
-                // it was; those after it learn that it closed.
-                self.answer_stats();
+                // `stats()` calls queued before the stop are answered once
+                // the commands queued behind it are applied too (answering
+                // now would fire ahead of them); those after it learn that
+                // it closed.
+                self.stats_before_stop
+                    .get_or_insert(self.stats_replies.len());
                 return Some(reply);
             }
         }
@@ -344,6 +352,17 @@ where
     /// queued, and replies with every timer still pending.
     async fn stop(&mut self, reply: StopReply<K, V>) {
         self.rx.close();
+        // After `close`, nothing new comes in: apply what was taken, then
+        // what is queued.
+        while self.take_queued() {
+            // A second `stop` learns "closed" from its dropped reply.
+            drop(self.apply_batch());
+        }
+        // `stats()` calls queued before the stop, now that every command
+        // queued behind it is applied too, with the sleeps still counted.
+        self.stats_replies
+            .truncate(self.stats_before_stop.take().unwrap_or(0));
+        self.answer_stats();
         // Pending and late sleeps complete with a closed error as their
         // waiters are dropped.
         self.sleep_rx.close();
@@ -351,16 +370,9 @@ where
         let mut sleeps = Vec::new();
         self.sleeps.drain_into(&mut sleeps);
         drop(sleeps);
-        // After `close`, nothing new comes in: apply what was taken, then
-        // what is queued.
-        while self.take_queued() {
-            // A second `stop` learns "closed" from its dropped reply.
-            drop(self.apply_batch());
-        }
         let mut pending = Vec::new();
         self.wheel.drain_into(&mut pending);
         self.shared.release(pending.len());
-        self.stats_replies.clear();
         debug!(pending = pending.len(), "timing wheel driver stopped");
         // This driver is done with the stream before it replies.
         drop(self.close.take());

@@ -631,6 +631,29 @@ async fn stats_around_a_stop_in_one_batch() {
     assert!(after.await.unwrap_err().is_closed());
 }
 
+/// Regression: a `stats()` queued just before a `stop()` was answered at the
+/// stop, firing what was due before the commands queued behind the stop
+/// were applied: a `remove_timer` queued before its timer's deadline, right
+/// behind the stop, found the timer fired instead of taking it back.
+#[tokio::test(start_paused = true)]
+async fn a_remove_queued_behind_stats_and_stop_beats_the_deadline() {
+    let (wheel, mut expired) = TimingWheel::<u32, ()>::new();
+    wheel.set_timer(0, (), ms(10)).await.unwrap();
+    let mut stats = task::spawn(wheel.stats());
+    assert_pending!(stats.poll());
+    let mut stop = task::spawn(wheel.stop());
+    assert_pending!(stop.poll());
+    let mut remove = task::spawn(wheel.remove_timer(0));
+    assert_pending!(remove.poll());
+    // The driver is late: the deadline has passed when it gets to run.
+    advance(ms(20)).await;
+    assert_eq!(remove.await.unwrap(), Some(()));
+    assert_eq!(stop.await.unwrap(), vec![]);
+    let stats = stats.await.unwrap();
+    assert_eq!((stats.pending, stats.fired), (0, 0));
+    assert!(ready(&mut expired).is_empty());
+}
+
 /// Regression: with more than 256 commands queued, timers that came due
 /// while they waited fired in runs of 256, each run in deadline order but
 /// not the whole.
