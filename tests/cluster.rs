@@ -566,7 +566,11 @@ async fn a_heartbeat_under_way_at_shutdown_does_not_bring_the_node_back() {
         .await;
     let held_by_b = b.stats().shards_owned;
     assert_eq!(members, 0, "the leaving node is a member again");
-    assert_eq!(held_by_b, shards - 1, "b did not take the shards a gave back");
+    assert_eq!(
+        held_by_b,
+        shards - 1,
+        "b did not take the shards a gave back"
+    );
     shutdown.await.unwrap().unwrap();
     b.shutdown().await.unwrap();
 }

@@ -806,7 +806,10 @@ async fn a_delivery_read_at_its_deadline_is_not_handed_out() {
     let store = db.open().await;
     let (scheduler, mut deliveries) = fast(&store)
         .callback_timeout(Duration::from_millis(300))
-        .backoff(Backoff::exponential(Duration::from_millis(200), Duration::from_millis(200)))
+        .backoff(Backoff::exponential(
+            Duration::from_millis(200),
+            Duration::from_millis(200),
+        ))
         .start_stream()
         .await
         .unwrap();
