@@ -715,3 +715,137 @@ fn removing_the_first_entry_of_the_next_due_block_after_popping_a_block() {
     assert!(wheel.is_empty());
     assert_eq!(wheel.blocks.free_len(), wheel.blocks.len());
 }
+
+/// One step of [`model_with_partial_takes`]: like the model test's, plus
+/// bulk inserts and removes (slots over several blocks, cancelled oldest
+/// first) and takes that leave the due queue partly full.
+#[derive(Debug, Clone)]
+enum StepOp {
+    Insert(u32, u64),
+    Reschedule(u32, u64),
+    Remove(u32),
+    RemoveRange(u32, u32),
+    Advance(u64),
+    AdvanceLeaving(u64),
+    TakeSome(usize),
+    TakeRuns(usize),
+    InsertMany(u32, u32, u64),
+}
+
+fn step_op(keys: u32) -> impl Strategy<Value = StepOp> {
+    let d = prop_oneof![4 => 0..3u64, 3 => 0..70u64, 2 => 0..5000u64, 1 => 0..300_000u64];
+    prop_oneof![
+        4 => (0..keys, d.clone()).prop_map(|(k, d)| StepOp::Insert(k, d)),
+        2 => (0..keys, d.clone()).prop_map(|(k, d)| StepOp::Reschedule(k, d)),
+        3 => (0..keys).prop_map(StepOp::Remove),
+        2 => (0..keys, 1..200u32).prop_map(|(k, n)| StepOp::RemoveRange(k, n)),
+        2 => d.clone().prop_map(StepOp::Advance),
+        2 => d.clone().prop_map(StepOp::AdvanceLeaving),
+        3 => prop_oneof![1..3usize, 60..70usize, 1..300usize].prop_map(StepOp::TakeSome),
+        2 => prop_oneof![1..3usize, 30..70usize, 1..300usize].prop_map(StepOp::TakeRuns),
+        2 => (0..keys, 1..300u32, d).prop_map(|(k, n, d)| StepOp::InsertMany(k, n, d)),
+    ]
+}
+
+/// Checks entries taken from the due queue against the model: each was
+/// pending, due, and the earliest left.
+fn check_taken(model: &mut Model, got: Vec<(u32, u32, u64)>) -> Result<(), TestCaseError> {
+    for (k, v, w) in got {
+        let order = model.by_key.get(&k).copied();
+        prop_assert!(order.is_some(), "popped {k} not pending");
+        let order = order.unwrap();
+        prop_assert!(order.0 <= model.elapsed, "{k} popped early");
+        let first = model.queue.keys().next().unwrap().0;
+        prop_assert_eq!(order.0, first, "{} out of order", k);
+        let t = model.queue.remove(&order).unwrap();
+        model.by_key.remove(&k);
+        prop_assert_eq!((t.0, t.1, t.2), (k, v, w));
+    }
+    Ok(())
+}
+
+fn check_partial_takes(runs: bool, keys: u32, ops: Vec<StepOp>) -> Result<(), TestCaseError> {
+    let mut wheel = Wheel::<u32, u32>::new();
+    if runs {
+        wheel.runs_from = 0;
+    }
+    let mut model = Model::default();
+    let mut val = 0u32;
+    for op in ops {
+        let elapsed = wheel.elapsed();
+        match op {
+            StepOp::Insert(k, d) => {
+                val += 1;
+                let when = elapsed + d;
+                let old = wheel.insert(k, val, when).unwrap();
+                prop_assert_eq!(old, model.by_key.get(&k).map(|o| model.queue[o].1));
+                model.file(k, val, when);
+            }
+            StepOp::InsertMany(k0, n, d) => {
+                for i in 0..n {
+                    let k = (k0 + i) % keys;
+                    val += 1;
+                    let when = elapsed + d;
+                    let old = wheel.insert(k, val, when).unwrap();
+                    prop_assert_eq!(old, model.by_key.get(&k).map(|o| model.queue[o].1));
+                    model.file(k, val, when);
+                }
+            }
+            StepOp::Reschedule(k, d) => {
+                let when = elapsed + d;
+                prop_assert_eq!(wheel.reschedule(&k, when), model.by_key.contains_key(&k));
+                model.reschedule(k, when);
+            }
+            StepOp::Remove(k) => {
+                prop_assert_eq!(wheel.remove(&k).map(|(_, v)| v), model.remove(k));
+            }
+            StepOp::RemoveRange(k0, n) => {
+                for i in 0..n {
+                    let k = (k0 + i) % keys;
+                    prop_assert_eq!(wheel.remove(&k).map(|(_, v)| v), model.remove(k));
+                }
+            }
+            StepOp::Advance(d) => {
+                let now = elapsed + d;
+                same_firing(&fire_all(&mut wheel, now), &model.advance(now))?;
+            }
+            StepOp::AdvanceLeaving(d) => {
+                let now = elapsed + d;
+                wheel.advance(now);
+                model.pass(now);
+            }
+            StepOp::TakeSome(n) => {
+                let got: Vec<_> = (0..n).map_while(|_| wheel.pop_due()).collect();
+                check_taken(&mut model, got)?;
+            }
+            StepOp::TakeRuns(n) => {
+                let mut got = Vec::new();
+                wheel.take_due(n, |k, v, w| got.push((k, v, w)));
+                check_taken(&mut model, got)?;
+            }
+        }
+        wheel.check_invariants();
+        prop_assert_eq!(wheel.len(), model.by_key.len());
+        prop_assert_eq!(
+            wheel.blocks_in_slots() + wheel.blocks.free_len(),
+            wheel.blocks.len()
+        );
+    }
+    same_firing(&fire_all(&mut wheel, u64::MAX), &model.advance(u64::MAX))?;
+    prop_assert!(wheel.is_empty());
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    /// The wheel against the model with the due queue taken from partly,
+    /// one at a time and in runs, between inserts, removes and moves:
+    /// the model test above always empties it.
+    #[test]
+    fn model_with_partial_takes(
+        runs in any::<bool>(),
+        ops in prop::collection::vec(step_op(400), 1..200),
+    ) {
+        check_partial_takes(runs, 400, ops)?;
+    }
+}
