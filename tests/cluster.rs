@@ -130,6 +130,46 @@ async fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool
     started.elapsed()
 }
 
+/// Starts node `name` (index 0 in `ledger`), whose handler holds a task
+/// with the payload `slow` for `hold`; schedules one such task and returns
+/// once its delivery has started, with the task's id.
+async fn start_holding_one(
+    store: &Store,
+    name: &str,
+    hold: Duration,
+    ledger: &Ledger,
+) -> (Scheduler, TaskId) {
+    let slow_started = Arc::new(tokio::sync::Notify::new());
+    let scheduler = {
+        let (ledger, slow_started) = (ledger.clone(), slow_started.clone());
+        node(store, name)
+            .callback_timeout(Duration::from_secs(10))
+            .start(move |task| {
+                let (ledger, slow_started) = (ledger.clone(), slow_started.clone());
+                async move {
+                    let started = SystemTime::now();
+                    if task.payload() == b"slow" {
+                        slow_started.notify_one();
+                        tokio::time::sleep(hold).await;
+                    }
+                    ledger.0.lock().unwrap().push(Run {
+                        node: 0,
+                        task: task.id(),
+                        started,
+                        ended: SystemTime::now(),
+                        due: task.run_at(),
+                    });
+                    Ok::<_, String>(())
+                }
+            })
+            .await
+            .unwrap()
+    };
+    let slow = store.schedule(b"slow".to_vec()).await.unwrap();
+    slow_started.notified().await;
+    (scheduler, slow)
+}
+
 /// Milliseconds since the Unix epoch, as the store writes times.
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -462,37 +502,10 @@ on_both! {
         let (sa, sb) = (db.open().await, db.open().await);
         let shards = sa.shards();
         let ledger = Ledger::default();
-        let slow_started = Arc::new(tokio::sync::Notify::new());
-        let a = {
-            let (ledger, slow_started) = (ledger.clone(), slow_started.clone());
-            node(&sa, "a")
-                .callback_timeout(Duration::from_secs(10))
-                .start(move |task| {
-                    let (ledger, slow_started) = (ledger.clone(), slow_started.clone());
-                    async move {
-                        let started = SystemTime::now();
-                        if task.payload() == b"slow" {
-                            slow_started.notify_one();
-                            tokio::time::sleep(Duration::from_secs(3)).await;
-                        }
-                        ledger.0.lock().unwrap().push(Run {
-                            node: 0,
-                            task: task.id(),
-                            started,
-                            ended: SystemTime::now(),
-                            due: task.run_at(),
-                        });
-                        Ok::<_, String>(())
-                    }
-                })
-                .await
-                .unwrap()
-        };
         // a holds every shard when the slow task starts; b joins and takes
         // half, and the slow task's shard stays with a (a busy shard goes
         // last).
-        let slow = sa.schedule(b"slow".to_vec()).await.unwrap();
-        slow_started.notified().await;
+        let (a, slow) = start_holding_one(&sa, "a", Duration::from_secs(3), &ledger).await;
         let b = start(node(&sb, "b"), 1, &ledger, Duration::from_millis(1)).await;
         wait_until("balanced", HEARTBEAT * 10, || {
             a.stats().shards_owned == shards / 2 && b.stats().shards_owned == shards / 2
@@ -529,24 +542,7 @@ async fn a_heartbeat_under_way_at_shutdown_does_not_bring_the_node_back() {
     let (sa, sb) = (db.open().await, db.open().await);
     let shards = sa.shards();
     let ledger = Ledger::default();
-    let slow_started = Arc::new(tokio::sync::Notify::new());
-    let a = {
-        let slow_started = slow_started.clone();
-        node(&sa, "a")
-            .callback_timeout(Duration::from_secs(10))
-            .start(move |_task| {
-                let slow_started = slow_started.clone();
-                async move {
-                    slow_started.notify_one();
-                    tokio::time::sleep(Duration::from_secs(4)).await;
-                    Ok::<_, String>(())
-                }
-            })
-            .await
-            .unwrap()
-    };
-    sa.schedule(b"slow".to_vec()).await.unwrap();
-    slow_started.notified().await;
+    let (a, _) = start_holding_one(&sa, "a", Duration::from_secs(4), &ledger).await;
     let b = start(node(&sb, "b"), 1, &ledger, Duration::from_millis(1)).await;
     wait_until("balanced", HEARTBEAT * 10, || {
         a.stats().shards_owned == shards / 2 && b.stats().shards_owned == shards / 2
@@ -585,24 +581,7 @@ on_both! {
     /// stops the rest as a dropped scheduler does.
     async fn a_shutdown_cut_short_stops_the_node(db: Db) {
         let sa = db.open().await;
-        let slow_started = Arc::new(tokio::sync::Notify::new());
-        let a = {
-            let slow_started = slow_started.clone();
-            node(&sa, "a")
-                .callback_timeout(Duration::from_secs(10))
-                .start(move |_task| {
-                    let slow_started = slow_started.clone();
-                    async move {
-                        slow_started.notify_one();
-                        tokio::time::sleep(Duration::from_secs(2)).await;
-                        Ok::<_, String>(())
-                    }
-                })
-                .await
-                .unwrap()
-        };
-        sa.schedule(b"slow".to_vec()).await.unwrap();
-        slow_started.notified().await;
+        let (a, _) = start_holding_one(&sa, "a", Duration::from_secs(2), &Ledger::default()).await;
         let cut = tokio::time::timeout(Duration::from_millis(300), a.shutdown()).await;
         assert!(cut.is_err(), "the shutdown waits for the slow delivery");
         // a's session, from the lease of the shard still busy.

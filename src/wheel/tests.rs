@@ -559,16 +559,26 @@ fn check(start: u64, runs: bool, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 }
             }
         }
-        wheel.check_invariants();
-        prop_assert_eq!(wheel.len(), model.by_key.len());
-        // No block is lost or shared: every block is in one chain or free.
-        prop_assert_eq!(
-            wheel.blocks_in_slots() + wheel.blocks.free_len(),
-            wheel.blocks.len()
-        );
+        check_step(&wheel, &model)?;
     }
-    // Everything left fires at the end of time, in order.
-    same_firing(&fire_all(&mut wheel, u64::MAX), &model.advance(u64::MAX))?;
+    check_end(&mut wheel, &mut model)
+}
+
+/// After every step: the wheel's own invariants, its size, and no block
+/// lost or shared (every block is in one chain or free).
+fn check_step(wheel: &Wheel<u32, u32>, model: &Model) -> Result<(), TestCaseError> {
+    wheel.check_invariants();
+    prop_assert_eq!(wheel.len(), model.by_key.len());
+    prop_assert_eq!(
+        wheel.blocks_in_slots() + wheel.blocks.free_len(),
+        wheel.blocks.len()
+    );
+    Ok(())
+}
+
+/// At the end: everything left fires at the end of time, in order.
+fn check_end(wheel: &mut Wheel<u32, u32>, model: &mut Model) -> Result<(), TestCaseError> {
+    same_firing(&fire_all(wheel, u64::MAX), &model.advance(u64::MAX))?;
     prop_assert!(wheel.is_empty());
     Ok(())
 }
@@ -824,16 +834,9 @@ fn check_partial_takes(runs: bool, keys: u32, ops: Vec<StepOp>) -> Result<(), Te
                 check_taken(&mut model, got)?;
             }
         }
-        wheel.check_invariants();
-        prop_assert_eq!(wheel.len(), model.by_key.len());
-        prop_assert_eq!(
-            wheel.blocks_in_slots() + wheel.blocks.free_len(),
-            wheel.blocks.len()
-        );
+        check_step(&wheel, &model)?;
     }
-    same_firing(&fire_all(&mut wheel, u64::MAX), &model.advance(u64::MAX))?;
-    prop_assert!(wheel.is_empty());
-    Ok(())
+    check_end(&mut wheel, &mut model)
 }
 
 proptest! {

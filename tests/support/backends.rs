@@ -94,50 +94,61 @@ impl Db {
         self.open_with(Store::builder().shards(16)).await
     }
 
+    /// A connection of its own to the test's SQLite file.
+    async fn sqlite_conn(&self) -> sqlx::SqliteConnection {
+        let path = self.sqlite.as_ref().unwrap();
+        sqlx::Connection::connect(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap()
+    }
+
+    /// A connection of its own to the test's PostgreSQL schema.
+    async fn pg_conn(&self) -> sqlx::PgConnection {
+        let (url, schema) = self.postgres.as_ref().unwrap();
+        let mut conn: sqlx::PgConnection = sqlx::Connection::connect(url).await.unwrap();
+        sqlx::query(&format!("SET search_path TO {schema}"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        conn
+    }
+
     /// Runs one statement on the test's tables, outside the crate (fault
     /// injection and checks).
     pub async fn exec(&self, sql: &str) {
         match self.backend {
             Backend::Sqlite => {
-                let pool = sqlx::SqlitePool::connect(&format!(
-                    "sqlite://{}",
-                    self.sqlite.as_ref().unwrap().display()
-                ))
-                .await
-                .unwrap();
-                sqlx::query(sql).execute(&pool).await.unwrap();
-                pool.close().await;
+                let mut conn = self.sqlite_conn().await;
+                sqlx::query(sql).execute(&mut conn).await.unwrap();
             }
             Backend::Postgres => {
-                let (url, schema) = self.postgres.as_ref().unwrap();
-                let pool = sqlx::PgPool::connect(url).await.unwrap();
-                sqlx::query(&format!("SET search_path TO {schema}"))
-                    .execute(&pool)
-                    .await
-                    .ok();
-                let mut conn = pool.acquire().await.unwrap();
-                sqlx::query(&format!("SET search_path TO {schema}"))
-                    .execute(&mut *conn)
-                    .await
-                    .unwrap();
-                sqlx::query(sql).execute(&mut *conn).await.unwrap();
-                drop(conn);
-                pool.close().await;
+                let mut conn = self.pg_conn().await;
+                sqlx::query(sql).execute(&mut conn).await.unwrap();
             }
         }
     }
-}
 
-impl Db {
+    /// Runs one query returning a single integer, outside the crate.
+    pub async fn query_i64(&self, sql: &str) -> i64 {
+        let (n,): (i64,) = match self.backend {
+            Backend::Sqlite => {
+                let mut conn = self.sqlite_conn().await;
+                sqlx::query_as(sql).fetch_one(&mut conn).await.unwrap()
+            }
+            Backend::Postgres => {
+                let mut conn = self.pg_conn().await;
+                sqlx::query_as(sql).fetch_one(&mut conn).await.unwrap()
+            }
+        };
+        n
+    }
+
     /// On SQLite, takes the database's write lock on a connection of its
     /// own, as another process in a long write transaction would; every
     /// writer waits until [`WriteLock::release`]. `None` on PostgreSQL.
     pub async fn hold_write_lock(&self) -> Option<WriteLock> {
-        let path = self.sqlite.as_ref()?;
-        use sqlx::Connection;
-        let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
-            .await
-            .unwrap();
+        self.sqlite.as_ref()?;
+        let mut conn = self.sqlite_conn().await;
         sqlx::query("BEGIN IMMEDIATE")
             .execute(&mut conn)
             .await
@@ -153,38 +164,6 @@ impl WriteLock {
     /// Commits the empty transaction, letting writers in.
     pub async fn release(mut self) {
         sqlx::query("COMMIT").execute(&mut self.0).await.unwrap();
-    }
-}
-
-impl Db {
-    /// Runs one query returning a single integer, outside the crate.
-    pub async fn query_i64(&self, sql: &str) -> i64 {
-        match self.backend {
-            Backend::Sqlite => {
-                let pool = sqlx::SqlitePool::connect(&format!(
-                    "sqlite://{}",
-                    self.sqlite.as_ref().unwrap().display()
-                ))
-                .await
-                .unwrap();
-                let (n,): (i64,) = sqlx::query_as(sql).fetch_one(&pool).await.unwrap();
-                pool.close().await;
-                n
-            }
-            Backend::Postgres => {
-                let (url, schema) = self.postgres.as_ref().unwrap();
-                let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(url)
-                    .await
-                    .unwrap();
-                sqlx::query(&format!("SET search_path TO {schema}"))
-                    .execute(&mut conn)
-                    .await
-                    .unwrap();
-                let (n,): (i64,) = sqlx::query_as(sql).fetch_one(&mut conn).await.unwrap();
-                let _ = sqlx::Connection::close(conn).await;
-                n
-            }
-        }
     }
 }
 
