@@ -170,6 +170,11 @@ async fn start_holding_one(
     (scheduler, slow)
 }
 
+/// Whether `a` and `b` each believe they hold half of the `shards`.
+fn split_evenly(a: &Scheduler, b: &Scheduler, shards: u32) -> bool {
+    a.stats().shards_owned == shards / 2 && b.stats().shards_owned == shards / 2
+}
+
 /// Milliseconds since the Unix epoch, as the store writes times.
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -260,7 +265,7 @@ on_both! {
         let b = start(node(&sb, "b"), 1, &ledger, Duration::from_millis(2)).await;
         let shards = sa.shards();
         wait_until("balanced", Duration::from_secs(10), || {
-            a.stats().shards_owned == shards / 2 && b.stats().shards_owned == shards / 2
+            split_evenly(&a, &b, shards)
         })
         .await;
         // Tasks for the next few seconds are in both wheels.
@@ -305,7 +310,7 @@ on_both! {
 
         let b = start(node(&sb, "b"), 1, &ledger, Duration::from_millis(1)).await;
         let joined = wait_until("b takes its share", HEARTBEAT * 10, || {
-            a.stats().shards_owned == shards / 2 && b.stats().shards_owned == shards / 2
+            split_evenly(&a, &b, shards)
         })
         .await;
         assert!(joined < HEARTBEAT * 10);
@@ -383,7 +388,7 @@ on_both! {
         assert_eq!(in_flight, 0, "nothing is in flight, yet a counts {in_flight}");
         let b = start(node(&sb, "b"), 1, &ledger, Duration::from_millis(1)).await;
         wait_until("b is given its share of idle shards", HEARTBEAT * 10, || {
-            a.stats().shards_owned == shards / 2 && b.stats().shards_owned == shards / 2
+            split_evenly(&a, &b, shards)
         })
         .await;
         a.shutdown().await.unwrap();
@@ -410,7 +415,7 @@ on_both! {
 
         let b = start(node(&sb, "b"), 1, &ledger, Duration::from_millis(400)).await;
         let joined = wait_until("b gets its share under load", HEARTBEAT * 10, || {
-            a.stats().shards_owned == shards / 2 && b.stats().shards_owned == shards / 2
+            split_evenly(&a, &b, shards)
         })
         .await;
         eprintln!("b had its share after {joined:?}");
@@ -498,7 +503,7 @@ on_both! {
         let (a, slow) = start_holding_one(&sa, "a", Duration::from_secs(3), &ledger).await;
         let b = start(node(&sb, "b"), 1, &ledger, Duration::from_millis(1)).await;
         wait_until("balanced", HEARTBEAT * 10, || {
-            a.stats().shards_owned == shards / 2 && b.stats().shards_owned == shards / 2
+            split_evenly(&a, &b, shards)
         })
         .await;
         let ids = spread(&sa, 200, Duration::from_secs(2), Duration::from_millis(300)).await;
@@ -534,10 +539,7 @@ async fn a_heartbeat_under_way_at_shutdown_does_not_bring_the_node_back() {
     let ledger = Ledger::default();
     let (a, _) = start_holding_one(&sa, "a", Duration::from_secs(4), &ledger).await;
     let b = start(node(&sb, "b"), 1, &ledger, Duration::from_millis(1)).await;
-    wait_until("balanced", HEARTBEAT * 10, || {
-        a.stats().shards_owned == shards / 2 && b.stats().shards_owned == shards / 2
-    })
-    .await;
+    wait_until("balanced", HEARTBEAT * 10, || split_evenly(&a, &b, shards)).await;
     // a's next heartbeat starts, not leaving, and waits for the lock.
     let lock = db.hold_write_lock().await.unwrap();
     tokio::time::sleep(HEARTBEAT * 2).await;
