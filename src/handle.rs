@@ -28,7 +28,7 @@ use crate::timeout::Timeout;
 macro_rules! queue {
     ($shard:expr, $command:expr) => {{
         let shard = $shard;
-        match shard.try_send($command) {
+        match shard.try_send_with(move || $command) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(command)) => {
                 shard.send(command).await.map_err(|_| Error::closed())
@@ -821,13 +821,11 @@ where
     /// command back to wait for room in
     /// [`send_set_waiting`](Self::send_set_waiting); only that slow path
     /// enters a second future.
+    #[inline(always)]
     fn queue_set(&self, key: K, value: V, when: u64) -> Result<Option<Command<K, V>>, Error> {
         let (key, value) = self.admit(key, value)?;
-        match self
-            .shards
-            .for_key(&key)
-            .try_send(Command::Set { key, value, when })
-        {
+        let shard = self.shards.for_key(&key);
+        match shard.try_send_with(move || Command::Set { key, value, when }) {
             Ok(()) => Ok(None),
             Err(TrySendError::Full(command)) => Ok(Some(command)),
             Err(TrySendError::Closed(command)) => Err(self.refused(command)),
