@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use criterion::{criterion_group, BatchSize, Criterion};
 use futures::StreamExt;
 use tokio_timing_wheel::bench_support::PureWheel;
 use tokio_timing_wheel::TimingWheel;
@@ -131,8 +131,33 @@ fn fire(c: &mut Criterion) {
 }
 
 /// The request-timeout pattern: every timer is cancelled before it fires.
+async fn churn_wheel() {
+    let (wheel, _expired) = TimingWheel::builder().command_capacity(4096).build();
+    for key in 0..TIMERS {
+        wheel
+            .set_timer(key, key, Duration::from_secs(10))
+            .await
+            .unwrap();
+        if key >= 1_000 {
+            wheel.cancel_timer(key - 1_000).await.unwrap();
+        }
+    }
+    wheel.stop().await.unwrap();
+}
+
+async fn churn_delay_queue() {
+    let mut queue = DelayQueue::new();
+    let mut keys = HashMap::new();
+    for key in 0..TIMERS {
+        keys.insert(key, queue.insert(key, Duration::from_secs(10)));
+        if key >= 1_000 {
+            let k = keys.remove(&(key - 1_000)).unwrap();
+            queue.remove(&k);
+        }
+    }
+}
+
 fn churn(c: &mut Criterion) {
-    const TIMERS: u64 = 1_000_000;
     let mut group = c.benchmark_group("churn_1m");
     group.sample_size(10);
     group.bench_function("timing_wheel", |b| {
@@ -140,19 +165,7 @@ fn churn(c: &mut Criterion) {
             let rt = runtime();
             let start = Instant::now();
             for _ in 0..iters {
-                rt.block_on(async {
-                    let (wheel, _expired) = TimingWheel::builder().command_capacity(4096).build();
-                    for key in 0..TIMERS {
-                        wheel
-                            .set_timer(key, key, Duration::from_secs(10))
-                            .await
-                            .unwrap();
-                        if key >= 1_000 {
-                            wheel.cancel_timer(key - 1_000).await.unwrap();
-                        }
-                    }
-                    wheel.stop().await.unwrap();
-                });
+                rt.block_on(churn_wheel());
             }
             start.elapsed()
         })
@@ -162,17 +175,7 @@ fn churn(c: &mut Criterion) {
             let rt = runtime();
             let start = Instant::now();
             for _ in 0..iters {
-                rt.block_on(async {
-                    let mut queue = DelayQueue::new();
-                    let mut keys = HashMap::new();
-                    for key in 0..TIMERS {
-                        keys.insert(key, queue.insert(key, Duration::from_secs(10)));
-                        if key >= 1_000 {
-                            let k = keys.remove(&(key - 1_000)).unwrap();
-                            queue.remove(&k);
-                        }
-                    }
-                });
+                rt.block_on(churn_delay_queue());
             }
             start.elapsed()
         })
@@ -189,58 +192,58 @@ fn touch_keys() -> Vec<u64> {
     random(0x2545_F491_4F6C_DD1D, TOUCHES, TOUCH_KEYS)
 }
 
+/// The pushes alone, timed after the keys are set.
+async fn touch_wheel(keys: &[u64]) -> Duration {
+    let deadline = Duration::from_secs(30);
+    let (wheel, _expired) = TimingWheel::builder().command_capacity(4096).build();
+    for key in 0..TOUCH_KEYS {
+        wheel.set_timer(key, key, deadline).await.unwrap();
+    }
+    wheel.stats().await.unwrap();
+    let start = Instant::now();
+    for (i, key) in keys.iter().enumerate() {
+        wheel.move_timer(*key, deadline).await.unwrap();
+        if i % 1_000 == 999 {
+            tokio::time::advance(Duration::from_millis(1)).await;
+        }
+    }
+    wheel.stats().await.unwrap();
+    start.elapsed()
+}
+
+async fn touch_delay_queue(keys: &[u64]) -> Duration {
+    let deadline = Duration::from_secs(30);
+    let mut queue = DelayQueue::with_capacity(TOUCH_KEYS as usize);
+    let mut map = HashMap::with_capacity(TOUCH_KEYS as usize);
+    for key in 0..TOUCH_KEYS {
+        map.insert(key, queue.insert(key, deadline));
+    }
+    let start = Instant::now();
+    for (i, key) in keys.iter().enumerate() {
+        queue.reset(&map[key], deadline);
+        if i % 1_000 == 999 {
+            tokio::time::advance(Duration::from_millis(1)).await;
+        }
+    }
+    start.elapsed()
+}
+
 fn touch(c: &mut Criterion) {
     let keys = touch_keys();
-    let deadline = Duration::from_secs(30);
     let mut group = c.benchmark_group("touch_1m");
     group.sample_size(10);
     group.bench_function("timing_wheel", |b| {
         b.iter_custom(|iters| {
             let rt = runtime();
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                total += rt.block_on(async {
-                    let (wheel, _expired) = TimingWheel::builder().command_capacity(4096).build();
-                    for key in 0..TOUCH_KEYS {
-                        wheel.set_timer(key, key, deadline).await.unwrap();
-                    }
-                    wheel.stats().await.unwrap();
-                    let start = Instant::now();
-                    for (i, key) in keys.iter().enumerate() {
-                        wheel.move_timer(*key, deadline).await.unwrap();
-                        if i % 1_000 == 999 {
-                            tokio::time::advance(Duration::from_millis(1)).await;
-                        }
-                    }
-                    wheel.stats().await.unwrap();
-                    start.elapsed()
-                });
-            }
-            total
+            (0..iters).map(|_| rt.block_on(touch_wheel(&keys))).sum()
         })
     });
     group.bench_function("delay_queue", |b| {
         b.iter_custom(|iters| {
             let rt = runtime();
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                total += rt.block_on(async {
-                    let mut queue = DelayQueue::with_capacity(TOUCH_KEYS as usize);
-                    let mut map = HashMap::with_capacity(TOUCH_KEYS as usize);
-                    for key in 0..TOUCH_KEYS {
-                        map.insert(key, queue.insert(key, deadline));
-                    }
-                    let start = Instant::now();
-                    for (i, key) in keys.iter().enumerate() {
-                        queue.reset(&map[key], deadline);
-                        if i % 1_000 == 999 {
-                            tokio::time::advance(Duration::from_millis(1)).await;
-                        }
-                    }
-                    start.elapsed()
-                });
-            }
-            total
+            (0..iters)
+                .map(|_| rt.block_on(touch_delay_queue(&keys)))
+                .sum()
         })
     });
     group.finish();
@@ -351,5 +354,98 @@ fn pure(c: &mut Criterion) {
     group.finish();
 }
 
+/// Runs `future` on a fresh paused runtime and times it.
+fn timed<F: std::future::Future<Output = ()>>(future: F) -> Duration {
+    let rt = runtime();
+    let start = Instant::now();
+    rt.block_on(future);
+    start.elapsed()
+}
+
+/// One scenario's ratios for the interleaved run: ours and `DelayQueue`
+/// back to back, which goes first alternating.
+fn ratios(
+    rounds: usize,
+    ours: &mut dyn FnMut() -> Duration,
+    theirs: &mut dyn FnMut() -> Duration,
+) -> Vec<f64> {
+    (0..rounds)
+        .map(|round| {
+            let (a, b) = if round % 2 == 0 {
+                let a = ours();
+                (a, theirs())
+            } else {
+                let b = theirs();
+                (ours(), b)
+            };
+            a.as_secs_f64() / b.as_secs_f64()
+        })
+        .collect()
+}
+
+/// `TTW_INTERLEAVED=<rounds> cargo bench --bench wheel`: fire, touch and
+/// churn, this crate and `DelayQueue` run alternately, one ratio per round.
+/// The machine's load moves from minute to minute; criterion times all of
+/// one contender's samples and then all of the other's, so a busy minute
+/// lands on one side only. Here both sides of each ratio run within a
+/// second or so of each other.
+fn interleaved(rounds: usize) {
+    let delays = delays(TIMERS);
+    let keys = touch_keys();
+    let touch = |keys: &[u64], ours: bool| {
+        runtime().block_on(async {
+            if ours {
+                touch_wheel(keys).await
+            } else {
+                touch_delay_queue(keys).await
+            }
+        })
+    };
+    let scenarios = [
+        (
+            "fire_1m",
+            ratios(
+                rounds,
+                &mut || timed(fire_wheel(&delays, false)),
+                &mut || timed(fire_delay_queue(&delays, false)),
+            ),
+        ),
+        (
+            "touch_1m",
+            ratios(rounds, &mut || touch(&keys, true), &mut || {
+                touch(&keys, false)
+            }),
+        ),
+        (
+            "churn_1m",
+            ratios(rounds, &mut || timed(churn_wheel()), &mut || {
+                timed(churn_delay_queue())
+            }),
+        ),
+    ];
+    println!("{rounds} rounds, ours / DelayQueue per round");
+    for (name, mut ratios) in scenarios {
+        let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+        ratios.sort_by(f64::total_cmp);
+        println!(
+            "{name:<9} median {:.3}  min {:.3}  max {:.3}  [{}]",
+            ratios[ratios.len() / 2],
+            ratios[0],
+            ratios[ratios.len() - 1],
+            each.join(" ")
+        );
+    }
+}
+
 criterion_group!(benches, fire, churn, touch, producers, pure);
-criterion_main!(benches);
+
+fn main() {
+    match std::env::var("TTW_INTERLEAVED").map(|n| n.parse::<usize>()) {
+        Ok(Ok(rounds)) if rounds > 0 => interleaved(rounds),
+        Ok(_) => eprintln!("TTW_INTERLEAVED wants a number of rounds"),
+        Err(_) => {
+            benches();
+            Criterion::default().configure_from_args().final_summary();
+        }
+    }
+}

@@ -296,7 +296,15 @@ impl<T> Sender<T> {
                 return Err(TrySendError::Full(make()));
             }
             state.free -= 1;
-            state.queue.push_back(make());
+            if state.queue.len() < state.queue.capacity() {
+                // Room without growing: no call (and no unwinding path) lies
+                // between making the command and storing it, so it is built
+                // straight into its slot rather than on the stack first.
+                state.queue.push_back(make());
+            } else {
+                let value = make();
+                state.queue.push_back(value);
+            }
             state.queue.len() == 1
         };
         // The receiver only waits after finding the queue empty under the
