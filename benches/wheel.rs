@@ -2,9 +2,12 @@
 //! `DelayQueue` (owned by the bench task, with a key map for keyed
 //! semantics) and one `tokio::time::sleep` task per timer, all on a
 //! current-thread runtime with a paused clock, in one run so the ratios can
-//! be read off directly.
+//! be read off directly. Every wheel is built with the builder's defaults
+//! (a command channel of 1,024), as a user would get it.
 //!
-//! Run with `cargo bench --bench wheel`.
+//! Run with `cargo bench --bench wheel`; `TTW_INTERLEAVED=<rounds> cargo
+//! bench --bench wheel` runs fire, touch and churn for both contenders
+//! alternately instead (see [`interleaved`]).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -49,10 +52,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 async fn fire_wheel(delays: &[Duration], reserve: bool) {
     let capacity = if reserve { delays.len() } else { 0 };
-    let (wheel, mut expired) = TimingWheel::builder()
-        .command_capacity(4096)
-        .capacity(capacity)
-        .build();
+    let (wheel, mut expired) = TimingWheel::builder().capacity(capacity).build();
     for (key, delay) in delays.iter().enumerate() {
         wheel
             .set_timer(key as u64, key as u64, *delay)
@@ -132,7 +132,7 @@ fn fire(c: &mut Criterion) {
 
 /// The request-timeout pattern: every timer is cancelled before it fires.
 async fn churn_wheel() {
-    let (wheel, _expired) = TimingWheel::builder().command_capacity(4096).build();
+    let (wheel, _expired) = TimingWheel::builder().build();
     for key in 0..TIMERS {
         wheel
             .set_timer(key, key, Duration::from_secs(10))
@@ -195,7 +195,7 @@ fn touch_keys() -> Vec<u64> {
 /// The pushes alone, timed after the keys are set.
 async fn touch_wheel(keys: &[u64]) -> Duration {
     let deadline = Duration::from_secs(30);
-    let (wheel, _expired) = TimingWheel::builder().command_capacity(4096).build();
+    let (wheel, _expired) = TimingWheel::builder().build();
     for key in 0..TOUCH_KEYS {
         wheel.set_timer(key, key, deadline).await.unwrap();
     }
@@ -268,10 +268,8 @@ fn producers(c: &mut Criterion) {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     total += rt.block_on(async {
-                        let (wheel, _expired) = TimingWheel::builder()
-                            .shards(shards)
-                            .command_capacity(1024)
-                            .build::<u64, u64>();
+                        let (wheel, _expired) =
+                            TimingWheel::builder().shards(shards).build::<u64, u64>();
                         let start = Instant::now();
                         let tasks: Vec<_> = (0..TASKS)
                             .map(|task| {
