@@ -360,13 +360,14 @@ fn timed<F: std::future::Future<Output = ()>>(future: F) -> Duration {
     start.elapsed()
 }
 
-/// One scenario's ratios for the interleaved run: ours and `DelayQueue`
-/// back to back, which goes first alternating.
-fn ratios(
+/// One scenario's rounds for the interleaved run: ours and `DelayQueue`
+/// back to back, which goes first alternating; each round's two times in
+/// milliseconds.
+fn rounds(
     rounds: usize,
     ours: &mut dyn FnMut() -> Duration,
     theirs: &mut dyn FnMut() -> Duration,
-) -> Vec<f64> {
+) -> Vec<(f64, f64)> {
     (0..rounds)
         .map(|round| {
             let (a, b) = if round % 2 == 0 {
@@ -376,9 +377,14 @@ fn ratios(
                 let b = theirs();
                 (ours(), b)
             };
-            a.as_secs_f64() / b.as_secs_f64()
+            (a.as_secs_f64() * 1e3, b.as_secs_f64() * 1e3)
         })
         .collect()
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 /// `TTW_INTERLEAVED=<rounds> cargo bench --bench wheel`: fire, touch and
@@ -387,7 +393,7 @@ fn ratios(
 /// one contender's samples and then all of the other's, so a busy minute
 /// lands on one side only. Here both sides of each ratio run within a
 /// second or so of each other.
-fn interleaved(rounds: usize) {
+fn interleaved(count: usize) {
     let delays = delays(TIMERS);
     let keys = touch_keys();
     let touch = |keys: &[u64], ours: bool| {
@@ -402,34 +408,38 @@ fn interleaved(rounds: usize) {
     let scenarios = [
         (
             "fire_1m",
-            ratios(
-                rounds,
+            rounds(
+                count,
                 &mut || timed(fire_wheel(&delays, false)),
                 &mut || timed(fire_delay_queue(&delays, false)),
             ),
         ),
         (
             "touch_1m",
-            ratios(rounds, &mut || touch(&keys, true), &mut || {
+            rounds(count, &mut || touch(&keys, true), &mut || {
                 touch(&keys, false)
             }),
         ),
         (
             "churn_1m",
-            ratios(rounds, &mut || timed(churn_wheel()), &mut || {
+            rounds(count, &mut || timed(churn_wheel()), &mut || {
                 timed(churn_delay_queue())
             }),
         ),
     ];
-    println!("{rounds} rounds, ours / DelayQueue per round");
-    for (name, mut ratios) in scenarios {
+    println!("{count} rounds; ratio = ours / DelayQueue in the same round");
+    for (name, times) in scenarios {
+        let ratios: Vec<f64> = times.iter().map(|(a, b)| a / b).collect();
         let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
-        ratios.sort_by(f64::total_cmp);
+        let (low, high) = ratios
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(l, h), r| (l.min(*r), h.max(*r)));
         println!(
-            "{name:<9} median {:.3}  min {:.3}  max {:.3}  [{}]",
-            ratios[ratios.len() / 2],
-            ratios[0],
-            ratios[ratios.len() - 1],
+            "{name:<9} ratio median {:.3} (min {low:.3}, max {high:.3}); \
+             median ms: ours {:.1}, DelayQueue {:.1}\n          [{}]",
+            median(ratios.clone()),
+            median(times.iter().map(|t| t.0).collect()),
+            median(times.iter().map(|t| t.1).collect()),
             each.join(" ")
         );
     }
