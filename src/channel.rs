@@ -298,8 +298,9 @@ impl<T> Sender<T> {
             state.free -= 1;
             if state.queue.len() < state.queue.capacity() {
                 // Room without growing: no call (and no unwinding path) lies
-                // between making the command and storing it, so it is built
-                // straight into its slot rather than on the stack first.
+                // between making the command and storing it, so where the
+                // push is inlined the command is built straight into its
+                // slot rather than on the stack first.
                 state.queue.push_back(make());
             } else {
                 let value = make();
