@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use backends::{Backend, Db};
-use tokio_timing_wheel::durable::{Scheduler, SchedulerBuilder, Store, TaskId};
+use tokio_timing_wheel::durable::{Scheduler, SchedulerBuilder, Store, Task, TaskId};
 
 const HEARTBEAT: Duration = Duration::from_millis(300);
 const TTL: Duration = Duration::from_secs(2);
@@ -31,6 +31,18 @@ struct Run {
 struct Ledger(Arc<Mutex<Vec<Run>>>);
 
 impl Ledger {
+    /// Records a run of `task` on node `node` that started at `started`
+    /// and ends now.
+    fn record(&self, node: usize, task: &Task, started: SystemTime) {
+        self.0.lock().unwrap().push(Run {
+            node,
+            task: task.id(),
+            started,
+            ended: SystemTime::now(),
+            due: task.run_at(),
+        });
+    }
+
     fn runs(&self) -> Vec<Run> {
         self.0.lock().unwrap().clone()
     }
@@ -107,13 +119,7 @@ async fn start(
             async move {
                 let started = SystemTime::now();
                 tokio::time::sleep(work).await;
-                ledger.0.lock().unwrap().push(Run {
-                    node: index,
-                    task: task.id(),
-                    started,
-                    ended: SystemTime::now(),
-                    due: task.run_at(),
-                });
+                ledger.record(index, &task, started);
                 Ok::<_, String>(())
             }
         })
@@ -152,13 +158,7 @@ async fn start_holding_one(
                         slow_started.notify_one();
                         tokio::time::sleep(hold).await;
                     }
-                    ledger.0.lock().unwrap().push(Run {
-                        node: 0,
-                        task: task.id(),
-                        started,
-                        ended: SystemTime::now(),
-                        due: task.run_at(),
-                    });
+                    ledger.record(0, &task, started);
                     Ok::<_, String>(())
                 }
             })
