@@ -50,14 +50,23 @@ impl Error {
         }
     }
 
+    // The constructors that box a timer are kept out of line and marked
+    // cold, so the send paths that may return them stay small (see
+    // `TimingWheel::admit`).
+    #[cold]
+    #[inline(never)]
     pub(crate) fn closed_with<K: Send + 'static, V: Send + 'static>(key: K, value: V) -> Self {
         Self::with_timer(Kind::Closed, key, value)
     }
 
+    #[cold]
+    #[inline(never)]
     pub(crate) fn full_with<K: Send + 'static, V: Send + 'static>(key: K, value: V) -> Self {
         Self::with_timer(Kind::Full, key, value)
     }
 
+    #[cold]
+    #[inline(never)]
     pub(crate) fn receiver_dropped_with<K: Send + 'static, V: Send + 'static>(
         key: K,
         value: V,
@@ -65,6 +74,8 @@ impl Error {
         Self::with_timer(Kind::ReceiverDropped, key, value)
     }
 
+    #[cold]
+    #[inline(never)]
     pub(crate) fn at_capacity_with<K: Send + 'static, V: Send + 'static>(key: K, value: V) -> Self {
         Self::with_timer(Kind::AtCapacity, key, value)
     }

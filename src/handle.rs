@@ -792,6 +792,12 @@ where
 
     /// Checks that a new timer may be sent, and takes its place under the
     /// pending limit; hands the timer back if not.
+    ///
+    /// Always inlined, with the errors built out of line (their constructors
+    /// are `#[cold]`): `set_timer` then makes no call on its way to the
+    /// queue. Measured on the churn loop, 856 → 809 instructions a set and
+    /// cancel pair; either change alone made it worse (875 and 900).
+    #[inline(always)]
     fn admit(&self, key: K, value: V) -> Result<(K, V), Error> {
         // A stopped wheel says so, whether or not its stream is still there.
         if self.shards.is_closed() {
