@@ -366,6 +366,39 @@ on_both! {
 }
 
 on_both! {
+    /// Regression: a fired task the claim left behind (here, its deadline
+    /// moved later by a change no poll of this node saw) is looked up to
+    /// learn why, and re-armed from what the lookup finds. When that lookup
+    /// failed, the task was dropped from the wheel until the next window
+    /// load, half a window later. It is now looked at again shortly, as
+    /// after a failed claim.
+    async fn a_failed_unclaimed_lookup_is_tried_again_shortly(db: Db) {
+        let store = db.open().await;
+        let ledger = Ledger::default();
+        // A long window: the next reload is 30 s away.
+        let a = start(node(&store, "a").window(Duration::from_secs(60)), 0, &ledger, Duration::from_millis(1)).await;
+        let id = store
+            .schedule(b"moved".to_vec())
+            .at(SystemTime::now() + Duration::from_secs(4))
+            .await
+            .unwrap();
+        // Past the catch-up poll's look-back (2 x 200 ms + 1 s), so no
+        // poll reads the task again and sees the move below.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        // Moved later behind the node's back: no change stamp, no notice.
+        db.exec(&format!("UPDATE ttw_tasks SET run_at = run_at + 1500 WHERE id = {}", id.get()))
+            .await;
+        a.fault_fail_explains(1);
+        ledger.wait_unique(1, Duration::from_secs(8)).await;
+        ledger.assert_never_early_never_concurrent();
+        let run = &ledger.runs()[0];
+        let late = run.started.duration_since(run.due).unwrap();
+        assert!(late < Duration::from_secs(1), "the moved task ran {late:?} after its deadline");
+        a.shutdown().await.unwrap();
+    }
+}
+
+on_both! {
     /// Regression: a task due at once is armed by several paths (the
     /// in-process announcement, NOTIFY, the catch-up poll), and two of them
     /// could put it in the same fired batch. It registered in its shard

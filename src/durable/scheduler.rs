@@ -276,6 +276,7 @@ impl SchedulerBuilder {
             membership: tokio::sync::Mutex::new(()),
             leaving: AtomicBool::new(false),
             failing_loads: AtomicU64::new(0),
+            failing_explains: AtomicU64::new(0),
             aborted: AtomicBool::new(false),
             counters: Counters::default(),
             config,
@@ -474,6 +475,14 @@ impl Scheduler {
     pub fn fault_fail_loads(&self, n: u64) {
         self.node.failing_loads.store(n, Ordering::SeqCst);
     }
+
+    /// Fault injection: the next `n` lookups of why fired tasks were not
+    /// claimed fail as a database error would, without reaching the
+    /// database.
+    #[doc(hidden)]
+    pub fn fault_fail_explains(&self, n: u64) {
+        self.node.failing_explains.store(n, Ordering::SeqCst);
+    }
 }
 
 impl Drop for Scheduler {
@@ -557,6 +566,9 @@ pub(crate) struct Node {
     leaving: AtomicBool,
     /// Window loads still to fail on purpose ([`Scheduler::fault_fail_loads`]).
     failing_loads: AtomicU64,
+    /// Unclaimed lookups still to fail on purpose
+    /// ([`Scheduler::fault_fail_explains`]).
+    failing_explains: AtomicU64,
     aborted: AtomicBool,
     counters: Counters,
 }
@@ -934,7 +946,20 @@ impl Node {
         // Only after the claimed tasks are running: a failure here must not
         // strand them.
         if !missing.is_empty() {
-            self.explain_unclaimed(&missing).await?;
+            if let Err(err) = self.explain_unclaimed(&missing).await {
+                // Nothing else would arm these before the next window load:
+                // look again shortly, as after a failed claim. (`missing`
+                // is in id order, as `fired` is.)
+                for (id, run_at) in fired {
+                    if missing.binary_search(&id).is_ok() {
+                        let _ = self
+                            .wheel
+                            .set_timer(id, run_at, Duration::from_millis(500))
+                            .await;
+                    }
+                }
+                return Err(err);
+            }
         }
         Ok(())
     }
@@ -952,6 +977,13 @@ impl Node {
     /// clock (re-armed), another node's lease (counted as lost to fencing),
     /// or finished, cancelled or claimed already (dropped).
     async fn explain_unclaimed(&self, missing: &[i64]) -> Result<(), Error> {
+        if self
+            .failing_explains
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(Error::config("unclaimed lookup failed by fault injection"));
+        }
         let now = now_ms();
         for (id, state, run_at, owned) in self.store.why_unclaimed(&self.session, missing).await? {
             if state != "scheduled" {
