@@ -67,6 +67,46 @@ impl Error {
         matches!(self.kind, Kind::Database(_) | Kind::Migrate(_))
     }
 
+    /// The database could not write because its disk is full (SQLite's
+    /// "database or disk is full", also when a store's
+    /// [`sqlite_max_size`](super::StoreBuilder::sqlite_max_size) is reached;
+    /// PostgreSQL's `disk_full`, SQLSTATE 53100). Such a write did not
+    /// happen: a schedule that fails with it stored nothing. Also
+    /// [`Error::is_database`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tokio_timing_wheel::durable::Store;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tokio_timing_wheel::durable::Error> {
+    /// let dir = std::env::temp_dir().join(format!("ttw-doc-full-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// // A database allowed to grow to 1 MiB, filled with 64 KiB payloads.
+    /// let store = Store::builder().sqlite_max_size(1 << 20).sqlite(dir.join("tasks.db")).await?;
+    /// let err = loop {
+    ///     if let Err(err) = store.schedule(vec![7; 64 << 10]).await {
+    ///         break err;
+    ///     }
+    /// };
+    /// assert!(err.is_disk_full() && err.is_database());
+    /// # drop(store);
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn is_disk_full(&self) -> bool {
+        match &self.kind {
+            Kind::Database(err) => disk_full(err),
+            Kind::Migrate(sqlx::migrate::MigrateError::Execute(err))
+            | Kind::Migrate(sqlx::migrate::MigrateError::ExecuteMigration(err, _)) => {
+                disk_full(err)
+            }
+            _ => false,
+        }
+    }
+
     /// The database holds a schema from a newer version of this crate than
     /// the running one; nothing was changed.
     pub fn is_schema_too_new(&self) -> bool {
@@ -104,6 +144,24 @@ impl Error {
     }
 }
 
+/// SQLite's `SQLITE_FULL` (primary result code 13) or PostgreSQL's
+/// `disk_full` (SQLSTATE 53100).
+fn disk_full(err: &sqlx::Error) -> bool {
+    const SQLITE_FULL: i64 = 13;
+    const PG_DISK_FULL: &str = "53100";
+    let sqlx::Error::Database(db) = err else {
+        return false;
+    };
+    let Some(code) = db.code() else {
+        return false;
+    };
+    if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+        code.parse::<i64>().is_ok_and(|c| c & 0xff == SQLITE_FULL)
+    } else {
+        code == PG_DISK_FULL
+    }
+}
+
 impl From<sqlx::Error> for Error {
     fn from(err: sqlx::Error) -> Self {
         Self::from_kind(Kind::Database(err))
@@ -124,6 +182,12 @@ impl From<sqlx::migrate::MigrateError> for Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
+            Kind::Database(err) if disk_full(err) => {
+                write!(
+                    f,
+                    "database error (the disk is full; nothing was written): {err}"
+                )
+            }
             Kind::Database(err) => write!(f, "database error: {err}"),
             Kind::Migrate(err) => write!(f, "schema migration failed: {err}"),
             Kind::SchemaTooNew(v) => write!(

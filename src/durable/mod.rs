@@ -97,6 +97,11 @@
 //!
 //! - Payloads up to [`MAX_PAYLOAD`] bytes; times from the Unix epoch to
 //!   [`MAX_RUN_AT`] after it. Anything else is an error, never a panic.
+//! - A full disk (or [`StoreBuilder::sqlite_max_size`]) refuses writes with
+//!   [`Error::is_disk_full`]; nothing acknowledged is lost. A claim that
+//!   cannot be written delivers nothing, an outcome that cannot be written
+//!   leaves its task to be delivered again after its lock deadline, and the
+//!   scheduler resumes by itself once space returns.
 //! - Node clocks should agree to within a fraction of the lease TTL (NTP).
 //!   Skew can only delay or hasten a takeover; it cannot let two nodes both
 //!   record an outcome for one attempt, since the fence is checked in the
@@ -105,6 +110,7 @@
 mod delivery;
 mod error;
 mod lease;
+mod report;
 mod scheduler;
 mod schema;
 mod shards;

@@ -19,6 +19,7 @@ use tokio::time::MissedTickBehavior;
 
 use super::delivery::{Backoff, Deliveries, Delivery, Task};
 use super::lease;
+use super::report::{Failing, Reports};
 use super::shards::ShardTable;
 use super::store::{now_ms, Failed, Store};
 use super::Error;
@@ -279,6 +280,7 @@ impl SchedulerBuilder {
             failing_explains: AtomicU64::new(0),
             aborted: AtomicBool::new(false),
             counters: Counters::default(),
+            reports: Reports::default(),
             config,
         });
         // Join, take shards and load their window before returning.
@@ -571,6 +573,8 @@ pub(crate) struct Node {
     failing_explains: AtomicU64,
     aborted: AtomicBool,
     counters: Counters,
+    /// Failing database calls, warned of at most once per interval each.
+    reports: Reports,
 }
 
 impl Node {
@@ -598,6 +602,15 @@ impl Node {
 
     fn owns(&self, id: i64) -> bool {
         self.shards.owns(self.shard_of(id))
+    }
+
+    /// Warns of a failed database call, at most once per interval for each
+    /// kind. An outcome refused by the fence (lost) or a node stopped
+    /// (closed) is not a failure of the database and is not reported.
+    fn report(&self, kind: Failing, err: &Error) {
+        if !err.is_lost() && !err.is_closed() {
+            self.reports.failed(&self.node_id, kind, err);
+        }
     }
 
     /// Puts a task into the wheel if it is due inside the loaded window.
@@ -700,7 +713,7 @@ impl Node {
                 _ = self.drained.notified() => {}
             }
             if let Err(err) = self.beat().await {
-                tracing::warn!(node = %self.node_id, %err, "durable scheduler: heartbeat failed; retrying");
+                self.report(Failing::Heartbeat, &err);
             }
         }
     }
@@ -743,7 +756,7 @@ impl Node {
                 }
             };
             if let Err(err) = result {
-                tracing::warn!(node = %self.node_id, %err, "durable scheduler: database call failed; retrying");
+                self.report(Failing::Control, &err);
             }
         }
     }
@@ -847,7 +860,7 @@ impl Node {
                     Some(chunk) => {
                         let ids: Vec<(i64, i64)> = chunk.into_iter().map(|e| e.into_parts()).collect();
                         if let Err(err) = self.claim_and_run(ids, &mode, &mut running).await {
-                            tracing::warn!(node = %self.node_id, %err, "claim failed; the tasks stay scheduled");
+                            self.report(Failing::Claim, &err);
                         }
                     }
                     None => break,
@@ -1017,12 +1030,15 @@ impl Node {
             // starting it now could overlap a redelivery after the lock ran
             // out, so the attempt fails without running.
             _ if tokio::time::Instant::now() >= deadline => {
-                let _ = self
+                let recorded = self
                     .failure(
                         &task,
                         "not started before its deadline (the runtime was too busy)",
                     )
                     .await;
+                if let Err(err) = recorded {
+                    self.report(Failing::Outcome, &err);
+                }
             }
             Mode::Handler(handler) => {
                 let run = AssertUnwindSafe(handler(task.clone())).catch_unwind();
@@ -1037,9 +1053,7 @@ impl Node {
                     Err(err) => self.failure(&task, &err).await,
                 };
                 if let Err(err) = recorded {
-                    if !err.is_lost() {
-                        tracing::warn!(node = %self.node_id, id = %task.id, %err, "could not record an outcome");
-                    }
+                    self.report(Failing::Outcome, &err);
                 }
             }
             Mode::Stream(tx) => {
@@ -1062,7 +1076,9 @@ impl Node {
                     },
                 };
                 if let Some(err) = outcome {
-                    let _ = self.failure(&task, &err).await;
+                    if let Err(err) = self.failure(&task, &err).await {
+                        self.report(Failing::Outcome, &err);
+                    }
                 }
             }
         }

@@ -2,6 +2,14 @@
 //! operations (`schedule`, `cancel`, `reschedule`, `get`, `redrive`), and
 //! the statements the scheduler runs (window loads, the fenced claim, the
 //! fenced outcomes, reclaims and sweeps).
+//!
+//! Every write runs to its end: `execute`, or `fetch_all` when it returns
+//! rows, never `fetch_one` or `fetch_optional`. On SQLite a statement read
+//! only to its first row is reset rather than finished, and its automatic
+//! commit happens at that reset, where a failure ("database or disk is
+//! full") is never reported: the caller would get a row, an id, for a change
+//! that was rolled back. Run to its end, a failed commit is the statement's
+//! own error.
 
 use std::fmt;
 use std::future::{Future, IntoFuture};
@@ -283,6 +291,7 @@ pub struct StoreBuilder {
     max_connections: u32,
     connect_timeout: Duration,
     schema: Option<String>,
+    sqlite_max_size: Option<u64>,
 }
 
 impl Default for StoreBuilder {
@@ -292,9 +301,18 @@ impl Default for StoreBuilder {
             max_connections: 8,
             connect_timeout: Duration::from_secs(10),
             schema: None,
+            sqlite_max_size: None,
         }
     }
 }
+
+/// SQLite's page size for the databases this crate creates (sqlx's
+/// default), the unit of [`StoreBuilder::sqlite_max_size`].
+const SQLITE_PAGE_SIZE: u64 = 4096;
+
+/// The smallest size limit [`StoreBuilder::sqlite_max_size`] accepts: room
+/// for the schema and a few tasks.
+const SQLITE_MIN_SIZE: u64 = 64 * 1024;
 
 impl StoreBuilder {
     /// The number of logical shards, used when the schema is created
@@ -327,11 +345,38 @@ impl StoreBuilder {
         self
     }
 
+    /// SQLite only: the most bytes the database file may hold (SQLite's
+    /// `max_page_count`, in whole 4 KiB pages; at least 64 KiB). A write
+    /// that would grow it further fails with [`Error::is_disk_full`], as it
+    /// would on a full disk, and stores nothing; reads, and writes that fit
+    /// in pages freed by the retention sweep, go on. A database already
+    /// larger keeps its size as its limit. Default: no limit but the disk.
+    ///
+    /// The write-ahead log (`-wal` file) is not counted: it is bounded by
+    /// SQLite's checkpoints, not by this limit.
+    pub fn sqlite_max_size(mut self, bytes: u64) -> Self {
+        self.sqlite_max_size = Some(bytes);
+        self
+    }
+
     fn check(&self) -> Result<(), Error> {
         if self.shards == Some(0) {
             return Err(Error::config("the shard count must be at least 1"));
         }
+        if self.sqlite_max_size.is_some_and(|b| b < SQLITE_MIN_SIZE) {
+            return Err(Error::config(format!(
+                "the SQLite size limit must be at least {SQLITE_MIN_SIZE} bytes"
+            )));
+        }
         Ok(())
+    }
+
+    /// Applies the SQLite settings every connection shares.
+    fn sqlite_options(&self, options: SqliteConnectOptions) -> SqliteConnectOptions {
+        match self.sqlite_max_size {
+            Some(bytes) => options.pragma("max_page_count", (bytes / SQLITE_PAGE_SIZE).to_string()),
+            None => options,
+        }
     }
 
     /// Opens (creating if missing) an SQLite database file in WAL mode.
@@ -349,6 +394,7 @@ impl StoreBuilder {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(10));
+        let options = self.sqlite_options(options);
         let pool = SqlitePoolOptions::new()
             .max_connections(self.max_connections)
             .acquire_timeout(self.connect_timeout)
@@ -366,7 +412,7 @@ impl StoreBuilder {
     /// As [`StoreBuilder::sqlite`].
     pub async fn sqlite_in_memory(self) -> Result<Store, Error> {
         self.check()?;
-        let options = SqliteConnectOptions::from_str("sqlite::memory:")?;
+        let options = self.sqlite_options(SqliteConnectOptions::from_str("sqlite::memory:")?);
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)
@@ -559,6 +605,8 @@ impl Store {
             db.clock_sql()
         );
         for _ in 0..2 {
+            // Read to its end, so that a commit that failed is an error
+            // here and never an id (see the module's notes).
             let inserted: Option<i64> = with_pool!(db, pool => {
                 sqlx::query(&sql)
                 .bind(run_at)
@@ -566,13 +614,14 @@ impl Store {
                 .bind(&idempotency_key)
                 .bind(max_attempts)
                 .bind(now)
-                .fetch_optional(pool)
+                .fetch_all(pool)
                 .await?
+                .first()
                 .map(|row| row.try_get::<i64, _>("id"))
                 .transpose()?
             });
             if let Some(id) = inserted {
-                self.announce(id, run_at).await?;
+                self.announce(id, run_at).await;
                 return Ok(TaskId(id));
             }
             let existing: Option<i64> = with_pool!(db, pool => {
@@ -594,16 +643,23 @@ impl Store {
 
     /// Tells schedulers that a task is due at `run_at`: those of this
     /// process directly, those of other processes by `NOTIFY`.
-    pub(crate) async fn announce(&self, id: i64, run_at: i64) -> Result<(), Error> {
+    ///
+    /// The change it announces has committed already, so a failed `NOTIFY`
+    /// is not the caller's error (an error would invite a retry that
+    /// schedules the task twice): it is logged, and the schedulers' catch-up
+    /// poll finds the change instead.
+    pub(crate) async fn announce(&self, id: i64, run_at: i64) {
         let _ = self.inner.local.send((id, run_at));
         if let Db::Postgres(pool) = self.db() {
-            sqlx::query("SELECT pg_notify($1, $2)")
+            let sent = sqlx::query("SELECT pg_notify($1, $2)")
                 .bind(&self.inner.channel)
                 .bind(format!("{id}:{run_at}"))
                 .execute(pool)
-                .await?;
+                .await;
+            if let Err(err) = sent {
+                tracing::debug!(id, %err, "NOTIFY failed; the catch-up poll will find the task");
+            }
         }
-        Ok(())
     }
 
     /// Cancels a task that is still scheduled. Returns whether it was: `false`
@@ -654,7 +710,7 @@ impl Store {
                 .rows_affected()
         });
         if n == 1 {
-            self.announce(id.0, run_at).await?;
+            self.announce(id.0, run_at).await;
         }
         Ok(n == 1)
     }
@@ -681,7 +737,7 @@ impl Store {
             .rows_affected()
         });
         if n == 1 {
-            self.announce(id.0, now).await?;
+            self.announce(id.0, now).await;
         }
         Ok(n == 1)
     }
@@ -913,7 +969,8 @@ impl Store {
              RETURNING state, run_at",
             self.db().clock_sql()
         );
-        let row: Option<(String, i64)> = with_pool!(self.db(), pool => {
+        // Read to its end (see the module's notes).
+        let rows: Vec<(String, i64)> = with_pool!(self.db(), pool => {
             sqlx::query_as(&sql)
             .bind(id)
             .bind(claim)
@@ -923,9 +980,10 @@ impl Store {
             .bind(default_max)
             .bind(retry_at)
             .bind(error)
-            .fetch_optional(pool)
+            .fetch_all(pool)
             .await?
         });
+        let row = rows.into_iter().next();
         Ok(row.map(|(state, run_at)| {
             if state == "dead" {
                 Failed::Dead
@@ -1016,7 +1074,9 @@ enum When {
 ///
 /// [`Error::is_payload_too_large`], [`Error::is_out_of_range`] (a time before
 /// the Unix epoch or after [`MAX_RUN_AT`](super::MAX_RUN_AT), or a delay that
-/// overflows), [`Error::is_database`].
+/// overflows), [`Error::is_database`] ([`Error::is_disk_full`] when the
+/// database's disk is full). A schedule that fails stored nothing; an id is
+/// returned only once the task's row has committed.
 #[must_use = "a task is stored only when the builder is awaited"]
 pub struct Schedule<'a> {
     store: &'a Store,
