@@ -20,6 +20,11 @@ use crate::stream::{Expirations, Shared};
 /// The default tick: 1 ms, the resolution of `tokio::time`.
 pub const DEFAULT_TICK: Duration = Duration::from_millis(1);
 
+/// The coarsest tick: 1 hour. [`Builder::tick`] lowers longer ticks to it,
+/// so that a tick always lies within what a `tokio::time::Instant` can
+/// reach and every timer fires (at most one tick late).
+pub const MAX_TICK: Duration = Duration::from_secs(3600);
+
 /// The default capacity of the command channel.
 pub const DEFAULT_COMMAND_CAPACITY: usize = 1024;
 
@@ -88,7 +93,8 @@ impl Builder {
     /// its deadline and at most one tick after it, plus scheduling delay.
     ///
     /// Values below 1 ms are raised to 1 ms: `tokio::time` cannot sleep
-    /// more finely, so a finer tick would only cost wake-ups.
+    /// more finely, so a finer tick would only cost wake-ups. Values above
+    /// [`MAX_TICK`] (1 hour) are lowered to it.
     ///
     /// # Examples
     ///
@@ -105,7 +111,7 @@ impl Builder {
     /// # }
     /// ```
     pub fn tick(mut self, tick: Duration) -> Self {
-        self.tick = tick.max(DEFAULT_TICK);
+        self.tick = tick.clamp(DEFAULT_TICK, MAX_TICK);
         self
     }
 
@@ -327,9 +333,10 @@ impl Builder {
     ///
     /// # Panics
     ///
-    /// Panics if called outside a Tokio runtime, like `tokio::spawn`. The
-    /// runtime needs its time driver enabled (`enable_time` or
-    /// `enable_all`).
+    /// Panics if called outside a Tokio runtime, like `tokio::spawn`, and,
+    /// with Tokio's own message, on a runtime whose time driver is not
+    /// enabled (`enable_time` or `enable_all`): before any timer could be
+    /// accepted, never later in the driver.
     ///
     /// # Examples
     ///
@@ -352,6 +359,10 @@ impl Builder {
         let runtime = tokio::runtime::Handle::try_current().unwrap_or_else(|_| {
             panic!("TimingWheel must be built inside a Tokio runtime (its driver is a Tokio task)")
         });
+        // Tokio's timer panics here, with a message that says to enable
+        // time, on a runtime without its time driver: better now than in
+        // the driver after timers were accepted.
+        drop(tokio::time::sleep(Duration::ZERO));
         let clock = Clock::new(Instant::now(), self.tick);
         let limit = self.max_pending.map(PendingLimit::new);
         let shared = Arc::new(Shared::new(limit, self.shards));

@@ -101,7 +101,7 @@ mod wheel;
 #[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
 pub mod durable;
 
-pub use builder::{Builder, DEFAULT_COMMAND_CAPACITY, DEFAULT_TICK};
+pub use builder::{Builder, DEFAULT_COMMAND_CAPACITY, DEFAULT_TICK, MAX_TICK};
 pub use callback::{DEFAULT_CALLBACK_TIMEOUT, DEFAULT_MAX_CONCURRENCY};
 pub use error::Error;
 pub use expired::Expired;

@@ -706,3 +706,39 @@ async fn far_deadlines_neither_hide_near_ones_nor_wake_the_driver() {
     assert_eq!(stats.pending, 2);
     assert!(stats.wakeups < 20, "{stats:?}");
 }
+
+/// Regression: `Builder::tick(Duration::MAX)` was accepted, and since the
+/// first tick after the start lay beyond any `Instant`, no timer on that
+/// wheel ever fired. Ticks are now capped at `MAX_TICK` (1 hour), and a
+/// timer fires at the first tick at or after its deadline.
+#[tokio::test(start_paused = true)]
+async fn the_coarsest_tick_is_capped_and_its_timers_fire() {
+    use tokio_timing_wheel::MAX_TICK;
+    let (wheel, mut expired) = TimingWheel::builder().tick(Duration::MAX).build();
+    assert_eq!(wheel.tick(), MAX_TICK);
+    let start = Instant::now();
+    wheel.set_timer(1u8, (), ms(1500)).await.unwrap();
+    assert_eq!(expired.next().await.unwrap().key(), &1);
+    assert_eq!(start.elapsed(), MAX_TICK);
+}
+
+/// Regression: a wheel built on a runtime without the time driver accepted
+/// `set_timer`, then its driver panicked ("timers are disabled"), the stream
+/// ended and the accepted timer was lost. Building it now panics at once,
+/// with Tokio's message telling to enable time, before any timer is taken.
+#[test]
+fn a_runtime_without_time_is_refused_when_the_wheel_is_built() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let built = runtime.block_on(async {
+        std::panic::catch_unwind(|| TimingWheel::builder().build::<u8, ()>()).map(drop)
+    });
+    let panic = built.expect_err("a wheel without a time driver must not be built");
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    assert!(message.contains("enable_time"), "{message}");
+}

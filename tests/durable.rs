@@ -17,7 +17,8 @@ use std::time::{Duration, SystemTime};
 use backends::{Backend, Db};
 use futures::StreamExt;
 use tokio_timing_wheel::durable::{
-    Backoff, Scheduler, SchedulerBuilder, Store, TaskId, TaskState, MAX_PAYLOAD, MAX_RUN_AT,
+    Backoff, Scheduled, Scheduler, SchedulerBuilder, Store, TaskId, TaskState, MAX_IDEMPOTENCY_KEY,
+    MAX_PAYLOAD, MAX_RUN_AT,
 };
 
 /// One delivery a handler saw: task, attempt, when it ran, when it was due.
@@ -654,6 +655,91 @@ on_both! {
         assert!(err.is_config(), "{err}");
         let err = Scheduler::builder(store.clone()).max_concurrency(0).start(|_t| async { Ok::<_, String>(()) }).await.unwrap_err();
         assert!(err.is_config(), "{err}");
+    }
+}
+
+on_both! {
+    /// Regression: an empty idempotency key was a real key, so an unrelated
+    /// task scheduled with one was silently dropped and the first task's id
+    /// came back; keys had no length limit (1 MiB accepted); and
+    /// `Schedule::max_attempts(0)` quietly became 1 where
+    /// `SchedulerBuilder::max_attempts(0)` is an error. Each is refused now,
+    /// storing nothing, and `submit` tells a created task from one its key
+    /// found.
+    async fn keys_and_attempt_limits_are_checked(db: Db) {
+        let store = db.open().await;
+        let err = store.schedule(b"a".to_vec()).idempotency_key("").await.unwrap_err();
+        assert!(err.is_invalid_key(), "{err}");
+        let long = "k".repeat(MAX_IDEMPOTENCY_KEY + 1);
+        let err = store.schedule(b"a".to_vec()).idempotency_key(long).await.unwrap_err();
+        assert!(err.is_invalid_key(), "{err}");
+        let err = store.schedule(b"a".to_vec()).max_attempts(0).await.unwrap_err();
+        assert!(err.is_config(), "{err}");
+        assert_eq!(store.counts().await.unwrap().scheduled, 0);
+
+        let longest = "k".repeat(MAX_IDEMPOTENCY_KEY);
+        let first = store.schedule(b"a".to_vec()).idempotency_key(longest.clone()).submit().await.unwrap();
+        let again = store.schedule(b"b".to_vec()).idempotency_key(longest).submit().await.unwrap();
+        assert!(first.is_created());
+        assert_eq!(again, Scheduled::Existing(first.id()));
+        let other = store.schedule(b"c".to_vec()).idempotency_key("other").submit().await.unwrap();
+        assert!(other.is_created() && other.id() != first.id());
+        assert_eq!(store.counts().await.unwrap().scheduled, 2);
+        assert_eq!(store.get(first.id()).await.unwrap().unwrap().payload, b"a");
+    }
+}
+
+on_both! {
+    /// Regression: `SchedulerBuilder::callback_timeout(Duration::MAX)` was
+    /// accepted, then the first claim panicked in a crate task ("overflow
+    /// when adding duration to instant"): the task stayed scheduled with no
+    /// attempt forever and the node's in-flight count stayed at 1. Every
+    /// duration setting now takes any `Duration` (past 30 years it means
+    /// never) or is refused by `start`; none panics.
+    async fn every_duration_setting_takes_duration_max(db: Db) {
+        let store = db.open().await;
+        type Setting = fn(SchedulerBuilder) -> SchedulerBuilder;
+        let settings: [(&str, Setting); 8] = [
+            ("callback_timeout", |b| b.callback_timeout(Duration::MAX)),
+            ("lock_grace", |b| b.lock_grace(Duration::MAX)),
+            ("window", |b| b.window(Duration::MAX)),
+            ("catch_up_interval", |b| b.catch_up_interval(Duration::MAX)),
+            ("retention", |b| b.retention(Duration::MAX)),
+            ("lease_ttl", |b| b.lease_ttl(Duration::MAX)),
+            ("backoff", |b| b.backoff(Backoff::exponential(Duration::MAX, Duration::MAX))),
+            ("heartbeat and lease_ttl", |b| b.heartbeat(Duration::MAX).lease_ttl(Duration::MAX)),
+        ];
+        for (name, setting) in settings {
+            let log = Log::default();
+            let handler_log = log.clone();
+            let started = setting(fast(&store).node_id(name))
+                .start(move |task| {
+                    handler_log.record(&task);
+                    async move {
+                        // The first attempt fails, so the backoff is used.
+                        if task.attempt() == 1 { Err("once") } else { Ok(()) }
+                    }
+                })
+                .await;
+            let scheduler = match started {
+                Ok(scheduler) => scheduler,
+                Err(err) => {
+                    assert!(err.is_config(), "{name}: {err}");
+                    continue;
+                }
+            };
+            let id = store.schedule(name.as_bytes().to_vec()).await.unwrap();
+            log.wait_for(1, Duration::from_secs(20)).await;
+            let stats = scheduler.stats();
+            assert_eq!(stats.delivered, 1, "{name}: {stats:?}");
+            let info = store.get(id).await.unwrap().unwrap();
+            assert_eq!(info.attempts, 1, "{name}");
+            if name != "backoff" {
+                log.wait_for(2, Duration::from_secs(20)).await;
+                wait_state(&store, id, TaskState::Done, Duration::from_secs(20)).await;
+            }
+            scheduler.shutdown().await.unwrap();
+        }
     }
 }
 

@@ -239,6 +239,8 @@ impl Backoff {
         hasher.write_u64(id);
         hasher.write_u32(attempt);
         let unit = (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64;
-        nominal.mul_f64(0.5 + 0.5 * unit)
+        // Half to all of the nominal delay; a product too large for a
+        // `Duration` (a `max` near `Duration::MAX`) stays nominal.
+        Duration::try_from_secs_f64(nominal.as_secs_f64() * (0.5 + 0.5 * unit)).unwrap_or(nominal)
     }
 }

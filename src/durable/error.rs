@@ -31,6 +31,7 @@ enum Kind {
     PayloadTooLarge { len: usize },
     OutOfRange(&'static str),
     Config(String),
+    InvalidKey(&'static str),
     Lost,
     Closed,
 }
@@ -46,6 +47,10 @@ impl Error {
 
     pub(crate) fn config(what: impl Into<String>) -> Self {
         Self::from_kind(Kind::Config(what.into()))
+    }
+
+    pub(crate) fn invalid_key(why: &'static str) -> Self {
+        Self::from_kind(Kind::InvalidKey(why))
     }
 
     pub(crate) fn lost() -> Self {
@@ -130,6 +135,13 @@ impl Error {
         matches!(self.kind, Kind::Config(_))
     }
 
+    /// An idempotency key was empty or longer than
+    /// [`MAX_IDEMPOTENCY_KEY`](super::MAX_IDEMPOTENCY_KEY) bytes; nothing
+    /// was stored.
+    pub fn is_invalid_key(&self) -> bool {
+        matches!(self.kind, Kind::InvalidKey(_))
+    }
+
     /// An `ack` or `nack` came too late: the attempt no longer belongs to
     /// this delivery (its deadline passed and it was counted as failed, or
     /// this node lost the task's shard). The task will be, or was, delivered
@@ -201,6 +213,7 @@ impl fmt::Display for Error {
             ),
             Kind::OutOfRange(what) => write!(f, "{what} is out of range"),
             Kind::Config(what) => write!(f, "invalid configuration: {what}"),
+            Kind::InvalidKey(why) => write!(f, "invalid idempotency key: {why}"),
             Kind::Lost => f.write_str("the delivery no longer holds its task"),
             Kind::Closed => f.write_str("the scheduler was shut down"),
         }

@@ -122,10 +122,17 @@ pub use delivery::{Backoff, Deliveries, Delivery, Task};
 pub use error::Error;
 pub use scheduler::{Scheduler, SchedulerBuilder, SchedulerStats};
 pub use schema::DEFAULT_SHARDS;
-pub use store::{Schedule, StateCounts, Store, StoreBuilder, TaskId, TaskInfo, TaskState};
+pub use store::{
+    Schedule, Scheduled, StateCounts, Store, StoreBuilder, TaskId, TaskInfo, TaskState,
+};
 
 /// The largest payload a task may carry: 1 MiB.
 pub const MAX_PAYLOAD: usize = 1 << 20;
+
+/// The longest idempotency key, in bytes: 1 KiB. Keys are unique in an
+/// index, which PostgreSQL caps at about 2.7 kB per entry; a longer natural
+/// key can be hashed into one.
+pub const MAX_IDEMPOTENCY_KEY: usize = 1024;
 
 /// The latest `run_at`, as a span after the Unix epoch: the end of the year
 /// 9999.

@@ -30,7 +30,16 @@ const CLAIM_BATCH: usize = 500;
 
 type Handler = Arc<dyn Fn(Task) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
 
+/// The longest any duration setting of a scheduler is taken to be: 30
+/// years, forever for a scheduler. Longer settings (up to `Duration::MAX`)
+/// are lowered to it, so that no deadline a setting implies can overflow.
+const LONGEST: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+
 /// Settings of a [`Scheduler`], from [`Scheduler::builder`].
+///
+/// Every duration setting accepts any `Duration`: one longer than 30 years
+/// is taken as 30 years, which a scheduler treats as never. Settings that
+/// cannot work together are refused by `start` with [`Error::is_config`].
 ///
 /// # Examples
 ///
@@ -93,6 +102,23 @@ impl Default for Config {
             retention: Duration::from_secs(24 * 3600),
             lease_ttl: Duration::from_secs(10),
             heartbeat: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Config {
+    /// Lowers every duration setting to [`LONGEST`].
+    fn clamp_durations(&mut self) {
+        for d in [
+            &mut self.window,
+            &mut self.catch_up,
+            &mut self.callback_timeout,
+            &mut self.lock_grace,
+            &mut self.retention,
+            &mut self.lease_ttl,
+            &mut self.heartbeat,
+        ] {
+            *d = (*d).min(LONGEST);
         }
     }
 }
@@ -249,7 +275,8 @@ impl SchedulerBuilder {
         Ok((scheduler, Deliveries { rx }))
     }
 
-    async fn start_inner(self, mode: Mode) -> Result<Scheduler, Error> {
+    async fn start_inner(mut self, mode: Mode) -> Result<Scheduler, Error> {
+        self.config.clamp_durations();
         self.check()?;
         let config = self.config;
         let node_id = config

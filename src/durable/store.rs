@@ -26,7 +26,7 @@ use sqlx::sqlite::{
 use sqlx::Row;
 use tokio::sync::broadcast;
 
-use super::{schema, Error, MAX_PAYLOAD, MAX_RUN_AT};
+use super::{schema, Error, MAX_IDEMPOTENCY_KEY, MAX_PAYLOAD, MAX_RUN_AT};
 
 /// Runs `$body` with `$pool` bound to whichever pool `$db` holds. The body is
 /// compiled once per backend, so the same statement text and row decoding
@@ -581,9 +581,19 @@ impl Store {
         when: When,
         idempotency_key: Option<String>,
         max_attempts: Option<u32>,
-    ) -> Result<TaskId, Error> {
+    ) -> Result<Scheduled, Error> {
         if payload.len() > MAX_PAYLOAD {
             return Err(Error::payload_too_large(payload.len()));
+        }
+        match &idempotency_key {
+            Some(key) if key.is_empty() => return Err(Error::invalid_key("it is empty")),
+            Some(key) if key.len() > MAX_IDEMPOTENCY_KEY => {
+                return Err(Error::invalid_key("it is longer than MAX_IDEMPOTENCY_KEY"))
+            }
+            _ => {}
+        }
+        if max_attempts == Some(0) {
+            return Err(Error::config("max_attempts must be at least 1"));
         }
         let now = now_ms();
         let run_at = match when {
@@ -622,7 +632,7 @@ impl Store {
             });
             if let Some(id) = inserted {
                 self.announce(id, run_at).await;
-                return Ok(TaskId(id));
+                return Ok(Scheduled::Created(TaskId(id)));
             }
             let existing: Option<i64> = with_pool!(db, pool => {
                 sqlx::query("SELECT id FROM ttw_tasks WHERE idempotency_key = $1")
@@ -633,7 +643,7 @@ impl Store {
                     .transpose()?
             });
             if let Some(id) = existing {
-                return Ok(TaskId(id));
+                return Ok(Scheduled::Existing(TaskId(id)));
             }
         }
         Err(Error::config(
@@ -1110,17 +1120,80 @@ impl Schedule<'_> {
     }
 
     /// Scheduling another task with the same key, while this one is kept,
-    /// creates nothing and returns this task's id.
+    /// creates nothing and returns this task's id ([`Schedule::submit`]
+    /// tells which happened). A key is 1 to
+    /// [`MAX_IDEMPOTENCY_KEY`](super::MAX_IDEMPOTENCY_KEY) bytes; an empty
+    /// or longer one fails with [`Error::is_invalid_key`].
     pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
         self.idempotency_key = Some(key.into());
         self
     }
 
-    /// This task's own attempt limit (at least 1), instead of the
-    /// scheduler's.
+    /// This task's own attempt limit, instead of the scheduler's. Zero
+    /// fails with [`Error::is_config`], as
+    /// [`SchedulerBuilder::max_attempts`](super::SchedulerBuilder::max_attempts)
+    /// does.
     pub fn max_attempts(mut self, n: u32) -> Self {
-        self.max_attempts = Some(n.max(1));
+        self.max_attempts = Some(n);
         self
+    }
+
+    /// Stores the task, as `.await` does, and tells whether it was created
+    /// or its idempotency key found a task already kept.
+    ///
+    /// # Errors
+    ///
+    /// As awaiting the [`Schedule`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tokio_timing_wheel::durable::{Scheduled, Store};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tokio_timing_wheel::durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// let first = store.schedule(b"a".to_vec()).idempotency_key("k").submit().await?;
+    /// let again = store.schedule(b"b".to_vec()).idempotency_key("k").submit().await?;
+    /// assert!(matches!(first, Scheduled::Created(_)));
+    /// assert_eq!(again, Scheduled::Existing(first.id()));
+    /// assert!(!again.is_created());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn submit(self) -> Result<Scheduled, Error> {
+        self.store
+            .insert(
+                self.payload,
+                self.at,
+                self.idempotency_key,
+                self.max_attempts,
+            )
+            .await
+    }
+}
+
+/// What [`Schedule::submit`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scheduled {
+    /// A new task was stored with this id.
+    Created(TaskId),
+    /// The idempotency key belongs to this task, kept already; nothing was
+    /// stored.
+    Existing(TaskId),
+}
+
+impl Scheduled {
+    /// The task's id, either way.
+    pub fn id(self) -> TaskId {
+        match self {
+            Scheduled::Created(id) | Scheduled::Existing(id) => id,
+        }
+    }
+
+    /// Whether a new task was stored.
+    pub fn is_created(self) -> bool {
+        matches!(self, Scheduled::Created(_))
     }
 }
 
@@ -1129,15 +1202,6 @@ impl<'a> IntoFuture for Schedule<'a> {
     type IntoFuture = Pin<Box<dyn Future<Output = Result<TaskId, Error>> + Send + 'a>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move {
-            self.store
-                .insert(
-                    self.payload,
-                    self.at,
-                    self.idempotency_key,
-                    self.max_attempts,
-                )
-                .await
-        })
+        Box::pin(async move { self.submit().await.map(Scheduled::id) })
     }
 }
