@@ -19,7 +19,7 @@
 #[path = "../tests/support/pool.rs"]
 mod pool;
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -77,10 +77,20 @@ async fn main() -> std::io::Result<()> {
         }));
     }
 
-    let progress = |label: &str| {
+    // A live line on a terminal; piped, one plain line a second.
+    let live = std::io::stdout().is_terminal();
+    let mut last_line = None::<Instant>;
+    let mut progress = |label: &str| {
+        if !live {
+            if last_line.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+                return;
+            }
+            last_line = Some(Instant::now());
+        }
         let c = pool.counters();
+        let (start_of_line, end_of_line) = if live { ("\r", "   ") } else { ("", "\n") };
         print!(
-            "\r{label} {:>5.1}s  dialled {:>4}  reused {:>6}  idle {:>3}  open {:>3}  reaped idle {:>4}  lifetime {:>3}   ",
+            "{start_of_line}{label} {:>5.1}s  dialled {:>4}  reused {:>6}  idle {:>3}  open {:>3}  reaped idle {:>4}  lifetime {:>3}{end_of_line}",
             start.elapsed().as_secs_f64(),
             c.dialled.load(Ordering::Relaxed),
             c.reused.load(Ordering::Relaxed),
@@ -99,13 +109,17 @@ async fn main() -> std::io::Result<()> {
     for client in clients {
         requests += client.await.expect("client panicked");
     }
-    println!();
+    if live {
+        println!();
+    }
     let idle_start = Instant::now();
     while idle_start.elapsed() < IDLE_PHASE {
         progress("idle ");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    println!();
+    if live {
+        println!();
+    }
 
     let c = pool.counters();
     let mut lateness = c.lateness.lock().unwrap().clone();

@@ -574,7 +574,7 @@ on_both! {
 /// found by the next window reload instead: half a window late.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schedule_that_waited_for_the_write_lock_is_found_by_the_poll() {
-    let db = Db::new(Backend::Sqlite, "waited_for_the_write_lock").unwrap();
+    let db = Db::new(Backend::Sqlite, "waited_for_the_write_lock");
     let store = db.open().await;
     let log = Log::default();
     // A long window, so only the catch-up poll (every 100 ms, looking 1.2 s
@@ -838,7 +838,7 @@ on_both! {
 /// task's first attempt must not run at all (it fails and is retried).
 #[tokio::test(flavor = "current_thread")]
 async fn a_delivery_never_starts_after_its_deadline() {
-    let db = Db::new(Backend::Sqlite, "never_starts_late").unwrap();
+    let db = Db::new(Backend::Sqlite, "never_starts_late");
     let store = db.open().await;
     let at = SystemTime::now() + Duration::from_millis(500);
     let a = store.schedule(b"a".to_vec()).at(at).await.unwrap();
@@ -888,7 +888,7 @@ async fn a_delivery_never_starts_after_its_deadline() {
 /// skipped (and so failed) whoever notices first.
 #[tokio::test(flavor = "current_thread")]
 async fn a_delivery_read_at_its_deadline_is_not_handed_out() {
-    let db = Db::new(Backend::Sqlite, "read_at_deadline").unwrap();
+    let db = Db::new(Backend::Sqlite, "read_at_deadline");
     let store = db.open().await;
     let (scheduler, mut deliveries) = fast(&store)
         .callback_timeout(Duration::from_millis(300))
