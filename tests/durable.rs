@@ -778,6 +778,49 @@ async fn unreachable_database_is_an_error() {
     assert!(err.is_database(), "{err}");
 }
 
+/// Regression: a malformed PostgreSQL URL or one of another scheme waited
+/// out the 10 s connect timeout and then said only "pool timed out while
+/// waiting for an open connection" (or "relative URL without a base"), and
+/// an SQLite path in a missing directory did not name the path. Now a URL
+/// that cannot be PostgreSQL's is refused at once, a failed connection
+/// names its cause and the server, and a missing directory is named.
+#[tokio::test]
+async fn a_bad_database_address_fails_fast_and_names_the_cause() {
+    for url in ["not a url", "mysql://root@127.0.0.1/db", "postgres:/nohost"] {
+        let started = std::time::Instant::now();
+        let err = Store::postgres(url).await.unwrap_err();
+        assert!(err.is_config(), "{url}: {err}");
+        assert!(err.to_string().contains("postgres://"), "{url}: {err}");
+        assert!(started.elapsed() < Duration::from_secs(1), "{url}");
+    }
+    // A port nobody listens on: refused at once, not after the timeout.
+    let started = std::time::Instant::now();
+    let err = Store::postgres("postgres://nobody@127.0.0.1:1/none")
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(err.is_database(), "{text}");
+    assert!(
+        text.contains("127.0.0.1:1") && text.contains("refused"),
+        "{text}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let err = Store::sqlite("/nonexistent-dir/for/sure/tasks.db")
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(err.is_database(), "{text}");
+    assert!(
+        text.contains("/nonexistent-dir/for/sure/tasks.db") && text.contains("does not exist"),
+        "{text}"
+    );
+}
+
 on_both! {
     /// Regression: the in-process listener subscribed to new schedules only
     /// once its task first ran, so a task scheduled right after `start`

@@ -26,9 +26,13 @@ pub struct Error {
 
 enum Kind {
     Database(sqlx::Error),
+    /// The database named here could not be opened or reached.
+    Open(String, sqlx::Error),
     Migrate(sqlx::migrate::MigrateError),
     SchemaTooNew(i64),
-    PayloadTooLarge { len: usize },
+    PayloadTooLarge {
+        len: usize,
+    },
     OutOfRange(&'static str),
     Config(String),
     InvalidKey(&'static str),
@@ -53,6 +57,11 @@ impl Error {
         Self::from_kind(Kind::InvalidKey(why))
     }
 
+    /// `err` from opening `target` (a file path, or a PostgreSQL host).
+    pub(crate) fn open(target: String, err: sqlx::Error) -> Self {
+        Self::from_kind(Kind::Open(target, err))
+    }
+
     pub(crate) fn lost() -> Self {
         Self::from_kind(Kind::Lost)
     }
@@ -69,7 +78,10 @@ impl Error {
     /// timed out, a statement failed). [`std::error::Error::source`] holds
     /// the driver's error.
     pub fn is_database(&self) -> bool {
-        matches!(self.kind, Kind::Database(_) | Kind::Migrate(_))
+        matches!(
+            self.kind,
+            Kind::Database(_) | Kind::Open(..) | Kind::Migrate(_)
+        )
     }
 
     /// The database could not write because its disk is full (SQLite's
@@ -103,7 +115,7 @@ impl Error {
     /// ```
     pub fn is_disk_full(&self) -> bool {
         match &self.kind {
-            Kind::Database(err) => disk_full(err),
+            Kind::Database(err) | Kind::Open(_, err) => disk_full(err),
             Kind::Migrate(sqlx::migrate::MigrateError::Execute(err))
             | Kind::Migrate(sqlx::migrate::MigrateError::ExecuteMigration(err, _)) => {
                 disk_full(err)
@@ -156,6 +168,19 @@ impl Error {
     }
 }
 
+/// The cause of a failed open in words: the I/O error's own message
+/// ("Connection refused", "failed to lookup address information") or the
+/// server's ("password authentication failed for user ..."), without
+/// sqlx's wrapping.
+fn open_cause(err: &sqlx::Error) -> String {
+    match err {
+        sqlx::Error::Io(io) => io.to_string(),
+        sqlx::Error::Database(db) => db.message().to_string(),
+        sqlx::Error::PoolTimedOut => "timed out waiting for a connection".to_string(),
+        other => other.to_string(),
+    }
+}
+
 /// SQLite's `SQLITE_FULL` (primary result code 13) or PostgreSQL's
 /// `disk_full` (SQLSTATE 53100).
 fn disk_full(err: &sqlx::Error) -> bool {
@@ -201,6 +226,7 @@ impl fmt::Display for Error {
                 )
             }
             Kind::Database(err) => write!(f, "database error: {err}"),
+            Kind::Open(target, err) => write!(f, "could not open {target}: {}", open_cause(err)),
             Kind::Migrate(err) => write!(f, "schema migration failed: {err}"),
             Kind::SchemaTooNew(v) => write!(
                 f,
@@ -224,6 +250,7 @@ impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
             Kind::Database(err) => f.debug_tuple("Database").field(err).finish(),
+            Kind::Open(target, err) => f.debug_tuple("Open").field(target).field(err).finish(),
             Kind::Migrate(err) => f.debug_tuple("Migrate").field(err).finish(),
             _ => write!(f, "Error({self})"),
         }
@@ -233,7 +260,7 @@ impl fmt::Debug for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.kind {
-            Kind::Database(err) => Some(err),
+            Kind::Database(err) | Kind::Open(_, err) => Some(err),
             Kind::Migrate(err) => Some(err),
             _ => None,
         }

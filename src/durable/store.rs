@@ -19,10 +19,11 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
+use sqlx::Connection;
 use sqlx::Row;
 use tokio::sync::broadcast;
 
@@ -182,6 +183,19 @@ pub(crate) fn to_ms(at: SystemTime) -> Result<i64, Error> {
 /// The time `ms` milliseconds after the Unix epoch.
 pub(crate) fn from_ms(ms: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+/// Parses a PostgreSQL URL, refusing at once what cannot be one (another
+/// scheme, or not a URL at all) rather than trying to connect.
+fn postgres_options(url: &str) -> Result<PgConnectOptions, Error> {
+    let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+    if !matches!(scheme, Some("postgres" | "postgresql")) {
+        return Err(Error::config(
+            "a PostgreSQL URL starts with postgres:// or postgresql:// (postgres://user@host:port/database)",
+        ));
+    }
+    PgConnectOptions::from_str(url)
+        .map_err(|err| Error::config(format!("not a valid PostgreSQL URL: {err}")))
 }
 
 /// `$first, $first+1, ...`: `n` numbered placeholders.
@@ -383,11 +397,26 @@ impl StoreBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::is_database`] if the file cannot be opened,
+    /// [`Error::is_database`] if the file cannot be opened (its message
+    /// names the path, and says when its directory does not exist),
     /// [`Error::is_schema_too_new`] if a newer version of the crate wrote it,
     /// [`Error::is_config`] for a shard count that does not match.
     pub async fn sqlite(self, path: impl AsRef<Path>) -> Result<Store, Error> {
         self.check()?;
+        let path = path.as_ref();
+        let shown = path.display().to_string();
+        match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => {
+                return Err(Error::open(
+                    shown,
+                    sqlx::Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        format!("its directory {} does not exist", dir.display()),
+                    )),
+                ));
+            }
+            _ => {}
+        }
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
@@ -399,7 +428,8 @@ impl StoreBuilder {
             .max_connections(self.max_connections)
             .acquire_timeout(self.connect_timeout)
             .connect_with(options)
-            .await?;
+            .await
+            .map_err(|err| Error::open(shown, err))?;
         self.finish(Db::Sqlite(pool), None, "ttw_tasks".into())
             .await
     }
@@ -429,11 +459,30 @@ impl StoreBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::is_database`] if the server cannot be reached within the
-    /// connect timeout; otherwise as [`StoreBuilder::sqlite`].
+    /// [`Error::is_config`] at once for a URL that is not PostgreSQL's (not a
+    /// URL, or another scheme); [`Error::is_database`] if the server cannot
+    /// be reached within the connect timeout, with the cause (refused,
+    /// unknown host, authentication) in its message; otherwise as
+    /// [`StoreBuilder::sqlite`].
     pub async fn postgres(self, url: &str) -> Result<Store, Error> {
         self.check()?;
-        let mut options = PgConnectOptions::from_str(url)?;
+        let mut options = postgres_options(url)?;
+        // One connection first, within the connect timeout: a pool would
+        // retry a refused or failing connection until its timeout and then
+        // report only that it timed out.
+        let target = format!(
+            "PostgreSQL at {}:{}",
+            options.get_host(),
+            options.get_port()
+        );
+        match tokio::time::timeout(self.connect_timeout, PgConnection::connect_with(&options)).await
+        {
+            Ok(Ok(conn)) => {
+                let _ = conn.close().await;
+            }
+            Ok(Err(err)) => return Err(Error::open(target, err)),
+            Err(_) => return Err(Error::open(target, sqlx::Error::PoolTimedOut)),
+        }
         let mut channel = "ttw_tasks".to_string();
         if let Some(schema) = &self.schema {
             if schema.is_empty()
