@@ -63,7 +63,9 @@ fn parse() -> (Options, Option<usize>) {
     let mut o = Options {
         postgres: None,
         schema: format!("cluster_demo_{}", std::process::id()),
-        sqlite: std::env::temp_dir().join(format!("ttw-cluster-{}.db", std::process::id())),
+        sqlite: std::env::temp_dir()
+            .join(format!("ttw-cluster-{}", std::process::id()))
+            .join("tasks.db"),
         tasks: 6000,
         over: 12.0,
         nodes: 3,
@@ -260,6 +262,14 @@ async fn main() {
         "{} nodes on {backend}; {} tasks over {} s; {} shards; lease TTL {TTL:?}, heartbeat {HEARTBEAT:?}",
         o.nodes, o.tasks, o.over, o.shards
     );
+    // The SQLite database (and its write-ahead log) lives in a directory of
+    // its own, removed when this guard drops: at the end, on an error, or
+    // on Ctrl-C (which ends the run below).
+    let _files = (o.postgres.is_none()).then(|| {
+        let dir = o.sqlite.parent().expect("a directory").to_path_buf();
+        std::fs::create_dir_all(&dir).expect("create the demo's directory");
+        RemoveOnDrop(dir)
+    });
     let store = open(&o).await;
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let mut nodes: Vec<NodeHandle> = (0..o.nodes)
@@ -272,7 +282,8 @@ async fn main() {
 
     // Let the nodes join and balance, then schedule.
     tokio::time::sleep(HEARTBEAT * 4).await;
-    // Far enough ahead that every task is stored before the first is due.
+    // Planned to be far enough ahead that every task is stored before the
+    // first is due; a slow machine may take longer, which is reported.
     let scheduling = Instant::now();
     let start = SystemTime::now() + Duration::from_secs(1) + Duration::from_micros(400 * o.tasks);
     let plan: Vec<(u64, SystemTime)> = (0..o.tasks)
@@ -300,16 +311,17 @@ async fn main() {
         .await;
     let ids: Vec<i64> = stored.iter().map(|s| s.0).collect();
     let due: HashMap<i64, SystemTime> = stored.into_iter().collect();
-    assert!(
-        SystemTime::now() < start,
-        "scheduling took longer than planned"
-    );
     let first_due = start;
     println!(
         "scheduled {} tasks in {:.2?}",
         ids.len(),
         scheduling.elapsed()
     );
+    if let Ok(over) = SystemTime::now().duration_since(start) {
+        println!(
+            "note: scheduling ran {over:.2?} past the first due time (a busy machine), so the first tasks' lateness includes that wait"
+        );
+    }
 
     let mut deliveries: HashMap<i64, u32> = HashMap::new();
     let mut per_node_delivered = vec![0u64; o.nodes];
@@ -327,8 +339,14 @@ async fn main() {
     let mut report = tokio::time::interval(Duration::from_secs(1));
     let victim = 1.min(o.nodes - 1);
 
+    let mut interrupted = false;
     while deliveries.len() < ids.len() && Instant::now() < give_up {
         tokio::select! {
+            _ = tokio::signal::ctrl_c() => {
+                println!("interrupted: stopping the nodes and removing the demo's data");
+                interrupted = true;
+                break;
+            }
             event = events.recv() => match event {
                 Some(Event::Delivered { node, task, late_ms }) => {
                     let n = deliveries.entry(task).or_default();
@@ -419,11 +437,7 @@ async fn main() {
     for node in &mut nodes {
         node.kill().await;
     }
-    if o.postgres.is_none() {
-        let _ = std::fs::remove_file(&o.sqlite);
-        let _ = std::fs::remove_file(o.sqlite.with_extension("db-wal"));
-        let _ = std::fs::remove_file(o.sqlite.with_extension("db-shm"));
-    }
+    drop(store);
     if let Some(url) = &o.postgres {
         tokio::time::sleep(Duration::from_millis(200)).await;
         if let Ok(pool) = sqlx::PgPool::connect(url).await {
@@ -432,7 +446,18 @@ async fn main() {
                 .await;
         }
     }
-    if lost > 0 {
+    drop(_files);
+    if lost > 0 && !interrupted {
+        println!("{lost} tasks were not delivered within the run");
         std::process::exit(1);
+    }
+}
+
+/// Removes a directory and everything in it when dropped.
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
