@@ -21,6 +21,11 @@ enum Job {
 
 #[tokio::main]
 async fn main() {
+    // The wheel reports callback panics and timeouts through `tracing`: show
+    // them as log lines, and make a panic's own report one line too (not a
+    // raw message and backtrace).
+    tracing_subscriber::fmt().with_target(false).init();
+    std::panic::set_hook(Box::new(|info| tracing::debug!("{info}")));
     let start = Instant::now();
     let lateness = Arc::new(Mutex::new(Vec::new()));
     let record = Arc::clone(&lateness);

@@ -151,6 +151,14 @@ async fn main() {
         tick.tick().await;
         let counts = store.counts().await.expect("counts");
         let stats = scheduler.as_ref().map(|s| s.stats()).unwrap_or_default();
+        if let Ok(wait) = first_due.duration_since(SystemTime::now()) {
+            println!(
+                "waiting for the first task, due in {:.1} s ({} scheduled)",
+                wait.as_secs_f64(),
+                counts.scheduled
+            );
+            continue;
+        }
         println!(
             "done {:>5}  running {:>3}  scheduled {:>5}  dead {}  | this run: delivered {:>5}, retried {:>3}, reclaimed {}",
             counts.done, counts.running, counts.scheduled, counts.dead, stats.delivered, stats.retried, stats.reclaimed
