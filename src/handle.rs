@@ -786,6 +786,7 @@ where
             stats.callbacks_completed = load(&c.completed);
             stats.callbacks_timed_out = load(&c.timed_out);
             stats.callbacks_panicked = load(&c.panicked);
+            stats.callback_mode = true;
         }
         Ok(stats)
     }

@@ -19,7 +19,7 @@
 /// assert_eq!(stats.fired, 0);
 /// # }
 /// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
     /// Timers waiting in the wheel, including any that are due but not yet
@@ -42,4 +42,44 @@ pub struct Stats {
     pub callbacks_timed_out: u64,
     /// Callbacks that panicked; the panic was caught (callback mode only).
     pub callbacks_panicked: u64,
+    /// Whether the wheel runs callbacks, so `Debug` shows their counters.
+    pub(crate) callback_mode: bool,
+}
+
+/// Shows the callback counters only for a wheel in callback mode.
+impl std::fmt::Debug for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("Stats");
+        d.field("pending", &self.pending)
+            .field("fired", &self.fired)
+            .field("wakeups", &self.wakeups)
+            .field("discarded", &self.discarded)
+            .field("sleeps", &self.sleeps);
+        if self.callback_mode {
+            d.field("callbacks_running", &self.callbacks_running)
+                .field("callbacks_completed", &self.callbacks_completed)
+                .field("callbacks_timed_out", &self.callbacks_timed_out)
+                .field("callbacks_panicked", &self.callbacks_panicked);
+        }
+        d.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Stats;
+
+    /// Regression: `Debug` printed the four callback counters, always zero,
+    /// for a wheel in stream mode.
+    #[test]
+    fn debug_shows_callback_counters_only_in_callback_mode() {
+        let stream = Stats::default();
+        assert!(!format!("{stream:?}").contains("callbacks"));
+        let callbacks = Stats {
+            callback_mode: true,
+            callbacks_completed: 3,
+            ..Stats::default()
+        };
+        assert!(format!("{callbacks:?}").contains("callbacks_completed: 3"));
+    }
 }
