@@ -13,6 +13,9 @@
 //! [`StoreBuilder::sqlite_max_size`]: tokio_timing_wheel::durable::StoreBuilder::sqlite_max_size
 #![cfg(feature = "durable")]
 
+#[path = "support/settings.rs"]
+mod settings;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -21,9 +24,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use settings::fast;
 use sqlx::Connection;
 use tokio::sync::Semaphore;
-use tokio_timing_wheel::durable::{Backoff, Scheduler, SchedulerBuilder, Store, TaskId, TaskState};
+use tokio_timing_wheel::durable::{Store, TaskId, TaskState};
 
 /// A payload of `len` bytes that starts with the number `n`.
 fn payload(n: u32, len: usize) -> Vec<u8> {
@@ -82,18 +86,6 @@ impl Seen {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-}
-
-fn fast(store: &Store) -> SchedulerBuilder {
-    Scheduler::builder(store.clone())
-        .window(Duration::from_secs(2))
-        .catch_up_interval(Duration::from_millis(100))
-        .heartbeat(Duration::from_millis(200))
-        .lease_ttl(Duration::from_secs(2))
-        .backoff(Backoff::exponential(
-            Duration::from_millis(50),
-            Duration::from_millis(200),
-        ))
 }
 
 fn temp_dir(name: &str) -> PathBuf {

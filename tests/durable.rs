@@ -7,6 +7,9 @@
 //! windows and timeouts and generous bounds.
 #![cfg(feature = "durable")]
 
+#[path = "support/settings.rs"]
+mod settings;
+
 #[path = "support/backends.rs"]
 mod backends;
 
@@ -16,6 +19,7 @@ use std::time::{Duration, SystemTime};
 
 use backends::{Backend, Db};
 use futures::StreamExt;
+use settings::fast;
 use tokio_timing_wheel::durable::{
     Backoff, Scheduled, Scheduler, SchedulerBuilder, Store, TaskId, TaskState, MAX_IDEMPOTENCY_KEY,
     MAX_PAYLOAD, MAX_RUN_AT,
@@ -70,23 +74,6 @@ impl Log {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
-}
-
-/// Quick settings for tests.
-fn fast(store: &Store) -> SchedulerBuilder {
-    Scheduler::builder(store.clone())
-        .window(Duration::from_secs(2))
-        .catch_up_interval(Duration::from_millis(100))
-        .heartbeat(Duration::from_millis(200))
-        .lease_ttl(Duration::from_secs(2))
-        .callback_timeout(Duration::from_secs(2))
-        // Long enough that a loaded machine never lets a lock run out
-        // under a healthy node; the crash test shortens it.
-        .lock_grace(Duration::from_secs(5))
-        .backoff(Backoff::exponential(
-            Duration::from_millis(50),
-            Duration::from_millis(200),
-        ))
 }
 
 async fn start_logging(builder: SchedulerBuilder, log: &Log) -> Scheduler {
