@@ -1,17 +1,27 @@
-//! Membership and shard leases: each node heartbeats in `ttw_nodes`, renews
-//! the leases it holds, takes free or expired ones up to its fair share
-//! (`ceil(shards / live nodes)`), and gives back surplus when nodes join
-//! (draining busy shards first, so steady load cannot hold them forever).
+//! Membership and shard leases: each node heartbeats in `ttw_nodes`, takes
+//! free shards up to its fair share (`ceil(shards / live nodes)`), and gives
+//! back surplus when nodes join (draining busy shards first, so steady load
+//! cannot hold them forever).
 //!
-//! A lease row names its owner twice: the node id (stable across restarts)
-//! and the session (new every time a scheduler starts). Every claim and
-//! completion checks the session, and completions also check the epoch the
-//! claim stamped, so a node that lost a lease (a pause, a partition, or a
-//! restart that took its shards back) fails in the database, whatever the
-//! clocks say. Expiry times only decide when a lease may be taken over.
+//! A lease row names its owner twice: the node id (stable across restarts,
+//! if the user gives one) and the session (new every time a scheduler
+//! starts). A lease is held while its owner's session heartbeats: the lease
+//! rows are not renewed one by one, so a heartbeat is one small write
+//! whatever the shard count. A shard is free when it has no owner, when
+//! its owner's membership row is gone or older than the TTL, or when its
+//! owner is an earlier session of the same node id. A node whose process is
+//! proven gone (see [`super::process`]) has its row deleted by whichever
+//! node on the same machine sees it first, which frees its shards at once.
+//!
+//! Every claim and completion checks the session, and completions also
+//! check the epoch the claim stamped, so a node that lost a lease (a pause,
+//! a partition, or a restart that took its shards back) fails in the
+//! database, whatever the clocks say. Expiry only decides when a lease may
+//! be taken over.
 
 use sqlx::Row;
 
+use super::process;
 use super::store::{now_ms, with_pool, Store};
 use super::Error;
 
@@ -25,10 +35,23 @@ pub(crate) struct Beat {
     /// Surplus shards still busy: marked to take no new claims, to be given
     /// back by a later heartbeat once idle.
     pub(crate) draining: Vec<u32>,
+    /// Sessions on this machine whose process was found gone, and whose
+    /// membership this heartbeat ended.
+    pub(crate) gone: Vec<String>,
 }
 
-/// One heartbeat of node `node` (session `session`): record liveness, renew
-/// held leases, then take or give back shards toward the fair share.
+/// A shard with no live owner: none, an owner whose membership row is gone
+/// or older than the TTL, or an earlier session of this node id. `$1` is
+/// the node id, `$2` the session, `$3` the oldest heartbeat still live.
+const FREE: &str = "(owner_session IS NULL OR (owner_node = $1 AND owner_session <> $2) \
+     OR NOT EXISTS (SELECT 1 FROM ttw_nodes n WHERE n.node_id = ttw_leases.owner_node \
+     AND n.session = ttw_leases.owner_session AND n.heartbeat_at > $3))";
+
+/// One heartbeat of node `node` (session `session`): record liveness (the
+/// one write of an ordinary heartbeat, which keeps every lease the session
+/// holds), end the membership of sessions on this machine whose process is
+/// gone, read the shards held, then take or give back shards toward the
+/// fair share.
 /// Before a surplus shard is given back, `give_back` must agree: it marks
 /// the shard so no new claim starts in it, and refuses while a delivery is
 /// in flight there (see [`ShardTable::begin_release`]). Idle shards go
@@ -37,9 +60,11 @@ pub(crate) struct Beat {
 /// later heartbeat. The caller clears the other marks once it has recorded
 /// the result.
 ///
-/// A node `leaving` (shutting down) has left the membership table already:
-/// it does not come back in, takes nothing, and treats every shard it holds
-/// as surplus, so idle ones go back at once and busy ones as they drain.
+/// A node `leaving` (shutting down) is marked so in the membership table
+/// already: it keeps its row fresh (its leases stay its own until given
+/// back), is not counted in the shares, takes nothing, and treats every
+/// shard it holds as surplus, so idle ones go back at once and busy ones as
+/// they drain.
 ///
 /// [`ShardTable::begin_release`]: super::shards::ShardTable::begin_release
 pub(crate) async fn heartbeat(
@@ -52,24 +77,64 @@ pub(crate) async fn heartbeat(
     drain: impl Fn(u32),
 ) -> Result<Beat, Error> {
     let now = now_ms();
+    let oldest_live = now.saturating_sub(ttl_ms);
     let db = store.db();
     let shards = store.shards_i64();
-    if !leaving {
+    let mut beat = Beat::default();
+    let beaten = with_pool!(db, pool => {
+        sqlx::query("UPDATE ttw_nodes SET heartbeat_at = $3 WHERE node_id = $1 AND session = $2")
+            .bind(node)
+            .bind(session)
+            .bind(now)
+            .execute(pool)
+            .await?
+            .rows_affected()
+    });
+    if beaten == 0 && !leaving {
+        // The first heartbeat, or the row was lost (deleted by hand, or
+        // taken by another session of this node id): write it whole.
         with_pool!(db, pool => {
-        sqlx::query(
-            "INSERT INTO ttw_nodes (node_id, session, heartbeat_at) VALUES ($1, $2, $3) \
-             ON CONFLICT (node_id) DO UPDATE SET session = excluded.session, heartbeat_at = excluded.heartbeat_at",
-        )
-        .bind(node)
-        .bind(session)
-        .bind(now)
-        .execute(pool)
-        .await?;
+            sqlx::query(
+                "INSERT INTO ttw_nodes (node_id, session, heartbeat_at, process, leaving) VALUES ($1, $2, $3, $4, 0) \
+                 ON CONFLICT (node_id) DO UPDATE SET session = excluded.session, heartbeat_at = excluded.heartbeat_at, \
+                 process = excluded.process, leaving = 0",
+            )
+            .bind(node)
+            .bind(session)
+            .bind(now)
+            .bind(process::identity())
+            .execute(pool)
+            .await?;
         });
     }
+    let members: Vec<(String, String, Option<String>, i64)> = with_pool!(db, pool => {
+        sqlx::query_as("SELECT node_id, session, process, leaving FROM ttw_nodes WHERE heartbeat_at > $1")
+            .bind(oldest_live)
+            .fetch_all(pool)
+            .await?
+    });
+    // This node counts itself unless leaving; a leaving node's row keeps
+    // its leases live but it takes no share.
+    let mut live = i64::from(!leaving);
+    for (id, other, process, other_leaving) in members {
+        if other == session {
+            continue;
+        }
+        if process.as_deref().is_some_and(process::is_gone) {
+            with_pool!(db, pool => {
+                sqlx::query("DELETE FROM ttw_nodes WHERE node_id = $1 AND session = $2")
+                    .bind(&id)
+                    .bind(&other)
+                    .execute(pool)
+                    .await?;
+            });
+            beat.gone.push(other);
+        } else if other_leaving == 0 {
+            live += 1;
+        }
+    }
     let mut owned: Vec<u32> = with_pool!(db, pool => {
-        sqlx::query("UPDATE ttw_leases SET expires_at = $1 WHERE owner_session = $2 RETURNING shard")
-            .bind(now + ttl_ms)
+        sqlx::query("SELECT shard FROM ttw_leases WHERE owner_session = $1")
             .bind(session)
             .fetch_all(pool)
             .await?
@@ -80,32 +145,23 @@ pub(crate) async fn heartbeat(
     let target = if leaving {
         0
     } else {
-        let live: i64 = with_pool!(db, pool => {
-            sqlx::query("SELECT COUNT(*) AS n FROM ttw_nodes WHERE heartbeat_at > $1")
-                .bind(now - ttl_ms)
-                .fetch_one(pool)
-                .await?
-                .try_get("n")?
-        });
         let live = live.max(1);
         ((shards + live - 1) / live) as usize
     };
-    let mut beat = Beat::default();
 
     if owned.len() < target {
         let want = (target - owned.len()) as i64;
         // Start each node's search at a different shard so nodes joining
         // together do not all race for the same rows.
         let offset = i64::from(session_hash(session) % store.shards());
-        let free = "(owner_session IS NULL OR expires_at < $3 OR (owner_node = $1 AND owner_session <> $2))";
         let candidates: Vec<(i64, Option<String>)> = with_pool!(db, pool => {
             sqlx::query_as(&format!(
-                "SELECT shard, owner_session FROM ttw_leases WHERE {free} \
+                "SELECT shard, owner_session FROM ttw_leases WHERE {FREE} \
                  ORDER BY (shard + $4) % $5 LIMIT $6"
             ))
             .bind(node)
             .bind(session)
-            .bind(now)
+            .bind(oldest_live)
             .bind(offset)
             .bind(shards)
             .bind(want)
@@ -117,12 +173,12 @@ pub(crate) async fn heartbeat(
             // The free condition again, so that of two nodes racing for a
             // shard only one gets it.
             let sql = format!(
-                "UPDATE ttw_leases SET owner_node = $1, owner_session = $2, epoch = epoch + 1, expires_at = $4 \
-                 WHERE {free} AND shard IN ({}) RETURNING shard",
-                super::store::placeholders(5, ids.len())
+                "UPDATE ttw_leases SET owner_node = $1, owner_session = $2, epoch = epoch + 1 \
+                 WHERE {FREE} AND shard IN ({}) RETURNING shard",
+                super::store::placeholders(4, ids.len())
             );
             let got: Vec<i64> = with_pool!(db, pool => {
-                let mut query = sqlx::query(&sql).bind(node).bind(session).bind(now).bind(now + ttl_ms);
+                let mut query = sqlx::query(&sql).bind(node).bind(session).bind(oldest_live);
                 for id in &ids {
                     query = query.bind(id);
                 }
@@ -207,8 +263,22 @@ pub(crate) async fn release(
     Ok(())
 }
 
-/// Removes the node's membership row (a graceful leave).
+/// Marks the node as leaving (a graceful shutdown has begun): the others
+/// stop counting it when they work out their shares, while its row, and so
+/// the leases it has not given back yet, stay live as it heartbeats.
 pub(crate) async fn leave(store: &Store, node: &str, session: &str) -> Result<(), Error> {
+    with_pool!(store.db(), pool => {
+        sqlx::query("UPDATE ttw_nodes SET leaving = 1 WHERE node_id = $1 AND session = $2")
+            .bind(node)
+            .bind(session)
+            .execute(pool)
+            .await?;
+    });
+    Ok(())
+}
+
+/// Removes the node's membership row (the end of a graceful shutdown).
+pub(crate) async fn forget(store: &Store, node: &str, session: &str) -> Result<(), Error> {
     with_pool!(store.db(), pool => {
         sqlx::query("DELETE FROM ttw_nodes WHERE node_id = $1 AND session = $2")
             .bind(node)

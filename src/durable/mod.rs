@@ -110,6 +110,7 @@
 mod delivery;
 mod error;
 mod lease;
+mod process;
 mod report;
 mod scheduler;
 mod schema;

@@ -301,6 +301,7 @@ impl SchedulerBuilder {
             reload: Notify::new(),
             drained: Notify::new(),
             heartbeat_paused: AtomicBool::new(false),
+            last_reclaim: std::sync::Mutex::new(None),
             membership: tokio::sync::Mutex::new(()),
             leaving: AtomicBool::new(false),
             failing_loads: AtomicU64::new(0),
@@ -456,7 +457,7 @@ impl Scheduler {
         let _ = (&mut self.listener).await;
         let _ = self.node.wheel.stop().await;
         lease::release(&self.node.store, &self.node.session, None).await?;
-        lease::leave(&self.node.store, &self.node.node_id, &self.node.session).await?;
+        lease::forget(&self.node.store, &self.node.node_id, &self.node.session).await?;
         Ok(())
     }
 
@@ -586,6 +587,8 @@ pub(crate) struct Node {
     /// more: heartbeat now rather than leave its tasks waiting.
     drained: Notify,
     heartbeat_paused: AtomicBool,
+    /// When a heartbeat last reclaimed tasks.
+    last_reclaim: std::sync::Mutex<Option<tokio::time::Instant>>,
     /// Held by a heartbeat while it writes membership and leases, and by a
     /// shutdown while it starts leaving: a heartbeat that began before
     /// `leaving` was set must not write the membership row back after the
@@ -691,12 +694,24 @@ impl Node {
             tracing::debug!(node = %self.node_id, acquired = beat.acquired.len(), takeovers = beat.takeovers, "took shards");
             self.reload.notify_one();
         }
+        for gone in &beat.gone {
+            tracing::info!(node = %self.node_id, session = %gone, "a node's process on this machine is gone: its shards are free now");
+        }
+        // Reclaims: at once for shards just taken (what their last owner
+        // left running can no longer be recorded by it: the epoch moved),
+        // and every lock grace for locks that ran out in shards held all
+        // along (an outcome that could not be written). Between those, a
+        // heartbeat writes nothing but its membership row.
+        let period = self.config.lock_grace.max(self.config.heartbeat);
+        let last = *self.last_reclaim.lock().unwrap();
+        if beat.acquired.is_empty() && last.is_some_and(|t| t.elapsed() < period) {
+            return Ok(());
+        }
+        let started = tokio::time::Instant::now();
         let default_max = i64::from(self.config.max_attempts);
-        for (id, run_at, dead) in self
-            .store
-            .reclaim_expired(&self.session, default_max)
-            .await?
-        {
+        let reclaimed = self.store.reclaim(&self.session, default_max).await?;
+        *self.last_reclaim.lock().unwrap() = Some(started);
+        for (id, run_at, dead) in reclaimed {
             self.counters.reclaimed.fetch_add(1, Ordering::Relaxed);
             if dead {
                 self.counters.dead.fetch_add(1, Ordering::Relaxed);
@@ -718,7 +733,7 @@ impl Node {
         }
         let horizon = now_ms().saturating_add(ms(self.config.window));
         self.horizon.fetch_max(horizon, Ordering::AcqRel);
-        for (id, run_at) in self.store.due_before(&self.session, horizon, None).await? {
+        for (id, run_at) in self.store.due_before(&self.session, horizon).await? {
             self.arm(id, run_at).await;
         }
         Ok(())
@@ -802,12 +817,10 @@ impl Node {
     /// slack only has to cover the moment between a change's stamp and its
     /// commit.
     async fn catch_up(&self, since: &mut Option<i64>, slack: i64) -> Result<(), Error> {
-        let start = self.store.db_now().await?;
         let horizon = self.horizon.load(Ordering::Acquire);
-        let from = since.unwrap_or(start - slack);
-        let rows = self
+        let (start, rows) = self
             .store
-            .due_before(&self.session, horizon, Some(from))
+            .changed_since(&self.session, horizon, *since, slack)
             .await?;
         *since = Some(start - slack);
         for (id, run_at) in rows {

@@ -863,30 +863,57 @@ impl Store {
 
     /// The database's clock ([`Db::clock_sql`]), the time the catch-up poll
     /// compares change stamps with.
-    pub(crate) async fn db_now(&self) -> Result<i64, Error> {
-        let sql = format!("SELECT {} AS now", self.db().clock_sql());
-        let now: (i64,) = with_pool!(self.db(), pool => {
-            sqlx::query_as(&sql).fetch_one(pool).await?
-        });
-        Ok(now.0)
-    }
-
-    /// Scheduled tasks of this session's shards due before `horizon`, and,
-    /// with `since` (the database's clock), changed at or after it.
-    pub(crate) async fn due_before(
+    /// One catch-up poll in one statement: the database's clock, and the
+    /// scheduled tasks of this session's shards due before `horizon` whose
+    /// change stamp is at or after `since` (or, on the first poll, `slack`
+    /// before that clock).
+    pub(crate) async fn changed_since(
         &self,
         session: &str,
         horizon: i64,
         since: Option<i64>,
+        slack: i64,
+    ) -> Result<(i64, Vec<(i64, i64)>), Error> {
+        let sql = format!(
+            "WITH c AS (SELECT {} AS db_now) \
+             SELECT c.db_now, t.id, t.run_at FROM c LEFT JOIN ttw_tasks t \
+             ON t.state = 'scheduled' AND t.run_at < $1 AND t.updated_at >= COALESCE($2, c.db_now - $5) \
+             AND (t.id % $3) IN (SELECT shard FROM ttw_leases WHERE owner_session = $4)",
+            self.db().clock_sql()
+        );
+        let rows: Vec<(i64, Option<i64>, Option<i64>)> = with_pool!(self.db(), pool => {
+            sqlx::query_as(&sql)
+                .bind(horizon)
+                .bind(since)
+                .bind(self.shards_i64())
+                .bind(session)
+                .bind(slack)
+                .fetch_all(pool)
+                .await?
+        });
+        let now = rows
+            .first()
+            .map(|r| r.0)
+            .ok_or_else(|| Error::config("the database returned no clock reading"))?;
+        let due = rows
+            .into_iter()
+            .filter_map(|(_, id, run_at)| Some((id?, run_at?)))
+            .collect();
+        Ok((now, due))
+    }
+
+    /// Scheduled tasks of this session's shards due before `horizon`.
+    pub(crate) async fn due_before(
+        &self,
+        session: &str,
+        horizon: i64,
     ) -> Result<Vec<(i64, i64)>, Error> {
         let rows: Vec<(i64, i64)> = with_pool!(self.db(), pool => {
             sqlx::query_as(
                 "SELECT id, run_at FROM ttw_tasks WHERE state = 'scheduled' AND run_at < $1 \
-                 AND updated_at >= $2 \
-                 AND (id % $3) IN (SELECT shard FROM ttw_leases WHERE owner_session = $4)",
+                 AND (id % $2) IN (SELECT shard FROM ttw_leases WHERE owner_session = $3)",
             )
             .bind(horizon)
-            .bind(since.unwrap_or(i64::MIN))
             .bind(self.shards_i64())
             .bind(session)
             .fetch_all(pool)
@@ -1052,10 +1079,13 @@ impl Store {
         }))
     }
 
-    /// Running tasks of this session's shards whose lock ran out (their node
-    /// died, or lost the shard, mid-delivery) go back to scheduled, due at
-    /// once, or to dead when out of attempts. Returns `(id, run_at, dead)`.
-    pub(crate) async fn reclaim_expired(
+    /// Running tasks of this session's shards that their claimer can no
+    /// longer record go back to scheduled, due at once, or to dead when out
+    /// of attempts: those claimed under an earlier epoch of the shard's
+    /// lease (their node stopped or lost the shard mid-delivery, and the
+    /// fence refuses its outcome), and those whose lock ran out. Returns
+    /// `(id, run_at, dead)`.
+    pub(crate) async fn reclaim(
         &self,
         session: &str,
         default_max: i64,
@@ -1066,10 +1096,13 @@ impl Store {
              state = CASE WHEN attempts >= COALESCE(max_attempts, $1) THEN 'dead' ELSE 'scheduled' END, \
              finished_at = CASE WHEN attempts >= COALESCE(max_attempts, $1) THEN $2 ELSE NULL END, \
              run_at = CASE WHEN attempts >= COALESCE(max_attempts, $1) THEN run_at ELSE $2 END, \
-             last_error = 'lock expired: the node delivering it stopped or lost its shard', \
+             last_error = CASE WHEN locked_until < $2 \
+             THEN 'lock expired: the node delivering it stopped or lost its shard' \
+             ELSE 'the node delivering it stopped or lost its shard; the shard''s new owner took it back' END, \
              locked_by = NULL, locked_until = NULL, updated_at = {} \
-             WHERE state = 'running' AND locked_until < $2 \
-             AND (id % $3) IN (SELECT shard FROM ttw_leases WHERE owner_session = $4) \
+             WHERE state = 'running' \
+             AND EXISTS (SELECT 1 FROM ttw_leases l WHERE l.shard = ttw_tasks.id % $3 AND l.owner_session = $4 \
+             AND (ttw_tasks.locked_until < $2 OR ttw_tasks.lock_epoch IS NULL OR ttw_tasks.lock_epoch < l.epoch)) \
              RETURNING id, run_at, state",
             self.db().clock_sql()
         );

@@ -83,6 +83,19 @@ impl Db {
         }
     }
 
+    /// Where this database is, as environment variables for a child
+    /// process that opens it with [`open_from_env`].
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        match (&self.sqlite, &self.postgres) {
+            (Some(path), _) => vec![("TTW_TEST_SQLITE", path.display().to_string())],
+            (_, Some((url, schema))) => vec![
+                ("TTW_TEST_POSTGRES", url.clone()),
+                ("TTW_TEST_SCHEMA", schema.clone()),
+            ],
+            _ => unreachable!("a Db is on one backend"),
+        }
+    }
+
     /// Opens a store, panicking on failure.
     pub async fn open_with(&self, builder: StoreBuilder) -> Store {
         self.try_open_with(builder).await.unwrap()
@@ -154,6 +167,20 @@ impl Db {
             .unwrap();
         Some(WriteLock(conn))
     }
+}
+
+/// Opens the database a parent test described with [`Db::env`]; `None`
+/// when this process was not started that way.
+pub async fn open_from_env() -> Option<Store> {
+    let builder = Store::builder().connect_timeout(Duration::from_secs(20));
+    let store = if let Ok(path) = std::env::var("TTW_TEST_SQLITE") {
+        builder.sqlite(path).await
+    } else {
+        let url = std::env::var("TTW_TEST_POSTGRES").ok()?;
+        let schema = std::env::var("TTW_TEST_SCHEMA").ok()?;
+        builder.postgres_schema(schema).postgres(&url).await
+    };
+    Some(store.expect("the child opens the parent's database"))
 }
 
 /// SQLite's write lock, held by a connection outside the crate.

@@ -1,0 +1,197 @@
+//! Crash recovery with real processes: a node process is killed with
+//! `SIGKILL` in the middle of a delivery, and the task must come back
+//! without waiting for its lock (`callback_timeout + lock_grace`, an hour
+//! here): at once when a restart on the same machine proves the process
+//! gone, after the lease TTL when nothing can prove it (a node on another
+//! machine).
+//!
+//! The node process is this test binary started again to run
+//! [`child_node`] alone. The recovery times are printed (`--nocapture`);
+//! the assertions are only that recovery happens well inside the hour.
+#![cfg(all(feature = "durable", target_os = "linux"))]
+
+#[path = "support/backends.rs"]
+mod backends;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use backends::{Backend, Db};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+use tokio::sync::mpsc;
+use tokio_timing_wheel::durable::{Scheduler, SchedulerBuilder, Store, TaskId, TaskState};
+
+/// Longer than any test runs: a lock or lease this long never runs out.
+const NEVER: Duration = Duration::from_secs(3600);
+
+/// The node process the crash tests start and kill. Run on its own (no
+/// `TTW_CRASH_CHILD`), it does nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the node process the crash tests start and kill; does nothing on its own"]
+async fn child_node() {
+    if std::env::var_os("TTW_CRASH_CHILD").is_none() {
+        return;
+    }
+    let store = backends::open_from_env().await.expect("started by a test");
+    let ttl = std::env::var("TTW_CRASH_TTL_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map_or(NEVER, Duration::from_millis);
+    let _scheduler = builder(&store, ttl)
+        .start(|task| async move {
+            println!("RUNNING {}", task.id().get());
+            // Hangs until the process is killed.
+            std::future::pending::<()>().await;
+            Ok::<_, String>(())
+        })
+        .await
+        .expect("the child's scheduler starts");
+    println!("STARTED");
+    std::future::pending::<()>().await;
+}
+
+/// Default settings but for a lock that never runs out in a test, and the
+/// given lease TTL.
+fn builder(store: &Store, ttl: Duration) -> SchedulerBuilder {
+    Scheduler::builder(store.clone())
+        .callback_timeout(NEVER)
+        .lease_ttl(ttl)
+        .heartbeat(Duration::from_millis(200).min(ttl / 2))
+}
+
+/// A node process and its standard output.
+struct Node {
+    child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+}
+
+impl Node {
+    fn spawn(db: &Db, ttl: Duration) -> Node {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["child_node", "--exact", "--ignored", "--nocapture"])
+            .envs(db.env())
+            .env("TTW_CRASH_CHILD", "1")
+            .env("TTW_CRASH_TTL_MS", ttl.as_millis().to_string())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the node process");
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        Node { child, lines }
+    }
+
+    /// The rest of the first line starting with `prefix`.
+    async fn wait_for(&mut self, prefix: &str) -> String {
+        let find = async {
+            while let Some(line) = self.lines.next_line().await.unwrap() {
+                if let Some(rest) = line.strip_prefix(prefix) {
+                    return rest.trim().to_string();
+                }
+            }
+            panic!("the node process ended before printing {prefix:?}");
+        };
+        tokio::time::timeout(Duration::from_secs(60), find)
+            .await
+            .unwrap_or_else(|_| panic!("no {prefix:?} from the node process within 60 s"))
+    }
+
+    /// `SIGKILL`, and the process reaped.
+    async fn kill(mut self) -> Instant {
+        self.child.kill().await.expect("SIGKILL the node process");
+        Instant::now()
+    }
+}
+
+/// A scheduler in this process that reports each delivery's id and attempt.
+async fn survivor(
+    builder: SchedulerBuilder,
+) -> (Scheduler, mpsc::UnboundedReceiver<(TaskId, u32)>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let scheduler = builder
+        .start(move |task| {
+            let tx = tx.clone();
+            async move {
+                tx.send((task.id(), task.attempt())).ok();
+                Ok::<_, String>(())
+            }
+        })
+        .await
+        .unwrap();
+    (scheduler, rx)
+}
+
+/// Schedules one task due now and waits until the node process runs it.
+async fn hang_one(store: &Store, node: &mut Node) -> TaskId {
+    let id = store.schedule(b"hang".to_vec()).await.unwrap();
+    node.wait_for("STARTED").await;
+    let running: i64 = node.wait_for("RUNNING").await.parse().unwrap();
+    assert_eq!(running, id.get());
+    id
+}
+
+on_both! {
+    /// Regression: a node killed mid-delivery and started again (with the
+    /// default, random node id) waited out the dead session's lease TTL
+    /// before it took any shard back, and the task the dead process was
+    /// running came back only when its lock ran out (`callback_timeout +
+    /// lock_grace`, 70 s by default). The new session now proves the old
+    /// process gone (same machine), takes its shards at its first
+    /// heartbeat, and takes the running task back with them.
+    async fn a_restart_on_the_same_machine_recovers_at_once(db: Db) {
+        let store = db.open().await;
+        // Neither the lease nor the lock would ever run out.
+        let mut node = Node::spawn(&db, NEVER);
+        let id = hang_one(&store, &mut node).await;
+        let killed = node.kill().await;
+
+        let (restarted, mut delivered) = survivor(builder(&store, NEVER)).await;
+        let started = killed.elapsed();
+        let (got, attempt) = tokio::time::timeout(Duration::from_secs(60), delivered.recv())
+            .await
+            .expect("the killed process's task comes back within a minute, not an hour")
+            .unwrap();
+        let recovered = killed.elapsed();
+        assert_eq!((got, attempt), (id, 2));
+        assert_eq!(restarted.stats().shards_owned, store.shards());
+        assert_eq!(restarted.stats().reclaimed, 1);
+        eprintln!("restart: scheduler up {started:?} after the kill, task delivered again {recovered:?} after it");
+        restarted.shutdown().await.unwrap();
+        let info = store.get(id).await.unwrap().unwrap();
+        assert_eq!(info.state, TaskState::Done);
+    }
+}
+
+on_both! {
+    /// Regression: when a node died mid-delivery, the node that took its
+    /// shards after the lease TTL left the dead node's running task alone
+    /// until the task's lock ran out, though the fence already refused any
+    /// outcome from the dead session. A task claimed under an earlier epoch
+    /// of its shard's lease is now taken back as soon as the shard is.
+    /// Here nothing can prove the process gone (as for a node on another
+    /// machine), so the survivor waits out the TTL, and no more.
+    async fn a_dead_node_s_running_task_comes_back_with_its_shard(db: Db) {
+        let store = db.open().await;
+        let ttl = Duration::from_secs(2);
+        let mut node = Node::spawn(&db, ttl);
+        let id = hang_one(&store, &mut node).await;
+        // As if the node ran on another machine: no process to check.
+        db.exec("UPDATE ttw_nodes SET process = NULL").await;
+        let killed = node.kill().await;
+
+        let (survivor, mut delivered) = survivor(builder(&store, ttl).node_id("survivor")).await;
+        let (got, attempt) = tokio::time::timeout(Duration::from_secs(60), delivered.recv())
+            .await
+            .expect("the dead node's task comes back within a minute, not an hour")
+            .unwrap();
+        let recovered = killed.elapsed();
+        assert_eq!((got, attempt), (id, 2));
+        assert!(survivor.stats().lease_takeovers > 0);
+        eprintln!("other machine: task delivered again {recovered:?} after the kill (lease TTL {ttl:?})");
+        survivor.shutdown().await.unwrap();
+        let info = store.get(id).await.unwrap().unwrap();
+        assert_eq!(info.state, TaskState::Done);
+        let why = info.last_error.unwrap_or_default();
+        assert!(why.contains("new owner took it back"), "{why}");
+    }
+}
