@@ -18,6 +18,11 @@ pub(crate) enum Command<K, V> {
         key: K,
         reply: oneshot::Sender<Option<V>>,
     },
+    /// Reply with a pending timer's deadline tick.
+    Deadline {
+        key: K,
+        reply: oneshot::Sender<Option<u64>>,
+    },
     /// Remove a timer, no reply.
     Cancel { key: K },
     /// Remove every pending timer and reply with them.

@@ -55,6 +55,8 @@ pub(crate) struct Driver<K, V> {
     /// answered once [`stop`](Self::stop) has applied every command queued
     /// behind the stop; the rest learn that the wheel closed.
     stats_before_stop: Option<usize>,
+    /// The wheel's length as last published to the handles.
+    published_len: usize,
     /// Declared last, so it drops after the wheel: closes the stream even if
     /// the task is dropped before it ever ran.
     close: Option<CloseOnDrop<K, V>>,
@@ -106,6 +108,7 @@ where
             stats: Stats::default(),
             stats_replies: Vec::new(),
             stats_before_stop: None,
+            published_len: 0,
             close: Some(CloseOnDrop(Arc::clone(&shared))),
             shared,
         }
@@ -182,6 +185,7 @@ where
                 }
                 _ => armed = None,
             }
+            self.publish_len();
             let turn = tokio::select! {
                 biased;
                 n = std::future::poll_fn(|cx| self.rx.poll_recv_all(cx, &mut self.batch)), if open && self.batch.is_empty() => {
@@ -300,6 +304,9 @@ where
                 self.shared.release(usize::from(removed.is_some()));
                 let _ = reply.send(removed);
             }
+            Command::Deadline { key, reply } => {
+                let _ = reply.send(self.wheel.deadline(&key));
+            }
             Command::Cancel { key } => {
                 let removed = self.wheel.remove(&key);
                 self.shared.release(usize::from(removed.is_some()));
@@ -326,6 +333,16 @@ where
         None
     }
 
+    /// Tells the handles how many timers this driver's wheel holds (for
+    /// `TimingWheel::len`), when that changed since it last told them.
+    fn publish_len(&mut self) {
+        let len = self.wheel.len();
+        if len != self.published_len {
+            self.shared.add_len(len, self.published_len);
+            self.published_len = len;
+        }
+    }
+
     /// Answers the `stats()` calls taken so far with the state as of now:
     /// every sleep made before the call is counted, and what is due has
     /// fired.
@@ -338,6 +355,9 @@ where
         while self.wheel.has_due() || self.sleeps.has_due() {
             self.fire_due();
         }
+        // Published first, so a caller woken by the reply reads a `len()`
+        // that agrees with it.
+        self.publish_len();
         let stats = Stats {
             pending: self.wheel.len(),
             sleeps: self.sleeps.len(),

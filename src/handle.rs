@@ -357,6 +357,90 @@ where
         self.shards.is_closed()
     }
 
+    /// How many timers are pending, read without a round trip to the
+    /// driver: the count as of the driver's last turn, so a `set_timer`
+    /// still in the command channel is not counted yet, and a timer that
+    /// fired is not counted even while it waits in the [`Expirations`]
+    /// stream. Sleeps, timeouts and intervals are not timers here. 0 once
+    /// the wheel has stopped. For the count after every command sent so
+    /// far, `stats().await?.pending` waits for the driver.
+    ///
+    /// [`Expirations`]: crate::Expirations
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let (wheel, _expired) = TimingWheel::new();
+    /// assert!(wheel.is_empty());
+    /// wheel.set_timer(1u32, (), Duration::from_secs(5)).await.unwrap();
+    /// wheel.set_timer(2u32, (), Duration::from_secs(5)).await.unwrap();
+    /// // The round trip of `stats` lets the driver take both commands.
+    /// assert_eq!(wheel.stats().await.unwrap().pending, 2);
+    /// assert_eq!(wheel.len(), 2);
+    /// # }
+    /// ```
+    pub fn len(&self) -> usize {
+        if self.is_closed() {
+            0
+        } else {
+            self.shared.len()
+        }
+    }
+
+    /// Whether no timer is pending, as [`len`](Self::len) counts them.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// When the timer for `key` is due, or `None` if it has no pending
+    /// timer (it never existed, was removed, or has fired: a fired timer
+    /// may still wait in the [`Expirations`] stream). Commands sent before
+    /// this call are applied first, so it sees the caller's own
+    /// `set_timer` and `move_timer`. The instant is the deadline's tick: at
+    /// or after the deadline asked for, never before it. A deadline too
+    /// far out to be an `Instant` (set with `Duration::MAX`) is reported
+    /// as about 30 years from now; it never fires.
+    ///
+    /// [`Expirations`]: crate::Expirations
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_closed`] if the driver has stopped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let (wheel, _expired) = TimingWheel::new();
+    /// let asked = Instant::now() + Duration::from_secs(30);
+    /// wheel.set_timer_at("session-7", (), asked).await.unwrap();
+    /// let due = wheel.deadline("session-7").await.unwrap().unwrap();
+    /// assert!(due >= asked && due - asked < wheel.tick());
+    /// assert_eq!(wheel.deadline("session-8").await.unwrap(), None);
+    /// # }
+    /// ```
+    pub async fn deadline(&self, key: K) -> Result<Option<Instant>, Error> {
+        let (reply, rx) = oneshot::channel();
+        let shard = self.shards.for_key(&key);
+        send_on(shard, Command::Deadline { key, reply }).await?;
+        let tick = rx.await.map_err(|_| Error::closed())?;
+        Ok(tick.map(|tick| {
+            self.clock
+                .instant(tick)
+                .unwrap_or_else(|| crate::sleep::far_future(Instant::now()))
+        }))
+    }
+
     /// Sets a timer for `key` to fire `delay` from now, or replaces the
     /// value and deadline of the pending timer for `key`.
     ///

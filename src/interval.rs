@@ -104,6 +104,62 @@ impl Interval {
         self.period
     }
 
+    /// Starts the schedule again from now: the next tick is one period
+    /// from now, and the ones after it a period apart (as
+    /// `tokio::time::Interval::reset`). Nothing happens once the stream
+    /// has ended.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio::time::Instant;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let (wheel, _expired) = TimingWheel::<u8, ()>::new();
+    /// let mut heartbeat = wheel.interval(Duration::from_secs(10));
+    /// heartbeat.tick().await; // the first tick is at once
+    /// tokio::time::sleep(Duration::from_secs(4)).await;
+    /// // Traffic was seen: no heartbeat for another full period.
+    /// heartbeat.reset();
+    /// let reset_at = Instant::now();
+    /// assert_eq!(heartbeat.tick().await, Some(reset_at + Duration::from_secs(10)));
+    /// # }
+    /// ```
+    pub fn reset(&mut self) {
+        let now = Instant::now();
+        match now.checked_add(self.period) {
+            Some(next) => self.reset_at(next),
+            None => self.reset_never(now),
+        }
+    }
+
+    /// Makes the next tick due at once, and the ones after it a period
+    /// apart from now.
+    pub fn reset_immediately(&mut self) {
+        self.reset_at(Instant::now());
+    }
+
+    /// Makes the next tick due at `deadline`, and the ones after it a
+    /// period apart from it.
+    pub fn reset_at(&mut self, deadline: Instant) {
+        if self.sleep.is_none() {
+            return;
+        }
+        self.next = deadline;
+        // The old sleep is dropped here, which frees its entry.
+        self.sleep = Some(self.handle.sleep_until(deadline));
+    }
+
+    fn reset_never(&mut self, now: Instant) {
+        if self.sleep.is_some() {
+            self.next = far_future(now);
+            self.sleep = Some(self.handle.sleep_forever());
+        }
+    }
+
     /// Waits for the next tick; `None` if the wheel has stopped.
     ///
     /// # Cancel safety

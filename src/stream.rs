@@ -30,6 +30,9 @@ pub(crate) struct Shared<K, V> {
     /// last one is done (stopped, gone, or left with no handle and nothing
     /// to fire; live sleeps may keep it running after that).
     drivers: std::sync::atomic::AtomicUsize,
+    /// Timers pending in the drivers' wheels, as each driver last published
+    /// it (for `TimingWheel::len`).
+    len: std::sync::atomic::AtomicUsize,
 }
 
 pub(crate) struct Queue<K, V> {
@@ -42,6 +45,7 @@ impl<K, V> Shared<K, V> {
         Shared {
             limit,
             drivers: std::sync::atomic::AtomicUsize::new(drivers),
+            len: std::sync::atomic::AtomicUsize::new(0),
             queue: Mutex::new(Queue {
                 items: VecDeque::new(),
                 closed: false,
@@ -68,6 +72,20 @@ impl<K, V> Shared<K, V> {
         if let Some(limit) = &self.limit {
             limit.release(n);
         }
+    }
+
+    /// One driver's wheel went from `old` timers to `new`.
+    pub(crate) fn add_len(&self, new: usize, old: usize) {
+        if new > old {
+            self.len.fetch_add(new - old, Ordering::Relaxed);
+        } else {
+            self.len.fetch_sub(old - new, Ordering::Relaxed);
+        }
+    }
+
+    /// Timers pending in every driver's wheel, as last published.
+    pub(crate) fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
     }
 
     pub(crate) fn receiver_alive(&self) -> bool {

@@ -742,3 +742,66 @@ fn a_runtime_without_time_is_refused_when_the_wheel_is_built() {
         .unwrap_or_default();
     assert!(message.contains("enable_time"), "{message}");
 }
+
+/// A deadline lookup by key: the pending timer's tick (never before the
+/// deadline asked, less than a tick after it), moved with the timer, and
+/// `None` once it fired or was removed; the caller's own commands are seen.
+#[tokio::test(start_paused = true)]
+async fn deadline_reports_a_pending_timer_and_none_otherwise() {
+    let (wheel, mut expired) = TimingWheel::new();
+    let tick = wheel.tick();
+    let asked = Instant::now() + ms(250);
+    wheel.set_timer_at(1u32, "a", asked).await.unwrap();
+    let due = wheel.deadline(1).await.unwrap().unwrap();
+    assert!(due >= asked && due - asked < tick, "{due:?} for {asked:?}");
+    assert_eq!(wheel.deadline(2).await.unwrap(), None);
+
+    wheel.move_timer(1, ms(1_000)).await.unwrap();
+    let moved = wheel.deadline(1).await.unwrap().unwrap();
+    assert!(moved >= Instant::now() + ms(1_000) && moved > due);
+
+    wheel.set_timer(3u32, "never", Duration::MAX).await.unwrap();
+    let far = wheel.deadline(3).await.unwrap().unwrap();
+    assert!(far > Instant::now() + Duration::from_secs(86_400 * 365));
+
+    advance(ms(1_000) + tick).await;
+    settle(&wheel).await;
+    assert_eq!(ready(&mut expired), vec![(1, "a")]);
+    assert_eq!(wheel.deadline(1).await.unwrap(), None, "fired");
+    wheel.remove_timer(3).await.unwrap();
+    assert_eq!(wheel.deadline(3).await.unwrap(), None, "removed");
+
+    wheel.stop().await.unwrap();
+    assert!(wheel.deadline(1).await.unwrap_err().is_closed());
+}
+
+/// `len` and `is_empty` without a round trip: a replaced timer is not
+/// counted twice, fired and removed ones leave the count, every shard is
+/// counted, and a stopped wheel holds none.
+#[tokio::test(start_paused = true)]
+async fn len_counts_pending_timers_across_shards() {
+    let (wheel, mut expired) = TimingWheel::builder().shards(4).build::<u32, u32>();
+    assert!(wheel.is_empty());
+    for key in 0..100 {
+        let delay = if key < 40 { ms(100) } else { ms(10_000) };
+        wheel.set_timer(key, key, delay).await.unwrap();
+    }
+    // Setting a pending key again replaces it.
+    wheel.set_timer(7, 700, ms(100)).await.unwrap();
+    settle(&wheel).await;
+    assert_eq!(wheel.len(), 100);
+    assert!(!wheel.is_empty());
+
+    advance(ms(100) + wheel.tick()).await;
+    settle(&wheel).await;
+    assert_eq!(ready(&mut expired).len(), 40);
+    assert_eq!(wheel.len(), 60);
+    wheel.remove_timer(99).await.unwrap();
+    settle(&wheel).await;
+    assert_eq!(wheel.len(), 59);
+    assert_eq!(wheel.stats().await.unwrap().pending, 59);
+
+    assert_eq!(wheel.stop().await.unwrap().len(), 59);
+    assert_eq!(wheel.len(), 0);
+    assert!(wheel.is_empty());
+}

@@ -451,3 +451,45 @@ fn sleeps_made_while_the_wheel_stops_never_hang() {
     });
     assert_eq!(hung, 0, "{hung} sleeps left pending");
 }
+
+/// `Interval::reset` starts the schedule again from now;
+/// `reset_immediately` makes the next tick due at once and `reset_at` at
+/// the instant given, each followed by ticks a period apart, never early.
+#[tokio::test(start_paused = true)]
+async fn an_interval_can_be_reset() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    let period = ms(100);
+    let mut interval = wheel.interval(period);
+    let start = Instant::now();
+    assert_eq!(interval.tick().await, Some(start));
+
+    advance(ms(60)).await;
+    interval.reset();
+    let reset = Instant::now();
+    {
+        let mut next = tokio_test::task::spawn(interval.tick());
+        // Where the old schedule would have ticked, nothing.
+        advance(ms(40)).await;
+        settle(&wheel).await;
+        tokio_test::assert_pending!(next.poll());
+    }
+    assert_eq!(interval.tick().await, Some(reset + period));
+    assert_eq!(interval.tick().await, Some(reset + 2 * period));
+
+    interval.reset_immediately();
+    let now = Instant::now();
+    assert_eq!(interval.tick().await, Some(now));
+    assert_eq!(interval.tick().await, Some(now + period));
+
+    let at = Instant::now() + ms(1_000);
+    interval.reset_at(at);
+    assert_eq!(interval.tick().await, Some(at));
+    assert!(Instant::now() >= at);
+    assert_eq!(interval.tick().await, Some(at + period));
+
+    // Once the wheel has stopped the stream has ended, reset or not.
+    wheel.stop().await.unwrap();
+    assert_eq!(interval.tick().await, None);
+    interval.reset();
+    assert_eq!(interval.tick().await, None);
+}

@@ -78,20 +78,27 @@
 //! A task is never delivered before its `run_at`, and a task accepted by
 //! [`Store::schedule`] is delivered even if every process dies: on restart
 //! (or on another node) its shard's owner loads it again. But a process that
-//! dies after a handler finished and before the outcome was written, or
-//! whose lease was taken while it delivered, leaves a task that is reclaimed
-//! after its lock deadline (`callback_timeout + lock_grace`) and delivered
-//! again. So a task can be delivered more than once; exactly-once effects are
-//! the consumer's to make, with [`Task::id`] or [`Task::idempotency_key`]
-//! and its own records.
+//! dies after a handler started and before the outcome was written, or
+//! whose lease was taken while it delivered, leaves a running task that the
+//! shard's next owner takes back as soon as it takes the shard (the claim's
+//! lease epoch is older than its own, so the fence would refuse the first
+//! outcome), and delivers again. A node that stays alive but cannot write
+//! an outcome leaves its task to be taken back after the lock deadline
+//! (`callback_timeout + lock_grace`). So a task can be delivered more than
+//! once; exactly-once effects are the consumer's to make, with [`Task::id`]
+//! or [`Task::idempotency_key`] and its own records.
 //!
 //! # Shards and nodes
 //!
 //! Tasks belong to a fixed number of logical shards (`id % shards`, default
 //! 256, set when the schema is created). Each shard has a lease row; a
-//! scheduler is a node that heartbeats, holds the leases of its fair share
-//! of shards, and serves only those. One scheduler alone holds them all.
-//! See the README's "Running many nodes" for the failure model.
+//! scheduler is a node that heartbeats (one small write, which keeps all its
+//! leases), holds the leases of its fair share of shards, and serves only
+//! those. One scheduler alone holds them all. A dead node's shards are free
+//! after `lease_ttl`, or at once where its death can be proven: an earlier
+//! session of the same node id, or (on Linux) a process on the same machine
+//! that is gone. See the README's "Running many nodes" for the failure
+//! model and the recovery times.
 //!
 //! # Limits
 //!

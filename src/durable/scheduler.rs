@@ -130,7 +130,11 @@ fn ms(d: Duration) -> i64 {
 impl SchedulerBuilder {
     /// This node's name (default: `node-` and a random suffix). It must be
     /// unique among live nodes. A node restarted under the same name takes
-    /// its shards back at once instead of waiting for their leases to expire.
+    /// its shards back at once instead of waiting for their leases to
+    /// expire; with the default name a restart does too when it runs on the
+    /// same machine under Linux, where it can see that the old process is
+    /// gone. Give a stable name where a restart comes back elsewhere (a pod
+    /// rescheduled to another host) and should not wait for `lease_ttl`.
     pub fn node_id(mut self, id: impl Into<String>) -> Self {
         self.config.node_id = Some(id.into());
         self
@@ -196,15 +200,20 @@ impl SchedulerBuilder {
         self
     }
 
-    /// How long a shard lease lasts without renewal (default 10 s): the
-    /// longest a dead node's shards wait before others take them.
+    /// How long a shard lease lasts without a heartbeat of its holder
+    /// (default 10 s): how long a dead node's shards wait before others take
+    /// them, unless its death is proven sooner (a restart under the same
+    /// node id, or on Linux a process on the same machine found gone). The
+    /// dead node's running tasks come back with its shards.
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.config.lease_ttl = ttl;
         self
     }
 
-    /// How often the node heartbeats, renews its leases and rebalances
-    /// (default 2 s); also how often expired locks are reclaimed.
+    /// How often the node heartbeats (one small write, which keeps all its
+    /// leases) and rebalances (default 2 s). Tasks left running in shards
+    /// it takes are reclaimed in the same heartbeat; expired locks in
+    /// shards it held all along are looked for every `lock_grace`.
     pub fn heartbeat(mut self, every: Duration) -> Self {
         self.config.heartbeat = every;
         self

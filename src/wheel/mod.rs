@@ -449,6 +449,11 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
         })
     }
 
+    /// The deadline tick of `key`, if it is pending.
+    pub(crate) fn deadline(&self, key: &K) -> Option<u64> {
+        self.find(key).map(|idx| self.entries[idx as usize].when)
+    }
+
     fn find(&self, key: &K) -> Option<u32> {
         let hash = self.hasher.hash_one(key);
         self.index
