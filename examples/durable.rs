@@ -399,7 +399,7 @@ async fn run(place: &Place) -> Option<u64> {
             }
             killed_at = Some(Instant::now());
             println!(
-                "*** SIGKILL: the worker died with {running} tasks running; starting a new one"
+                "*** SIGKILL to the worker ({running} tasks were running a moment before); starting a new one"
             );
             worker = Some(Worker::start(place, 1, events_tx.clone()));
         }
