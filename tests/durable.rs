@@ -930,3 +930,41 @@ async fn a_delivery_read_at_its_deadline_is_not_handed_out() {
     d.ack().await.unwrap();
     scheduler.shutdown().await.unwrap();
 }
+
+/// Regression: every heartbeat renewed each of the node's lease rows (256
+/// by default), so an idle scheduler wrote hundreds of rows a minute and
+/// grew SQLite's write-ahead log by about 600 KB a minute. A lease is now
+/// held while its session's membership row is fresh: an idle heartbeat
+/// writes that one row and no lease row. Counted here by triggers on
+/// SQLite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_heartbeat_writes_one_row() {
+    let db = Db::new(Backend::Sqlite, "idle_heartbeat");
+    let store = db
+        .open_with(tokio_timing_wheel::durable::Store::builder())
+        .await;
+    db.exec("CREATE TABLE probe (tbl TEXT NOT NULL)").await;
+    db.exec("CREATE TRIGGER probe_leases AFTER UPDATE ON ttw_leases BEGIN INSERT INTO probe VALUES ('leases'); END")
+        .await;
+    db.exec("CREATE TRIGGER probe_nodes AFTER UPDATE ON ttw_nodes BEGIN INSERT INTO probe VALUES ('nodes'); END")
+        .await;
+    let scheduler = fast(&store)
+        .heartbeat(Duration::from_millis(100))
+        .start(|_task| async { Ok::<_, String>(()) })
+        .await
+        .unwrap();
+    assert_eq!(scheduler.stats().shards_owned, store.shards());
+    // Taking the shards at start wrote the lease rows; from here on the
+    // node is idle.
+    db.exec("DELETE FROM probe").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let leases = db
+        .query_i64("SELECT COUNT(*) FROM probe WHERE tbl = 'leases'")
+        .await;
+    let beats = db
+        .query_i64("SELECT COUNT(*) FROM probe WHERE tbl = 'nodes'")
+        .await;
+    assert_eq!(leases, 0, "an idle heartbeat wrote lease rows");
+    assert!(beats >= 3, "only {beats} heartbeats in 2 s");
+    scheduler.shutdown().await.unwrap();
+}
