@@ -195,3 +195,32 @@ on_both! {
         assert!(why.contains("new owner took it back"), "{why}");
     }
 }
+
+on_both! {
+    /// The other side of proving a process gone: a live node process on
+    /// the same machine is never judged gone. A second node shares the
+    /// shards with it, taking only what it gives back, and its membership
+    /// row stays.
+    async fn a_live_process_on_the_same_machine_keeps_its_shards(db: Db) {
+        let store = db.open().await;
+        let mut node = Node::spawn(&db, NEVER);
+        node.wait_for("STARTED").await;
+        let (other, _delivered) = survivor(builder(&store, NEVER).node_id("other")).await;
+        let half = store.shards() / 2;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while other.stats().shards_owned < half {
+            assert!(Instant::now() < deadline, "the shards were not shared within 30 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Several more heartbeats of both, each looking at the other.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(other.stats().shards_owned, half);
+        assert_eq!(other.stats().lease_takeovers, 0, "took a live node's shards");
+        let members = db
+            .query_i64("SELECT COUNT(*) FROM ttw_nodes WHERE node_id <> 'other'")
+            .await;
+        assert_eq!(members, 1, "the live node's membership was ended");
+        other.shutdown().await.unwrap();
+        node.kill().await;
+    }
+}

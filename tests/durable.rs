@@ -948,6 +948,12 @@ async fn an_idle_heartbeat_writes_one_row() {
         .await;
     db.exec("CREATE TRIGGER probe_nodes AFTER UPDATE ON ttw_nodes BEGIN INSERT INTO probe VALUES ('nodes'); END")
         .await;
+    for event in ["INSERT", "DELETE"] {
+        db.exec(&format!(
+            "CREATE TRIGGER probe_leases_{event} AFTER {event} ON ttw_leases BEGIN INSERT INTO probe VALUES ('leases'); END"
+        ))
+        .await;
+    }
     let scheduler = fast(&store)
         .heartbeat(Duration::from_millis(100))
         .start(|_task| async { Ok::<_, String>(()) })

@@ -13,16 +13,16 @@
 //! proven gone (see [`super::process`]) has its row deleted by whichever
 //! node on the same machine sees it first, which frees its shards at once.
 //!
-//! Every claim and completion checks the session, and completions also
-//! check the epoch the claim stamped, so a node that lost a lease (a pause,
-//! a partition, or a restart that took its shards back) fails in the
-//! database, whatever the clocks say. Expiry only decides when a lease may
-//! be taken over.
+//! Heartbeats are stamped and compared by the database's clock. Every claim
+//! and completion checks the session, and completions also check the epoch
+//! the claim stamped, so a node that lost a lease (a pause, a partition, or
+//! a restart that took its shards back) fails in the database; the age of
+//! a heartbeat only decides when a lease may be taken over.
 
 use sqlx::Row;
 
 use super::process;
-use super::store::{now_ms, with_pool, Store};
+use super::store::{with_pool, Store};
 use super::Error;
 
 /// What one heartbeat learned: the shards this session holds after it, and
@@ -41,11 +41,16 @@ pub(crate) struct Beat {
 }
 
 /// A shard with no live owner: none, an owner whose membership row is gone
-/// or older than the TTL, or an earlier session of this node id. `$1` is
-/// the node id, `$2` the session, `$3` the oldest heartbeat still live.
-const FREE: &str = "(owner_session IS NULL OR (owner_node = $1 AND owner_session <> $2) \
-     OR NOT EXISTS (SELECT 1 FROM ttw_nodes n WHERE n.node_id = ttw_leases.owner_node \
-     AND n.session = ttw_leases.owner_session AND n.heartbeat_at > $3))";
+/// or older than the TTL by the database's clock, or an earlier session of
+/// this node id. `$1` is the node id, `$2` the session, `$3` the TTL in
+/// milliseconds.
+fn free(clock: &str) -> String {
+    format!(
+        "(owner_session IS NULL OR (owner_node = $1 AND owner_session <> $2) \
+         OR NOT EXISTS (SELECT 1 FROM ttw_nodes n WHERE n.node_id = ttw_leases.owner_node \
+         AND n.session = ttw_leases.owner_session AND n.heartbeat_at > {clock} - $3))"
+    )
+}
 
 /// One heartbeat of node `node` (session `session`): record liveness (the
 /// one write of an ordinary heartbeat, which keeps every lease the session
@@ -76,42 +81,46 @@ pub(crate) async fn heartbeat(
     give_back: impl Fn(u32) -> bool,
     drain: impl Fn(u32),
 ) -> Result<Beat, Error> {
-    let now = now_ms();
-    let oldest_live = now.saturating_sub(ttl_ms);
+    // Heartbeats are stamped and judged by the database's clock, so the
+    // nodes' clocks play no part in who holds a lease.
+    let clock = store.db().clock_sql();
+    let free = free(clock);
     let db = store.db();
     let shards = store.shards_i64();
     let mut beat = Beat::default();
     let beaten = with_pool!(db, pool => {
-        sqlx::query("UPDATE ttw_nodes SET heartbeat_at = $3 WHERE node_id = $1 AND session = $2")
+        sqlx::query(&format!("UPDATE ttw_nodes SET heartbeat_at = {clock} WHERE node_id = $1 AND session = $2"))
             .bind(node)
             .bind(session)
-            .bind(now)
             .execute(pool)
             .await?
             .rows_affected()
     });
     if beaten == 0 && !leaving {
-        // The first heartbeat, or the row was lost (deleted by hand, or
-        // taken by another session of this node id): write it whole.
+        // The first heartbeat, or the row was lost: deleted by hand, or
+        // taken by another session of this node id, which this takes back
+        // (two live processes sharing a node id take it from each other in
+        // turn; ids must be unique).
         with_pool!(db, pool => {
-            sqlx::query(
-                "INSERT INTO ttw_nodes (node_id, session, heartbeat_at, process, leaving) VALUES ($1, $2, $3, $4, 0) \
+            sqlx::query(&format!(
+                "INSERT INTO ttw_nodes (node_id, session, heartbeat_at, process, leaving) VALUES ($1, $2, {clock}, $3, 0) \
                  ON CONFLICT (node_id) DO UPDATE SET session = excluded.session, heartbeat_at = excluded.heartbeat_at, \
-                 process = excluded.process, leaving = 0",
-            )
+                 process = excluded.process, leaving = 0"
+            ))
             .bind(node)
             .bind(session)
-            .bind(now)
             .bind(process::identity())
             .execute(pool)
             .await?;
         });
     }
     let members: Vec<(String, String, Option<String>, i64)> = with_pool!(db, pool => {
-        sqlx::query_as("SELECT node_id, session, process, leaving FROM ttw_nodes WHERE heartbeat_at > $1")
-            .bind(oldest_live)
-            .fetch_all(pool)
-            .await?
+        sqlx::query_as(&format!(
+            "SELECT node_id, session, process, leaving FROM ttw_nodes WHERE heartbeat_at > {clock} - $1"
+        ))
+        .bind(ttl_ms)
+        .fetch_all(pool)
+        .await?
     });
     // This node counts itself unless leaving; a leaving node's row keeps
     // its leases live but it takes no share.
@@ -156,12 +165,12 @@ pub(crate) async fn heartbeat(
         let offset = i64::from(session_hash(session) % store.shards());
         let candidates: Vec<(i64, Option<String>)> = with_pool!(db, pool => {
             sqlx::query_as(&format!(
-                "SELECT shard, owner_session FROM ttw_leases WHERE {FREE} \
+                "SELECT shard, owner_session FROM ttw_leases WHERE {free} \
                  ORDER BY (shard + $4) % $5 LIMIT $6"
             ))
             .bind(node)
             .bind(session)
-            .bind(oldest_live)
+            .bind(ttl_ms)
             .bind(offset)
             .bind(shards)
             .bind(want)
@@ -174,11 +183,11 @@ pub(crate) async fn heartbeat(
             // shard only one gets it.
             let sql = format!(
                 "UPDATE ttw_leases SET owner_node = $1, owner_session = $2, epoch = epoch + 1 \
-                 WHERE {FREE} AND shard IN ({}) RETURNING shard",
+                 WHERE {free} AND shard IN ({}) RETURNING shard",
                 super::store::placeholders(4, ids.len())
             );
             let got: Vec<i64> = with_pool!(db, pool => {
-                let mut query = sqlx::query(&sql).bind(node).bind(session).bind(oldest_live);
+                let mut query = sqlx::query(&sql).bind(node).bind(session).bind(ttl_ms);
                 for id in &ids {
                     query = query.bind(id);
                 }

@@ -82,7 +82,13 @@
 //! whose lease was taken while it delivered, leaves a running task that the
 //! shard's next owner takes back as soon as it takes the shard (the claim's
 //! lease epoch is older than its own, so the fence would refuse the first
-//! outcome), and delivers again. A node that stays alive but cannot write
+//! outcome), and delivers again; a claim of the old owner that was still on
+//! its way when the shard changed hands is taken back at the next periodic
+//! reclaim (every `lock_grace`). A node that is alive but silent past the
+//! TTL (a long pause, a partition) may still be running such a task's
+//! handler when it is delivered again elsewhere, until its own
+//! `callback_timeout` ends it: set `lease_ttl` above the longest pause to
+//! expect. A node that stays alive but cannot write
 //! an outcome leaves its task to be taken back after the lock deadline
 //! (`callback_timeout + lock_grace`). So a task can be delivered more than
 //! once; exactly-once effects are the consumer's to make, with [`Task::id`]
@@ -109,10 +115,11 @@
 //!   cannot be written delivers nothing, an outcome that cannot be written
 //!   leaves its task to be delivered again after its lock deadline, and the
 //!   scheduler resumes by itself once space returns.
-//! - Node clocks should agree to within a fraction of the lease TTL (NTP).
-//!   Skew can only delay or hasten a takeover; it cannot let two nodes both
-//!   record an outcome for one attempt, since the fence is checked in the
-//!   database.
+//! - Heartbeats are stamped and judged by the database's clock, so node
+//!   clocks play no part in lease takeovers. `run_at` and lock deadlines
+//!   are the nodes' clocks: keep them in sync (NTP). Skew cannot let two
+//!   nodes both record an outcome for one attempt, since the fence is
+//!   checked in the database.
 
 mod delivery;
 mod error;

@@ -4,13 +4,18 @@
 //! (a restart after a crash, or a sibling process killed).
 //!
 //! Only Linux gives that proof cheaply and without `unsafe`: an identity is
-//! `linux:<boot id>:<pid namespace>:<pid>:<start time>`, read from `/proc`.
-//! The boot id and the pid namespace make sure a pid is compared only with
-//! pids of the same kernel session and namespace (two containers, or two
-//! hosts, never judge each other), and the start time makes sure a pid
-//! reused by a newer process does not pass for the old one. Elsewhere, or
-//! where `/proc` cannot be read, a session has no identity and others wait
-//! for its TTL as before.
+//! `linux:<boot id>:<pid namespace>:<uid>:<pid>:<start time>`, read from
+//! `/proc`. The boot id and the pid namespace make sure a pid is compared
+//! only with pids of the same kernel session and namespace (two containers,
+//! or two hosts, never judge each other); the user id, that only processes
+//! this one may see are judged (`/proc` mounted with `hidepid` hides other
+//! users' processes); and the start time, that a pid reused by a newer
+//! process does not pass for the old one. A process is gone only when its
+//! `/proc` entry is not found, is a zombie, or started at another time; any
+//! other answer (no permission, an error) proves nothing. A process whose
+//! own `/proc/self` does not show its pid (a `/proc` of another namespace)
+//! has no identity. Elsewhere, or where `/proc` cannot be read, a session
+//! has no identity and others wait for its TTL as before.
 
 use std::sync::OnceLock;
 
@@ -19,7 +24,11 @@ pub(crate) fn identity() -> Option<&'static str> {
     static ME: OnceLock<Option<String>> = OnceLock::new();
     ME.get_or_init(|| {
         let place = place()?;
-        let stat = Stat::read("self")?;
+        let stat = Stat::read("self").ok()?;
+        // A /proc of another pid namespace would name other processes.
+        if stat.pid != std::process::id() {
+            return None;
+        }
         Some(format!(
             "{place}:{}:{}",
             std::process::id(),
@@ -50,15 +59,12 @@ pub(crate) fn is_gone(other: &str) -> bool {
         return false;
     };
     match Stat::read(&pid.to_string()) {
-        None => {
-            // Gone, unless /proc itself cannot be read (checked on self).
-            Stat::read("self").is_some()
-        }
-        Some(stat) => stat.start_time != start || matches!(stat.state, 'Z' | 'X' | 'x'),
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        Ok(stat) => stat.start_time != start || matches!(stat.state, 'Z' | 'X' | 'x'),
     }
 }
 
-/// `linux:<boot id>:<pid namespace>` for this process.
+/// `linux:<boot id>:<pid namespace>:<uid>` for this process.
 fn place() -> Option<String> {
     if !cfg!(target_os = "linux") {
         return None;
@@ -75,30 +81,47 @@ fn place() -> Option<String> {
     if ns.contains(':') {
         return None;
     }
-    Some(format!("linux:{boot}:{ns}"))
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let uid = status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse::<u32>()
+        .ok()?;
+    Some(format!("linux:{boot}:{ns}:{uid}"))
 }
 
 /// Splits an identity into its place and `pid:start`.
 fn split(identity: &str) -> Option<(&str, &str)> {
-    // linux : boot : ns : pid : start
+    // linux : boot : ns : uid : pid : start
     let mut cut = identity.match_indices(':').map(|(i, _)| i);
-    let third = cut.nth(2)?;
-    Some((&identity[..third], &identity[third + 1..]))
+    let fourth = cut.nth(3)?;
+    Some((&identity[..fourth], &identity[fourth + 1..]))
 }
 
 /// The fields of `/proc/<pid>/stat` this module reads.
 struct Stat {
+    pid: u32,
     state: char,
     start_time: u64,
 }
 
 impl Stat {
-    fn read(pid: &str) -> Option<Stat> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    /// `/proc/<pid>/stat`; a file that cannot be parsed is an error of
+    /// kind `InvalidData`.
+    fn read(pid: &str) -> std::io::Result<Stat> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        Self::parse(&text).ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidData))
+    }
+
+    fn parse(text: &str) -> Option<Stat> {
+        let (pid, _) = text.split_once(' ')?;
         // The command name is in parentheses and may hold spaces.
         let rest = text.get(text.rfind(')')? + 2..)?;
         let fields: Vec<&str> = rest.split(' ').collect();
         Some(Stat {
+            pid: pid.parse().ok()?,
             state: fields.first()?.chars().next()?,
             // Field 22 of the whole line, the 20th after the name.
             start_time: fields.get(19)?.parse().ok()?,
@@ -114,7 +137,7 @@ mod tests {
     fn this_process_is_not_gone_and_a_dead_one_is() {
         let Some(me) = identity() else {
             // Not Linux, or no /proc: nothing can be proven, nothing is.
-            assert!(!is_gone("linux:x:y:1:1"));
+            assert!(!is_gone("linux:x:y:0:1:1"));
             return;
         };
         assert!(!is_gone(me), "{me}");
@@ -123,6 +146,7 @@ mod tests {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         let start = Stat::read(&pid.to_string()).map_or(0, |s| s.start_time);
+        assert!(!is_gone(&format!("{place}:{pid}:{start}")), "a live child");
         child.wait().unwrap();
         assert!(is_gone(&format!("{place}:{pid}:{start}")));
         // This process under another start time: a reused pid.
@@ -130,7 +154,10 @@ mod tests {
         let reused = format!("{place}:{}:{}", std::process::id(), stat.start_time + 1);
         assert!(is_gone(&reused));
         // Another machine or namespace is never judged.
-        assert!(!is_gone(&format!("linux:other-boot:1:{pid}:{start}")));
+        assert!(!is_gone(&format!("linux:other-boot:1:0:{pid}:{start}")));
+        // Another user's process is never judged.
+        let other_user = place.rsplit_once(':').unwrap().0.to_string() + ":4294967294";
+        assert!(!is_gone(&format!("{other_user}:{pid}:{start}")));
         assert!(!is_gone("garbage"));
     }
 }

@@ -311,6 +311,7 @@ impl SchedulerBuilder {
             drained: Notify::new(),
             heartbeat_paused: AtomicBool::new(false),
             last_reclaim: std::sync::Mutex::new(None),
+            reclaim_owed: AtomicBool::new(false),
             membership: tokio::sync::Mutex::new(()),
             leaving: AtomicBool::new(false),
             failing_loads: AtomicU64::new(0),
@@ -421,26 +422,29 @@ impl Scheduler {
     }
 
     /// Stops gracefully: no new claims; deliveries in flight finish (within
-    /// `callback_timeout`) and are recorded. Meanwhile the node has left
-    /// the membership and gives its shards back as they come idle (those
+    /// `callback_timeout`) and are recorded. Meanwhile the node is marked
+    /// as leaving (the others no longer count it in their shares) and gives
+    /// its shards back as they come idle (those
     /// with nothing in flight at once), so other nodes take them without
     /// waiting for the TTL or for the slowest delivery; whatever it still
-    /// holds at the end is released then. Tasks not yet claimed stay
+    /// holds at the end is released then, and its membership row deleted.
+    /// Tasks not yet claimed stay
     /// scheduled in the store. A shutdown whose future is dropped before it
     /// ends (cut short by a timeout) stops what is left as
     /// [`Scheduler::abort`] does.
     ///
     /// # Errors
     ///
-    /// [`Error::is_database`] if releasing the leases failed (they then
-    /// expire after the TTL).
+    /// [`Error::is_database`] if releasing the leases or deleting the
+    /// membership row failed (the leases then lapse after the TTL, and the
+    /// row is left to age).
     pub async fn shutdown(mut self) -> Result<(), Error> {
         // Leave first, so the other nodes count one node fewer and take
         // this node's shards as it gives them back: idle ones at the next
         // heartbeat (now), busy ones as their deliveries end, not all of
         // them only after the slowest delivery.
         // A heartbeat under way has read `leaving` already: let it finish
-        // first, or it writes the membership row back after the delete.
+        // first, or its membership write could count the node in again.
         {
             let _membership = self.node.membership.lock().await;
             self.node.leaving.store(true, Ordering::SeqCst);
@@ -598,10 +602,13 @@ pub(crate) struct Node {
     heartbeat_paused: AtomicBool,
     /// When a heartbeat last reclaimed tasks.
     last_reclaim: std::sync::Mutex<Option<tokio::time::Instant>>,
+    /// Shards were taken and their tasks not yet reclaimed (the reclaim
+    /// failed): every heartbeat tries until one succeeds.
+    reclaim_owed: AtomicBool,
     /// Held by a heartbeat while it writes membership and leases, and by a
     /// shutdown while it starts leaving: a heartbeat that began before
-    /// `leaving` was set must not write the membership row back after the
-    /// shutdown deleted it.
+    /// `leaving` was set must not write the membership row (counted in the
+    /// shares again) after the shutdown marked it leaving.
     membership: tokio::sync::Mutex<()>,
     /// Shutting down: heartbeats give shards back as they come idle.
     leaving: AtomicBool,
@@ -711,15 +718,20 @@ impl Node {
         // and every lock grace for locks that ran out in shards held all
         // along (an outcome that could not be written). Between those, a
         // heartbeat writes nothing but its membership row.
+        // A reclaim owed for shards taken stays owed until one succeeds.
+        if !beat.acquired.is_empty() {
+            self.reclaim_owed.store(true, Ordering::SeqCst);
+        }
         let period = self.config.lock_grace.max(self.config.heartbeat);
         let last = *self.last_reclaim.lock().unwrap();
-        if beat.acquired.is_empty() && last.is_some_and(|t| t.elapsed() < period) {
+        if !self.reclaim_owed.load(Ordering::SeqCst) && last.is_some_and(|t| t.elapsed() < period) {
             return Ok(());
         }
         let started = tokio::time::Instant::now();
         let default_max = i64::from(self.config.max_attempts);
         let reclaimed = self.store.reclaim(&self.session, default_max).await?;
         *self.last_reclaim.lock().unwrap() = Some(started);
+        self.reclaim_owed.store(false, Ordering::SeqCst);
         for (id, run_at, dead) in reclaimed {
             self.counters.reclaimed.fetch_add(1, Ordering::Relaxed);
             if dead {

@@ -56,7 +56,7 @@ impl Db {
     /// time it commits, however long it waited for the lock; on PostgreSQL
     /// it is the time of the call (`clock_timestamp()`, not the
     /// transaction's start), and no node's clock is involved.
-    fn clock_sql(&self) -> &'static str {
+    pub(crate) fn clock_sql(&self) -> &'static str {
         match self {
             Db::Sqlite(_) => "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)",
             Db::Postgres(_) => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
