@@ -142,11 +142,15 @@ mod tests {
         };
         assert!(!is_gone(me), "{me}");
         let (place, _) = split(me).unwrap();
-        // A child that has exited and been waited for.
-        let mut child = std::process::Command::new("true").spawn().unwrap();
+        // A child: not gone while it runs; gone once killed and reaped.
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
         let pid = child.id();
-        let start = Stat::read(&pid.to_string()).map_or(0, |s| s.start_time);
+        let start = Stat::read(&pid.to_string()).unwrap().start_time;
         assert!(!is_gone(&format!("{place}:{pid}:{start}")), "a live child");
+        child.kill().unwrap();
         child.wait().unwrap();
         assert!(is_gone(&format!("{place}:{pid}:{start}")));
         // This process under another start time: a reused pid.
