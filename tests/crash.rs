@@ -124,7 +124,8 @@ async fn survivor(
 /// Schedules one task due now and waits until the node process runs it.
 async fn hang_one(store: &Store, node: &mut Node) -> TaskId {
     let id = store.schedule(b"hang".to_vec()).await.unwrap();
-    node.wait_for("STARTED").await;
+    // Not "STARTED" first: the task may run before the child prints it,
+    // and `wait_for` passes over the lines before the one it looks for.
     let running: i64 = node.wait_for("RUNNING").await.parse().unwrap();
     assert_eq!(running, id.get());
     id
