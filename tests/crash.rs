@@ -38,7 +38,11 @@ async fn child_node() {
         .ok()
         .and_then(|ms| ms.parse().ok())
         .map_or(NEVER, Duration::from_millis);
-    let _scheduler = builder(&store, ttl)
+    let mut builder = builder(&store, ttl);
+    if let Ok(id) = std::env::var("TTW_CRASH_NODE_ID") {
+        builder = builder.node_id(id);
+    }
+    let _scheduler = builder
         .start(|task| async move {
             println!("RUNNING {}", task.id().get());
             // Hangs until the process is killed.
@@ -68,9 +72,15 @@ struct Node {
 
 impl Node {
     fn spawn(db: &Db, ttl: Duration) -> Node {
+        Self::spawn_as(db, ttl, None)
+    }
+
+    /// A node process under node id `id` (default: a random one).
+    fn spawn_as(db: &Db, ttl: Duration, id: Option<&str>) -> Node {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["child_node", "--exact", "--ignored", "--nocapture"])
             .envs(db.env())
+            .envs(id.map(|id| ("TTW_CRASH_NODE_ID", id.to_string())))
             .env("TTW_CRASH_CHILD", "1")
             .env("TTW_CRASH_TTL_MS", ttl.as_millis().to_string())
             .stdout(Stdio::piped())
@@ -164,36 +174,62 @@ on_both! {
 }
 
 on_both! {
-    /// Regression: when a node died mid-delivery, the node that took its
-    /// shards after the lease TTL left the dead node's running task alone
-    /// until the task's lock ran out, though the fence already refused any
-    /// outcome from the dead session. A task claimed under an earlier epoch
-    /// of its shard's lease is now taken back as soon as the shard is.
-    /// Here nothing can prove the process gone (as for a node on another
-    /// machine), so the survivor waits out the TTL, and no more.
-    async fn a_dead_node_s_running_task_comes_back_with_its_shard(db: Db) {
+    /// Regression: a node that died mid-delivery and came back under the
+    /// same node id took its shards back at once, but left the task it had
+    /// been running until the task's lock ran out, though the new session
+    /// of that node id proves the old one dead. Here the node runs as if on
+    /// another machine (no process to check), so only the node id proves
+    /// it.
+    async fn a_restart_under_the_same_node_id_takes_the_running_task_back(db: Db) {
         let store = db.open().await;
-        let ttl = Duration::from_secs(2);
-        let mut node = Node::spawn(&db, ttl);
+        let mut node = Node::spawn_as(&db, NEVER, Some("worker-1"));
         let id = hang_one(&store, &mut node).await;
-        // As if the node ran on another machine: no process to check.
         db.exec("UPDATE ttw_nodes SET process = NULL").await;
         let killed = node.kill().await;
 
-        let (survivor, mut delivered) = survivor(builder(&store, ttl).node_id("survivor")).await;
+        let (restarted, mut delivered) = survivor(builder(&store, NEVER).node_id("worker-1")).await;
         let (got, attempt) = tokio::time::timeout(Duration::from_secs(60), delivered.recv())
             .await
-            .expect("the dead node's task comes back within a minute, not an hour")
+            .expect("the task comes back within a minute, not an hour")
             .unwrap();
         let recovered = killed.elapsed();
         assert_eq!((got, attempt), (id, 2));
-        assert!(survivor.stats().lease_takeovers > 0);
-        eprintln!("other machine: task delivered again {recovered:?} after the kill (lease TTL {ttl:?})");
-        survivor.shutdown().await.unwrap();
+        eprintln!("same node id, elsewhere: task delivered again {recovered:?} after the kill");
+        restarted.shutdown().await.unwrap();
         let info = store.get(id).await.unwrap().unwrap();
         assert_eq!(info.state, TaskState::Done);
         let why = info.last_error.unwrap_or_default();
         assert!(why.contains("new owner took it back"), "{why}");
+    }
+}
+
+on_both! {
+    /// A node that is only silent (its process cannot be checked, its node
+    /// id has not come back) loses its shards after the TTL, but the task
+    /// it was running is left to its lock: the node may be alive and still
+    /// running the handler, and a second delivery must not overlap it.
+    async fn a_silent_node_s_running_task_waits_for_its_lock(db: Db) {
+        let store = db.open().await;
+        let ttl = Duration::from_secs(1);
+        let mut node = Node::spawn(&db, ttl);
+        let id = hang_one(&store, &mut node).await;
+        db.exec("UPDATE ttw_nodes SET process = NULL").await;
+        let killed = node.kill().await;
+
+        let (survivor, mut delivered) = survivor(builder(&store, ttl).node_id("survivor")).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while survivor.stats().shards_owned < store.shards() {
+            assert!(Instant::now() < deadline, "the shards were not taken within 30 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(survivor.stats().lease_takeovers > 0);
+        eprintln!("silent node: shards taken {:?} after the kill", killed.elapsed());
+        // Several heartbeats later the task is still the dead node's.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(delivered.try_recv().is_err(), "delivered again before its lock ran out");
+        let info = store.get(id).await.unwrap().unwrap();
+        assert_eq!(info.state, TaskState::Running);
+        survivor.shutdown().await.unwrap();
     }
 }
 

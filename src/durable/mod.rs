@@ -79,16 +79,13 @@
 //! [`Store::schedule`] is delivered even if every process dies: on restart
 //! (or on another node) its shard's owner loads it again. But a process that
 //! dies after a handler started and before the outcome was written, or
-//! whose lease was taken while it delivered, leaves a running task that the
-//! shard's next owner takes back as soon as it takes the shard (the claim's
-//! lease epoch is older than its own, so the fence would refuse the first
-//! outcome), and delivers again; a claim of the old owner that was still on
-//! its way when the shard changed hands is taken back at the next periodic
-//! reclaim (every `lock_grace`). A node that is alive but silent past the
-//! TTL (a long pause, a partition) may still be running such a task's
-//! handler when it is delivered again elsewhere, until its own
-//! `callback_timeout` ends it: set `lease_ttl` above the longest pause to
-//! expect. A node that stays alive but cannot write
+//! whose lease was taken while it delivered, leaves a running task that is
+//! delivered again: at once when the shard's next owner takes it and the
+//! old session is proven dead (its node id started again, or on Linux its
+//! process on the same machine is gone), otherwise after the task's lock
+//! deadline (`callback_timeout + lock_grace`), by which time a node that
+//! was only silent has cut its own handler off, so two deliveries of a task
+//! never overlap. A node that stays alive but cannot write
 //! an outcome leaves its task to be taken back after the lock deadline
 //! (`callback_timeout + lock_grace`). So a task can be delivered more than
 //! once; exactly-once effects are the consumer's to make, with [`Task::id`]

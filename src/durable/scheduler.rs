@@ -204,7 +204,8 @@ impl SchedulerBuilder {
     /// (default 10 s): how long a dead node's shards wait before others take
     /// them, unless its death is proven sooner (a restart under the same
     /// node id, or on Linux a process on the same machine found gone). The
-    /// dead node's running tasks come back with its shards.
+    /// running tasks of a node proven dead come back with its shards; those
+    /// of a node only silent, after their locks.
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.config.lease_ttl = ttl;
         self

@@ -1079,12 +1079,14 @@ impl Store {
         }))
     }
 
-    /// Running tasks of this session's shards that their claimer can no
-    /// longer record go back to scheduled, due at once, or to dead when out
-    /// of attempts: those claimed under an earlier epoch of the shard's
-    /// lease (their node stopped or lost the shard mid-delivery, and the
-    /// fence refuses its outcome), and those whose lock ran out. Returns
-    /// `(id, run_at, dead)`.
+    /// Running tasks of this session's shards go back to scheduled, due at
+    /// once, or to dead when out of attempts: those claimed under an earlier
+    /// epoch of the shard's lease by a session proven dead (its membership
+    /// row is gone: its process was found gone, or its node id started
+    /// again), and those whose lock ran out. A task whose claimer is only
+    /// silent waits for its lock: that node may be alive and still running
+    /// the handler, which its own `callback_timeout` ends before the lock
+    /// does. Returns `(id, run_at, dead)`.
     pub(crate) async fn reclaim(
         &self,
         session: &str,
@@ -1098,11 +1100,13 @@ impl Store {
              run_at = CASE WHEN attempts >= COALESCE(max_attempts, $1) THEN run_at ELSE $2 END, \
              last_error = CASE WHEN locked_until < $2 \
              THEN 'lock expired: the node delivering it stopped or lost its shard' \
-             ELSE 'the node delivering it stopped or lost its shard; the shard''s new owner took it back' END, \
+             ELSE 'the node delivering it died; the shard''s new owner took it back' END, \
              locked_by = NULL, locked_until = NULL, updated_at = {} \
              WHERE state = 'running' \
              AND EXISTS (SELECT 1 FROM ttw_leases l WHERE l.shard = ttw_tasks.id % $3 AND l.owner_session = $4 \
-             AND (ttw_tasks.locked_until < $2 OR ttw_tasks.lock_epoch IS NULL OR ttw_tasks.lock_epoch < l.epoch)) \
+             AND (ttw_tasks.locked_until < $2 \
+             OR ((ttw_tasks.lock_epoch IS NULL OR ttw_tasks.lock_epoch < l.epoch) \
+             AND NOT EXISTS (SELECT 1 FROM ttw_nodes n WHERE n.session = ttw_tasks.locked_by)))) \
              RETURNING id, run_at, state",
             self.db().clock_sql()
         );
