@@ -16,7 +16,8 @@
 //! after two attempts. Half-way the worker is killed with `SIGKILL` in the
 //! middle of its deliveries and a new one is started; it takes over the
 //! dead one's shards and running tasks at once on Linux (it sees the old
-//! process is gone), after the 10 s lease TTL elsewhere. At the end it
+//! process is gone); elsewhere the shards after the 10 s lease TTL and the
+//! running tasks after their locks (70 s). At the end it
 //! prints delivered, retried, dead, duplicates, lost (must be 0), the
 //! recovery time and lateness, and exits non-zero if anything was lost.
 

@@ -1061,12 +1061,16 @@ impl Node {
         }
         let now = now_ms();
         for (id, state, run_at, owned) in self.store.why_unclaimed(&self.session, missing).await? {
+            // Another node's lease: lost to fencing, whether that node has
+            // claimed the task by now or not.
+            if !owned {
+                self.counters.claims_lost.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
             if state != "scheduled" {
                 continue;
             }
-            if !owned {
-                self.counters.claims_lost.fetch_add(1, Ordering::Relaxed);
-            } else if run_at > now {
+            if run_at > now {
                 self.arm(id, run_at).await;
             } else {
                 let _ = self
