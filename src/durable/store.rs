@@ -258,6 +258,11 @@ pub(crate) struct StoreInner {
     pub(crate) channel: String,
     /// Schedules within this process: `(id, run_at)`.
     pub(crate) local: broadcast::Sender<(i64, i64)>,
+    /// For an in-memory store, a connection outside the pool that keeps
+    /// the database alive: an in-memory SQLite database ends with its last
+    /// connection, and the pool may close and replace its one connection
+    /// (after a statement cut off by a cancelled future).
+    _memory_keeper: Option<std::sync::Mutex<sqlx::SqliteConnection>>,
 }
 
 impl fmt::Debug for Store {
@@ -430,7 +435,7 @@ impl StoreBuilder {
             .connect_with(options)
             .await
             .map_err(|err| Error::open(shown, err))?;
-        self.finish(Db::Sqlite(pool), None, "ttw_tasks".into())
+        self.finish(Db::Sqlite(pool), None, "ttw_tasks".into(), None)
             .await
     }
 
@@ -443,6 +448,9 @@ impl StoreBuilder {
     pub async fn sqlite_in_memory(self) -> Result<Store, Error> {
         self.check()?;
         let options = self.sqlite_options(SqliteConnectOptions::from_str("sqlite::memory:")?);
+        // The options name one shared in-memory database; the keeper opens
+        // it first and holds it for the store's life.
+        let keeper = sqlx::ConnectOptions::connect(&options).await?;
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
             .min_connections(1)
@@ -451,7 +459,7 @@ impl StoreBuilder {
             .acquire_timeout(self.connect_timeout)
             .connect_with(options)
             .await?;
-        self.finish(Db::Sqlite(pool), None, "ttw_tasks".into())
+        self.finish(Db::Sqlite(pool), None, "ttw_tasks".into(), Some(keeper))
             .await
     }
 
@@ -517,7 +525,7 @@ impl StoreBuilder {
             .acquire_timeout(self.connect_timeout)
             .connect_with(options.clone())
             .await?;
-        self.finish(Db::Postgres(pool), Some(options), channel)
+        self.finish(Db::Postgres(pool), Some(options), channel, None)
             .await
     }
 
@@ -526,6 +534,7 @@ impl StoreBuilder {
         db: Db,
         listen: Option<PgConnectOptions>,
         channel: String,
+        memory_keeper: Option<sqlx::SqliteConnection>,
     ) -> Result<Store, Error> {
         let shards = schema::prepare(&db, self.shards).await?;
         let (local, _) = broadcast::channel(4096);
@@ -536,6 +545,7 @@ impl StoreBuilder {
                 listen,
                 channel,
                 local,
+                _memory_keeper: memory_keeper.map(std::sync::Mutex::new),
             }),
         })
     }
@@ -1289,5 +1299,35 @@ impl<'a> IntoFuture for Schedule<'a> {
 
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move { self.submit().await.map(Scheduled::id) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: an in-memory store lived only as long as its pool's one
+    /// connection. A statement cut off by a cancelled future (a scheduler
+    /// task aborted at shutdown) makes the pool close that connection and
+    /// open another, which found a new, empty database ("no such table").
+    /// A connection outside the pool now keeps the database for the store's
+    /// life.
+    #[tokio::test]
+    async fn an_in_memory_store_outlives_its_pool_connection() {
+        let store = Store::sqlite_in_memory().await.unwrap();
+        let id = store.schedule(b"kept".to_vec()).await.unwrap();
+        let Db::Sqlite(pool) = store.db() else {
+            unreachable!("an SQLite store")
+        };
+        // Take the pool's one connection out of it and close it.
+        let conn = pool.acquire().await.unwrap().detach();
+        sqlx::Connection::close(conn).await.unwrap();
+        let info = store
+            .get(id)
+            .await
+            .unwrap()
+            .expect("the task is still there");
+        assert_eq!(info.payload, b"kept");
+        assert_eq!(store.counts().await.unwrap().scheduled, 1);
     }
 }
