@@ -131,6 +131,14 @@ async fn survivor(
     (scheduler, rx)
 }
 
+/// The next delivery, within a minute (the lock and lease are an hour).
+async fn redelivered(delivered: &mut mpsc::UnboundedReceiver<(TaskId, u32)>) -> (TaskId, u32) {
+    tokio::time::timeout(Duration::from_secs(60), delivered.recv())
+        .await
+        .expect("the killed node's task comes back within a minute, not an hour")
+        .expect("the scheduler is running")
+}
+
 /// Schedules one task due now and waits until the node process runs it.
 async fn hang_one(store: &Store, node: &mut Node) -> TaskId {
     let id = store.schedule(b"hang".to_vec()).await.unwrap();
@@ -158,10 +166,7 @@ on_both! {
 
         let (restarted, mut delivered) = survivor(builder(&store, NEVER)).await;
         let started = killed.elapsed();
-        let (got, attempt) = tokio::time::timeout(Duration::from_secs(60), delivered.recv())
-            .await
-            .expect("the killed process's task comes back within a minute, not an hour")
-            .unwrap();
+        let (got, attempt) = redelivered(&mut delivered).await;
         let recovered = killed.elapsed();
         assert_eq!((got, attempt), (id, 2));
         assert_eq!(restarted.stats().shards_owned, store.shards());
@@ -188,10 +193,7 @@ on_both! {
         let killed = node.kill().await;
 
         let (restarted, mut delivered) = survivor(builder(&store, NEVER).node_id("worker-1")).await;
-        let (got, attempt) = tokio::time::timeout(Duration::from_secs(60), delivered.recv())
-            .await
-            .expect("the task comes back within a minute, not an hour")
-            .unwrap();
+        let (got, attempt) = redelivered(&mut delivered).await;
         let recovered = killed.elapsed();
         assert_eq!((got, attempt), (id, 2));
         eprintln!("same node id, elsewhere: task delivered again {recovered:?} after the kill");

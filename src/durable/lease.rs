@@ -130,13 +130,7 @@ pub(crate) async fn heartbeat(
             continue;
         }
         if process.as_deref().is_some_and(process::is_gone) {
-            with_pool!(db, pool => {
-                sqlx::query("DELETE FROM ttw_nodes WHERE node_id = $1 AND session = $2")
-                    .bind(&id)
-                    .bind(&other)
-                    .execute(pool)
-                    .await?;
-            });
+            forget(store, &id, &other).await?;
             beat.gone.push(other);
         } else if other_leaving == 0 {
             live += 1;
@@ -253,11 +247,11 @@ pub(crate) async fn release(
 ) -> Result<(), Error> {
     let list = only.map(|s| s.iter().map(|&x| i64::from(x)).collect::<Vec<_>>());
     let sql = match &list {
-        None => "UPDATE ttw_leases SET owner_node = NULL, owner_session = NULL, expires_at = 0 \
+        None => "UPDATE ttw_leases SET owner_node = NULL, owner_session = NULL \
                  WHERE owner_session = $1"
             .to_string(),
         Some(list) => format!(
-            "UPDATE ttw_leases SET owner_node = NULL, owner_session = NULL, expires_at = 0 \
+            "UPDATE ttw_leases SET owner_node = NULL, owner_session = NULL \
              WHERE owner_session = $1 AND shard IN ({})",
             super::store::placeholders(2, list.len())
         ),
@@ -276,24 +270,20 @@ pub(crate) async fn release(
 /// stop counting it when they work out their shares, while its row, and so
 /// the leases it has not given back yet, stay live as it heartbeats.
 pub(crate) async fn leave(store: &Store, node: &str, session: &str) -> Result<(), Error> {
-    with_pool!(store.db(), pool => {
-        sqlx::query("UPDATE ttw_nodes SET leaving = 1 WHERE node_id = $1 AND session = $2")
-            .bind(node)
-            .bind(session)
-            .execute(pool)
-            .await?;
-    });
-    Ok(())
+    on_member(store, "UPDATE ttw_nodes SET leaving = 1", node, session).await
 }
 
-/// Removes the node's membership row (the end of a graceful shutdown).
+/// Removes a session's membership row: the end of a graceful shutdown, or
+/// a session whose process was found gone.
 pub(crate) async fn forget(store: &Store, node: &str, session: &str) -> Result<(), Error> {
+    on_member(store, "DELETE FROM ttw_nodes", node, session).await
+}
+
+/// Runs `statement` on the membership row of `node` in session `session`.
+async fn on_member(store: &Store, statement: &str, node: &str, session: &str) -> Result<(), Error> {
+    let sql = format!("{statement} WHERE node_id = $1 AND session = $2");
     with_pool!(store.db(), pool => {
-        sqlx::query("DELETE FROM ttw_nodes WHERE node_id = $1 AND session = $2")
-            .bind(node)
-            .bind(session)
-            .execute(pool)
-            .await?;
+        sqlx::query(&sql).bind(node).bind(session).execute(pool).await?;
     });
     Ok(())
 }
