@@ -181,11 +181,7 @@ where
                 }
                 Ok(Err(panic)) => {
                     counters.panicked.fetch_add(1, Ordering::Relaxed);
-                    let message = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "non-string panic payload".to_string());
+                    let message = panic_message(&*panic);
                     error!(panic = %message, "timer callback panicked");
                 }
                 Err(_) => {
@@ -196,5 +192,16 @@ where
             counters.running.fetch_sub(1, Ordering::Relaxed);
             drop(permit);
         });
+    }
+}
+
+/// What a caught panic said: its message, when it is a string.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-string panic payload".to_string()
     }
 }

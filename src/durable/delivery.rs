@@ -1,19 +1,19 @@
 //! What a consumer receives: a [`Task`] (to a handler) or a [`Delivery`]
-//! (from the [`Deliveries`] stream, to `ack` or `nack`), and the retry
-//! backoff.
+//! (from the [`Deliveries`] stream, to `ack` or `nack`).
 
 use std::fmt;
-use std::hash::{BuildHasher, Hasher};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use futures::Stream;
 use tokio::sync::{mpsc, oneshot};
 
-use super::scheduler::Node;
-use super::store::{from_ms, Claimed, TaskId};
+use super::claims::{Attempt, Claimed};
+use super::db::from_ms;
+use super::outcome::Outcomes;
+use super::task::TaskId;
 use super::Error;
 
 /// One delivery attempt of a task: what a handler gets.
@@ -23,10 +23,9 @@ use super::Error;
 /// [`Task::id`] or [`Task::idempotency_key`] where a repeat would matter.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Task {
-    pub(crate) id: TaskId,
-    pub(crate) attempt: u32,
-    /// The claim count this delivery's outcome is fenced on.
-    pub(crate) claim: i64,
+    /// The task's id, attempt number and claim count: what this
+    /// delivery's outcome is fenced on.
+    pub(crate) attempt: Attempt,
     pub(crate) run_at: SystemTime,
     pub(crate) payload: Vec<u8>,
     pub(crate) idempotency_key: Option<String>,
@@ -35,9 +34,7 @@ pub struct Task {
 impl Task {
     pub(crate) fn from_claimed(c: Claimed) -> Task {
         Task {
-            id: TaskId(c.id),
-            attempt: u32::try_from(c.attempt.max(0)).unwrap_or(u32::MAX),
-            claim: c.claim,
+            attempt: c.attempt,
             run_at: from_ms(c.run_at),
             payload: c.payload,
             idempotency_key: c.idempotency_key,
@@ -46,12 +43,12 @@ impl Task {
 
     /// The task's id.
     pub fn id(&self) -> TaskId {
-        self.id
+        TaskId(self.attempt.id)
     }
 
     /// Which attempt this is, from 1.
     pub fn attempt(&self) -> u32 {
-        self.attempt
+        self.attempt.number
     }
 
     /// When the task was due; this attempt started no earlier.
@@ -78,8 +75,8 @@ impl Task {
 impl fmt::Debug for Task {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Task")
-            .field("id", &self.id)
-            .field("attempt", &self.attempt)
+            .field("id", &self.id())
+            .field("attempt", &self.attempt.number)
             .field("payload_len", &self.payload.len())
             .field("idempotency_key", &self.idempotency_key)
             .finish()
@@ -93,7 +90,8 @@ impl fmt::Debug for Task {
 #[must_use = "a delivery that is dropped without ack counts as a failed attempt"]
 pub struct Delivery {
     pub(crate) task: Task,
-    pub(crate) node: Arc<Node>,
+    /// Where its outcome is recorded.
+    pub(crate) outcomes: Arc<Outcomes>,
     pub(crate) settled: Option<oneshot::Sender<()>>,
     /// When its supervisor fails the attempt (`callback_timeout` from the
     /// claim): from then on it is no longer handed out.
@@ -114,7 +112,7 @@ impl Delivery {
     /// (it timed out, or this node lost the task's shard): the task is, or
     /// will be, delivered again. [`Error::is_database`].
     pub async fn ack(mut self) -> Result<(), Error> {
-        let result = self.node.succeed(&self.task).await;
+        let result = self.outcomes.succeed(&self.task.attempt).await;
         self.settle();
         result
     }
@@ -126,7 +124,10 @@ impl Delivery {
     ///
     /// As [`Delivery::ack`].
     pub async fn nack(mut self, error: impl fmt::Display) -> Result<(), Error> {
-        let result = self.node.failure(&self.task, &error.to_string()).await;
+        let result = self
+            .outcomes
+            .fail(&self.task.attempt, &error.to_string())
+            .await;
         self.settle();
         result
     }
@@ -187,60 +188,5 @@ impl Stream for Deliveries {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Delivery>> {
         self.poll_live(cx)
-    }
-}
-
-/// How long to wait before retrying a failed attempt: exponential from
-/// `base`, doubling per attempt up to `max`, with jitter that picks a point
-/// in the upper half (so retries of many tasks that failed together
-/// spread out, and none waits less than half the nominal delay).
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use tokio_timing_wheel::durable::Backoff;
-///
-/// let backoff = Backoff::exponential(Duration::from_secs(1), Duration::from_secs(60));
-/// let third = backoff.delay(3, 42);
-/// assert!(third >= Duration::from_secs(2) && third <= Duration::from_secs(4));
-/// assert!(backoff.delay(30, 42) <= Duration::from_secs(60));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
-    base: Duration,
-    max: Duration,
-}
-
-impl Default for Backoff {
-    /// 1 s doubling up to 1 h.
-    fn default() -> Self {
-        Backoff::exponential(Duration::from_secs(1), Duration::from_secs(3600))
-    }
-}
-
-impl Backoff {
-    /// `base` after the first failure, doubling after each, at most `max`.
-    pub fn exponential(base: Duration, max: Duration) -> Self {
-        Backoff {
-            base,
-            max: max.max(base),
-        }
-    }
-
-    /// The delay after failed attempt `attempt` (from 1) of task `id`.
-    pub fn delay(&self, attempt: u32, id: u64) -> Duration {
-        let shift = attempt.saturating_sub(1).min(32);
-        let nominal = self
-            .base
-            .checked_mul(1u32 << shift.min(31))
-            .map_or(self.max, |d| d.min(self.max));
-        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_u64(id);
-        hasher.write_u32(attempt);
-        let unit = (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64;
-        // Half to all of the nominal delay; a product too large for a
-        // `Duration` (a `max` near `Duration::MAX`) stays nominal.
-        Duration::try_from_secs_f64(nominal.as_secs_f64() * (0.5 + 0.5 * unit)).unwrap_or(nominal)
     }
 }

@@ -118,25 +118,35 @@
 //!   nodes both record an outcome for one attempt, since the fence is
 //!   checked in the database.
 
+mod claims;
+mod config;
+mod db;
 mod delivery;
+mod dispatch;
 mod error;
+mod faults;
 mod lease;
+mod node;
+mod notify;
+mod outcome;
 mod process;
 mod report;
 mod scheduler;
 mod schema;
 mod shards;
-pub(crate) mod store;
+mod store;
+mod task;
+mod window;
 
 use std::time::Duration;
 
-pub use delivery::{Backoff, Deliveries, Delivery, Task};
+pub use delivery::{Deliveries, Delivery, Task};
 pub use error::Error;
-pub use scheduler::{Scheduler, SchedulerBuilder, SchedulerStats};
+pub use outcome::{Backoff, SchedulerStats};
+pub use scheduler::{Scheduler, SchedulerBuilder};
 pub use schema::DEFAULT_SHARDS;
-pub use store::{
-    Schedule, Scheduled, StateCounts, Store, StoreBuilder, TaskId, TaskInfo, TaskState,
-};
+pub use store::{Schedule, Scheduled, Store, StoreBuilder};
+pub use task::{StateCounts, TaskId, TaskInfo, TaskState};
 
 /// The largest payload a task may carry: 1 MiB.
 pub const MAX_PAYLOAD: usize = 1 << 20;

@@ -4,7 +4,7 @@
 use sqlx::migrate::Migrator;
 use sqlx::Row;
 
-use super::store::{with_pool, Db};
+use super::db::{with_pool, Db};
 use super::Error;
 
 /// The SQLite migrations, embedded at compile time.

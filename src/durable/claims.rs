@@ -1,0 +1,396 @@
+//! The statements a scheduler runs on tasks, one method each: the window
+//! loads (the due window and the catch-up poll), the fenced claim, the look
+//! at why a fired task was not claimed, the fenced outcomes (complete,
+//! fail), the reclaim of tasks whose delivery ended without an outcome, and
+//! the retention sweep. Each fragment written in more than one of them is
+//! named once below, and each returns named rows.
+
+use sqlx::Row;
+
+use super::db::{clamp_u32, now_ms, placeholders, with_pool, Db};
+use super::task::TaskState;
+use super::Error;
+
+/// The task's shard is one whose lease `session` holds (`shards` is the
+/// shard count). Both are SQL: placeholders or column names.
+fn in_held_shard(session: &str, shards: &str) -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM ttw_leases l WHERE l.shard = ttw_tasks.id % {shards} \
+         AND l.owner_session = {session})"
+    )
+}
+
+/// The fence on an outcome: task `id` is still running under the claim
+/// that counted `claim`, by `session`, which still holds the shard's lease
+/// at the epoch the claim stamped. (The claim count, unlike the attempt
+/// number, never starts again, so an outcome from before a redrive is
+/// refused.)
+fn fenced(id: &str, claim: &str, session: &str, shards: &str) -> String {
+    format!(
+        "id = {id} AND claims = {claim} AND state = 'running' AND locked_by = {session} \
+         AND EXISTS (SELECT 1 FROM ttw_leases l WHERE l.shard = ttw_tasks.id % {shards} \
+         AND l.owner_session = {session} AND l.epoch = ttw_tasks.lock_epoch)"
+    )
+}
+
+/// The task has used every attempt it may: its own limit, or
+/// `default_max` when it has none.
+fn out_of_attempts(default_max: &str) -> String {
+    format!("attempts >= COALESCE(max_attempts, {default_max})")
+}
+
+/// The assignments that end an attempt without success: scheduled again at
+/// `retry_at`, or dead (finished at `now`) when out of attempts.
+fn retry_or_dead(default_max: &str, retry_at: &str, now: &str) -> String {
+    let out = out_of_attempts(default_max);
+    format!(
+        "state = CASE WHEN {out} THEN 'dead' ELSE 'scheduled' END, \
+         run_at = CASE WHEN {out} THEN run_at ELSE {retry_at} END, \
+         finished_at = CASE WHEN {out} THEN {now} ELSE NULL END"
+    )
+}
+
+/// The assignments that take a task's lock off.
+const UNLOCK: &str = "locked_by = NULL, locked_until = NULL";
+
+/// A scheduled task due at `run_at` (ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Due {
+    pub(crate) id: i64,
+    pub(crate) run_at: i64,
+}
+
+/// What a catch-up poll read.
+#[derive(Debug)]
+pub(crate) struct Changes {
+    /// The database's clock as the statement ran.
+    pub(crate) db_now: i64,
+    pub(crate) due: Vec<Due>,
+}
+
+/// One attempt at a task: what its outcome is fenced on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Attempt {
+    pub(crate) id: i64,
+    /// Which attempt, from 1.
+    pub(crate) number: u32,
+    /// The task's claim count after this claim.
+    pub(crate) claim: i64,
+}
+
+/// A task claimed for delivery: what the claim statement returned.
+#[derive(Debug, Clone)]
+pub(crate) struct Claimed {
+    pub(crate) attempt: Attempt,
+    pub(crate) run_at: i64,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) idempotency_key: Option<String>,
+}
+
+/// A fired task the claim did not take, as it is now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Unclaimed {
+    pub(crate) id: i64,
+    pub(crate) state: TaskState,
+    pub(crate) run_at: i64,
+    /// Whether this session holds the task's shard.
+    pub(crate) held: bool,
+}
+
+/// A running task the reclaim took back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Reclaimed {
+    pub(crate) id: i64,
+    pub(crate) run_at: i64,
+    /// Out of attempts: dead rather than scheduled again.
+    pub(crate) dead: bool,
+}
+
+/// What a failure outcome did to the task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failed {
+    /// Scheduled again at this time (ms).
+    Retry(i64),
+    /// Out of attempts.
+    Dead,
+}
+
+/// The statements of one scheduler session.
+#[derive(Clone)]
+pub(crate) struct Claims {
+    db: Db,
+    shards: i64,
+    session: String,
+}
+
+impl Claims {
+    /// Statements for session `session` on a store of `shards` shards.
+    pub(crate) fn new(db: Db, shards: u32, session: String) -> Claims {
+        Claims {
+            db,
+            shards: i64::from(shards),
+            session,
+        }
+    }
+
+    /// Scheduled tasks of this session's shards due before `horizon`.
+    pub(crate) async fn due_before(&self, horizon: i64) -> Result<Vec<Due>, Error> {
+        let sql = format!(
+            "SELECT id, run_at FROM ttw_tasks WHERE state = 'scheduled' AND run_at < $1 AND {}",
+            in_held_shard("$3", "$2")
+        );
+        let rows: Vec<(i64, i64)> = with_pool!(&self.db, pool => {
+            sqlx::query_as(&sql)
+                .bind(horizon)
+                .bind(self.shards)
+                .bind(&self.session)
+                .fetch_all(pool)
+                .await?
+        });
+        Ok(rows
+            .into_iter()
+            .map(|(id, run_at)| Due { id, run_at })
+            .collect())
+    }
+
+    /// One catch-up poll in one statement: the database's clock, and the
+    /// scheduled tasks of this session's shards due before `horizon` whose
+    /// change stamp is at or after `since` (or, on the first poll, `slack`
+    /// before that clock).
+    pub(crate) async fn changed_since(
+        &self,
+        horizon: i64,
+        since: Option<i64>,
+        slack: i64,
+    ) -> Result<Changes, Error> {
+        let sql = format!(
+            "WITH c AS (SELECT {} AS db_now) \
+             SELECT c.db_now, ttw_tasks.id, ttw_tasks.run_at FROM c LEFT JOIN ttw_tasks \
+             ON ttw_tasks.state = 'scheduled' AND ttw_tasks.run_at < $1 \
+             AND ttw_tasks.updated_at >= COALESCE($2, c.db_now - $5) AND {}",
+            self.db.clock_sql(),
+            in_held_shard("$4", "$3")
+        );
+        let rows: Vec<(i64, Option<i64>, Option<i64>)> = with_pool!(&self.db, pool => {
+            sqlx::query_as(&sql)
+                .bind(horizon)
+                .bind(since)
+                .bind(self.shards)
+                .bind(&self.session)
+                .bind(slack)
+                .fetch_all(pool)
+                .await?
+        });
+        let db_now = rows
+            .first()
+            .map(|r| r.0)
+            .ok_or_else(|| Error::config("the database returned no clock reading"))?;
+        let due = rows
+            .into_iter()
+            .filter_map(|(_, id, run_at)| {
+                Some(Due {
+                    id: id?,
+                    run_at: run_at?,
+                })
+            })
+            .collect();
+        Ok(Changes { db_now, due })
+    }
+
+    /// The claim, in one statement: of `ids`, those still scheduled, due by
+    /// `now`, and in a shard whose lease this session holds move to running,
+    /// with the attempt counted, the session and lease epoch stamped, and a
+    /// lock until `locked_until`.
+    pub(crate) async fn claim(
+        &self,
+        ids: &[i64],
+        now: i64,
+        locked_until: i64,
+    ) -> Result<Vec<Claimed>, Error> {
+        let sql = format!(
+            "UPDATE ttw_tasks SET state = 'running', attempts = attempts + 1, claims = claims + 1, locked_by = $1, \
+             lock_epoch = (SELECT l.epoch FROM ttw_leases l WHERE l.shard = ttw_tasks.id % $2), \
+             locked_until = $3, updated_at = {} \
+             WHERE state = 'scheduled' AND run_at <= $4 AND {} AND id IN ({}) \
+             RETURNING id, run_at, attempts, claims, payload, idempotency_key",
+            self.db.clock_sql(),
+            in_held_shard("$1", "$2"),
+            placeholders(5, ids.len())
+        );
+        let claimed = with_pool!(&self.db, pool => {
+            let mut query = sqlx::query(&sql)
+                .bind(&self.session)
+                .bind(self.shards)
+                .bind(locked_until)
+                .bind(now);
+            for id in ids {
+                query = query.bind(id);
+            }
+            let rows = query.fetch_all(pool).await?;
+            let mut out = Vec::with_capacity(rows.len());
+            for row in rows {
+                out.push(Claimed {
+                    attempt: Attempt {
+                        id: row.try_get("id")?,
+                        number: clamp_u32(row.try_get("attempts")?),
+                        claim: row.try_get("claims")?,
+                    },
+                    run_at: row.try_get("run_at")?,
+                    payload: row.try_get("payload")?,
+                    idempotency_key: row.try_get("idempotency_key")?,
+                });
+            }
+            out
+        });
+        Ok(claimed)
+    }
+
+    /// Of `ids`, which a claim did not take, each as it is now, and whether
+    /// this session holds its shard.
+    pub(crate) async fn why_unclaimed(&self, ids: &[i64]) -> Result<Vec<Unclaimed>, Error> {
+        let sql = format!(
+            "SELECT ttw_tasks.id, ttw_tasks.state, ttw_tasks.run_at, \
+             CASE WHEN {} THEN 1 ELSE 0 END AS held \
+             FROM ttw_tasks WHERE ttw_tasks.id IN ({})",
+            in_held_shard("$1", "$2"),
+            placeholders(3, ids.len())
+        );
+        let rows = with_pool!(&self.db, pool => {
+            let mut query = sqlx::query(&sql).bind(&self.session).bind(self.shards);
+            for id in ids {
+                query = query.bind(id);
+            }
+            let rows = query.fetch_all(pool).await?;
+            let mut out = Vec::with_capacity(rows.len());
+            for row in rows {
+                out.push(Unclaimed {
+                    id: row.try_get("id")?,
+                    state: TaskState::from_sql(row.try_get("state")?)?,
+                    run_at: row.try_get("run_at")?,
+                    held: row.try_get::<i32, _>("held")? == 1,
+                });
+            }
+            out
+        });
+        Ok(rows)
+    }
+
+    /// Marks the task done, if `attempt` still holds it (see [`fenced`]).
+    pub(crate) async fn complete(&self, attempt: &Attempt) -> Result<bool, Error> {
+        let sql = format!(
+            "UPDATE ttw_tasks SET state = 'done', {UNLOCK}, updated_at = {}, finished_at = $3 \
+             WHERE {}",
+            self.db.clock_sql(),
+            fenced("$1", "$2", "$4", "$5")
+        );
+        let n = with_pool!(&self.db, pool => {
+            sqlx::query(&sql)
+                .bind(attempt.id)
+                .bind(attempt.claim)
+                .bind(now_ms())
+                .bind(&self.session)
+                .bind(self.shards)
+                .execute(pool)
+                .await?
+                .rows_affected()
+        });
+        Ok(n == 1)
+    }
+
+    /// Records a failed attempt under the same fence as
+    /// [`complete`](Self::complete): a retry at `retry_at`, or dead once the
+    /// attempts reach the task's limit (`default_max` when it has none).
+    /// `None` if the fence refused it.
+    pub(crate) async fn fail(
+        &self,
+        attempt: &Attempt,
+        error: &str,
+        retry_at: i64,
+        default_max: i64,
+    ) -> Result<Option<Failed>, Error> {
+        let sql = format!(
+            "UPDATE ttw_tasks SET {}, last_error = $8, {UNLOCK}, updated_at = {} \
+             WHERE {} RETURNING state, run_at",
+            retry_or_dead("$6", "$7", "$3"),
+            self.db.clock_sql(),
+            fenced("$1", "$2", "$4", "$5")
+        );
+        // Read to its end (see the notes of `db`).
+        let rows: Vec<(String, i64)> = with_pool!(&self.db, pool => {
+            sqlx::query_as(&sql)
+                .bind(attempt.id)
+                .bind(attempt.claim)
+                .bind(now_ms())
+                .bind(&self.session)
+                .bind(self.shards)
+                .bind(default_max)
+                .bind(retry_at)
+                .bind(error)
+                .fetch_all(pool)
+                .await?
+        });
+        match rows.into_iter().next() {
+            None => Ok(None),
+            Some((state, run_at)) => Ok(Some(match TaskState::from_sql(&state)? {
+                TaskState::Dead => Failed::Dead,
+                _ => Failed::Retry(run_at),
+            })),
+        }
+    }
+
+    /// Running tasks of this session's shards go back to scheduled, due at
+    /// once, or to dead when out of attempts: those claimed under an earlier
+    /// epoch of the shard's lease by a session proven dead (its membership
+    /// row is gone: its process was found gone, or its node id started
+    /// again), and those whose lock ran out. A task whose claimer is only
+    /// silent waits for its lock: that node may be alive and still running
+    /// the handler, which its own `callback_timeout` ends before the lock
+    /// does.
+    pub(crate) async fn reclaim(&self, default_max: i64) -> Result<Vec<Reclaimed>, Error> {
+        let sql = format!(
+            "UPDATE ttw_tasks SET {}, \
+             last_error = CASE WHEN locked_until < $2 \
+             THEN 'lock expired: the node delivering it stopped or lost its shard' \
+             ELSE 'the node delivering it died; the shard''s new owner took it back' END, \
+             {UNLOCK}, updated_at = {} \
+             WHERE state = 'running' \
+             AND EXISTS (SELECT 1 FROM ttw_leases l WHERE l.shard = ttw_tasks.id % $3 AND l.owner_session = $4 \
+             AND (ttw_tasks.locked_until < $2 \
+             OR ((ttw_tasks.lock_epoch IS NULL OR ttw_tasks.lock_epoch < l.epoch) \
+             AND NOT EXISTS (SELECT 1 FROM ttw_nodes n WHERE n.session = ttw_tasks.locked_by)))) \
+             RETURNING id, run_at, state",
+            retry_or_dead("$1", "$2", "$2"),
+            self.db.clock_sql()
+        );
+        let rows: Vec<(i64, i64, String)> = with_pool!(&self.db, pool => {
+            sqlx::query_as(&sql)
+                .bind(default_max)
+                .bind(now_ms())
+                .bind(self.shards)
+                .bind(&self.session)
+                .fetch_all(pool)
+                .await?
+        });
+        rows.into_iter()
+            .map(|(id, run_at, state)| {
+                Ok(Reclaimed {
+                    id,
+                    run_at,
+                    dead: TaskState::from_sql(&state)? == TaskState::Dead,
+                })
+            })
+            .collect()
+    }
+
+    /// Deletes done and cancelled tasks that finished before `before`.
+    pub(crate) async fn sweep(&self, before: i64) -> Result<u64, Error> {
+        let n = with_pool!(&self.db, pool => {
+            sqlx::query("DELETE FROM ttw_tasks WHERE state IN ('done', 'cancelled') AND finished_at < $1")
+                .bind(before)
+                .execute(pool)
+                .await?
+                .rows_affected()
+        });
+        Ok(n)
+    }
+}
