@@ -391,3 +391,55 @@ impl Builder {
         )
     }
 }
+
+impl TimingWheel<(), ()> {
+    /// A [`Builder`] to configure the tick and the channel capacity.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (wheel, _expired) = TimingWheel::builder()
+    ///     .tick(Duration::from_millis(5))
+    ///     .build::<String, u32>();
+    /// # drop(wheel);
+    /// # }
+    /// ```
+    pub fn builder() -> Builder {
+        Builder::new()
+    }
+}
+
+impl<K, V> TimingWheel<K, V>
+where
+    K: Eq + std::hash::Hash + Clone + Send + 'static,
+    V: Send + 'static,
+{
+    /// Starts a wheel with the default settings (1 ms tick, 1024 queued
+    /// commands) on the current Tokio runtime, and returns its handle and
+    /// its expiration stream.
+    ///
+    /// # Panics
+    ///
+    /// Panics if called outside a Tokio runtime. See [`Builder::build`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tokio_timing_wheel::TimingWheel;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (wheel, expired) = TimingWheel::<u64, String>::new();
+    /// # drop((wheel, expired));
+    /// # }
+    /// ```
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new() -> (TimingWheel<K, V>, Expirations<K, V>) {
+        Builder::new().build()
+    }
+}

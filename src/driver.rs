@@ -17,7 +17,7 @@ use crate::channel::Receiver;
 use crate::clock::Clock;
 use crate::command::Command;
 use crate::expired::Expired;
-use crate::sleep::{SleepCommand, Waiter};
+use crate::sleep::{far_future, SleepCommand, Waiter};
 use crate::stats::Stats;
 use crate::stream::Shared;
 use crate::wheel::{AtCapacity, Wheel};
@@ -30,10 +30,6 @@ const FIRE_BATCH: usize = 1024;
 
 /// Firing this many ticks after the deadline is reported as lag.
 const LAG_TICKS: u64 = 4;
-
-/// A sleep target far enough out to mean "never", when a tick's instant
-/// cannot be represented; the driver simply re-arms if it is ever reached.
-const FAR_FUTURE: std::time::Duration = std::time::Duration::from_secs(86_400 * 365 * 30);
 
 pub(crate) struct Driver<K, V> {
     wheel: Wheel<K, V>,
@@ -57,6 +53,9 @@ pub(crate) struct Driver<K, V> {
     stats_before_stop: Option<usize>,
     /// The wheel's length as last published to the handles.
     published_len: usize,
+    /// Places under the pending limit this driver holds: one per timer in
+    /// its wheel, as of the last [`settle_places`](Self::settle_places).
+    places: usize,
     /// Declared last, so it drops after the wheel: closes the stream even if
     /// the task is dropped before it ever ran.
     close: Option<CloseOnDrop<K, V>>,
@@ -75,6 +74,13 @@ impl<K, V> Drop for CloseOnDrop<K, V> {
 }
 
 type StopReply<K, V> = tokio::sync::oneshot::Sender<Vec<(K, V)>>;
+
+/// A reply a command owes, sent once the places it freed are given back.
+enum Answer<K, V> {
+    None,
+    Removed(tokio::sync::oneshot::Sender<Option<V>>, Option<V>),
+    Drained(StopReply<K, V>, Vec<(K, V)>),
+}
 
 /// What one turn of the loop saw.
 enum Turn {
@@ -109,6 +115,7 @@ where
             stats_replies: Vec::new(),
             stats_before_stop: None,
             published_len: 0,
+            places: 0,
             close: Some(CloseOnDrop(Arc::clone(&shared))),
             shared,
         }
@@ -127,7 +134,7 @@ where
 
     pub(crate) async fn run(mut self) {
         debug!(tick = ?self.clock.tick(), "timing wheel driver started");
-        let sleep = tokio::time::sleep_until(Instant::now() + FAR_FUTURE);
+        let sleep = tokio::time::sleep_until(far_future(Instant::now()));
         tokio::pin!(sleep);
         let mut armed: Option<u64> = None;
         let mut open = true;
@@ -178,7 +185,7 @@ where
                         let at = self
                             .clock
                             .instant(tick)
-                            .unwrap_or_else(|| Instant::now() + FAR_FUTURE);
+                            .unwrap_or_else(|| far_future(Instant::now()));
                         sleep.as_mut().reset(at);
                         armed = Some(tick);
                     }
@@ -285,41 +292,46 @@ where
     }
 
     /// Applies one command; a `Stop` is returned for the caller to run.
+    /// Places under the pending limit freed by the command go back before
+    /// its caller hears of it.
     fn apply(&mut self, command: Command<K, V>) -> Option<StopReply<K, V>> {
-        match command {
-            Command::Set { key, value, when } => match self.wheel.insert(key, value, when) {
-                Ok(None) => {}
-                // A replacement adds no timer: its place goes back.
-                Ok(Some(_replaced)) => self.shared.release(1),
-                Err(AtCapacity(_, _)) => {
-                    self.shared.release(1);
+        let answer = match command {
+            Command::Set { key, value, when } => {
+                // The `Set`'s place is this driver's now; a replacement, or a
+                // timer refused at capacity, adds no timer and gives it
+                // back below.
+                self.places += 1;
+                if let Err(AtCapacity(_, _)) = self.wheel.insert(key, value, when) {
                     error!("timing wheel holds 2^30 timers; a new timer was dropped");
                 }
-            },
+                Answer::None
+            }
             Command::Move { key, when } => {
                 self.wheel.reschedule(&key, when);
+                Answer::None
             }
             Command::Remove { key, reply } => {
-                let removed = self.wheel.remove(&key).map(|(_, value)| value);
-                self.shared.release(usize::from(removed.is_some()));
-                let _ = reply.send(removed);
+                Answer::Removed(reply, self.wheel.remove(&key).map(|(_, value)| value))
             }
             Command::Deadline { key, reply } => {
                 let _ = reply.send(self.wheel.deadline(&key));
+                Answer::None
             }
             Command::Cancel { key } => {
-                let removed = self.wheel.remove(&key);
-                self.shared.release(usize::from(removed.is_some()));
+                self.wheel.remove(&key);
+                Answer::None
             }
             Command::Drain { reply } => {
                 let mut all = Vec::new();
                 self.wheel.drain_into(&mut all);
-                self.shared.release(all.len());
-                let _ = reply.send(all);
+                Answer::Drained(reply, all)
             }
             // Answered once the commands taken with it are applied: it
             // fires what is due, which must wait for them.
-            Command::Stats { reply } => self.stats_replies.push(reply),
+            Command::Stats { reply } => {
+                self.stats_replies.push(reply);
+                Answer::None
+            }
             Command::Stop { reply } => {
                 // `stats()` calls queued before the stop are answered once
                 // the commands queued behind it are applied too (answering
@@ -329,8 +341,28 @@ where
                     .get_or_insert(self.stats_replies.len());
                 return Some(reply);
             }
+        };
+        self.settle_places();
+        match answer {
+            Answer::None => {}
+            Answer::Removed(reply, removed) => {
+                let _ = reply.send(removed);
+            }
+            Answer::Drained(reply, all) => {
+                let _ = reply.send(all);
+            }
         }
         None
+    }
+
+    /// Gives back to the pending limit the places of the timers that left
+    /// the wheel since the last call (fired, removed, cancelled, replaced,
+    /// drained or stopped): the one place where this driver releases them.
+    fn settle_places(&mut self) {
+        let len = self.wheel.len();
+        debug_assert!(self.places >= len, "places={} len={len}", self.places);
+        self.shared.release(self.places - len);
+        self.places = len;
     }
 
     /// Tells the handles how many timers this driver's wheel holds (for
@@ -392,7 +424,7 @@ where
         drop(sleeps);
         let mut pending = Vec::new();
         self.wheel.drain_into(&mut pending);
-        self.shared.release(pending.len());
+        self.settle_places();
         debug!(pending = pending.len(), "timing wheel driver stopped");
         // This driver is done with the stream before it replies.
         drop(self.close.take());
@@ -437,13 +469,13 @@ where
                 queue.items.push_back(Expired::new(key, value, deadline));
             });
             drop(queue);
+            self.settle_places();
             self.shared.wake();
             self.stats.fired += fired as u64;
-            self.shared.release(fired);
         } else {
             fired = self.wheel.take_due(FIRE_BATCH, |_, _, _| {});
+            self.settle_places();
             self.stats.discarded += fired as u64;
-            self.shared.release(fired);
         }
         if max_lag > LAG_TICKS {
             debug!(lag_ticks = max_lag, fired, "timers fired late");

@@ -8,18 +8,16 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::builder::Builder;
 use crate::callback::CallbackCtl;
 use crate::channel::TrySendError;
 use crate::clock::Clock;
 use crate::command::Command;
 use crate::error::Error;
-use crate::interval::Interval;
+use crate::limit::Place;
 use crate::shard::Shards;
-use crate::sleep::{Sleep, SleepHandle};
+use crate::sleep::SleepHandle;
 use crate::stats::Stats;
-use crate::stream::{Expirations, Shared};
-use crate::timeout::Timeout;
+use crate::stream::Shared;
 
 /// Queues `$command` on the channel `$shard`, inside an `async fn`: a free
 /// slot is taken directly, the common case, and the channel's own send
@@ -87,9 +85,9 @@ macro_rules! queue {
 /// ```
 pub struct TimingWheel<K, V> {
     shards: Arc<Shards<K, V>>,
-    sleeps: SleepHandle,
+    pub(crate) sleeps: SleepHandle,
     shared: Arc<Shared<K, V>>,
-    clock: Clock,
+    pub(crate) clock: Clock,
     callbacks: Option<Arc<CallbackCtl<K, V>>>,
 }
 
@@ -116,57 +114,11 @@ impl<K, V> fmt::Debug for TimingWheel<K, V> {
     }
 }
 
-impl TimingWheel<(), ()> {
-    /// A [`Builder`] to configure the tick and the channel capacity.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tokio_timing_wheel::TimingWheel;
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// let (wheel, _expired) = TimingWheel::builder()
-    ///     .tick(Duration::from_millis(5))
-    ///     .build::<String, u32>();
-    /// # drop(wheel);
-    /// # }
-    /// ```
-    pub fn builder() -> Builder {
-        Builder::new()
-    }
-}
-
 impl<K, V> TimingWheel<K, V>
 where
     K: Eq + Hash + Clone + Send + 'static,
     V: Send + 'static,
 {
-    /// Starts a wheel with the default settings (1 ms tick, 1024 queued
-    /// commands) on the current Tokio runtime, and returns its handle and
-    /// its expiration stream.
-    ///
-    /// # Panics
-    ///
-    /// Panics if called outside a Tokio runtime. See [`Builder::build`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tokio_timing_wheel::TimingWheel;
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// let (wheel, expired) = TimingWheel::<u64, String>::new();
-    /// # drop((wheel, expired));
-    /// # }
-    /// ```
-    #[allow(clippy::new_ret_no_self)]
-    pub fn new() -> (TimingWheel<K, V>, Expirations<K, V>) {
-        Builder::new().build()
-    }
-
     pub(crate) fn new_handle(
         shards: Shards<K, V>,
         sleeps: SleepHandle,
@@ -185,138 +137,6 @@ where
     pub(crate) fn with_callbacks(mut self, ctl: Arc<CallbackCtl<K, V>>) -> Self {
         self.callbacks = Some(ctl);
         self
-    }
-
-    /// A future that completes `delay` from now (never before, within one
-    /// tick after), on this wheel: no task and no runtime timer per sleep.
-    /// It resolves to `Err` with [`Error::is_closed`] at once if the wheel
-    /// stops first. See [`Sleep`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tokio::time::Instant;
-    /// use tokio_timing_wheel::TimingWheel;
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// let (wheel, _expired) = TimingWheel::<u32, ()>::new();
-    /// let start = Instant::now();
-    /// wheel.sleep(Duration::from_secs(3)).await.unwrap();
-    /// assert_eq!(start.elapsed(), Duration::from_secs(3));
-    /// # }
-    /// ```
-    pub fn sleep(&self, delay: Duration) -> Sleep {
-        self.sleeps.sleep(delay)
-    }
-
-    /// Like [`sleep`](Self::sleep), until an instant. A deadline already
-    /// past completes at once.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tokio::time::Instant;
-    /// use tokio_timing_wheel::TimingWheel;
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// let (wheel, _expired) = TimingWheel::<u32, ()>::new();
-    /// let deadline = Instant::now() + Duration::from_millis(20);
-    /// wheel.sleep_until(deadline).await.unwrap();
-    /// assert!(Instant::now() >= deadline);
-    /// # }
-    /// ```
-    pub fn sleep_until(&self, deadline: Instant) -> Sleep {
-        self.sleeps.sleep_until(deadline)
-    }
-
-    /// Runs `future` with a deadline `delay` from now, like
-    /// `tokio::time::timeout`, on this wheel. See [`Timeout`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tokio_timing_wheel::TimingWheel;
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// let (wheel, _expired) = TimingWheel::<u32, ()>::new();
-    /// let slow = tokio::time::sleep(Duration::from_secs(10));
-    /// assert!(wheel.timeout(Duration::from_secs(1), slow).await.is_err());
-    /// # }
-    /// ```
-    pub fn timeout<F: std::future::Future>(&self, delay: Duration, future: F) -> Timeout<F> {
-        Timeout::new(future, self.sleeps.sleep(delay))
-    }
-
-    /// Like [`timeout`](Self::timeout), with an absolute deadline.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tokio::time::Instant;
-    /// use tokio_timing_wheel::TimingWheel;
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// let (wheel, _expired) = TimingWheel::<u32, ()>::new();
-    /// let deadline = Instant::now() + Duration::from_secs(1);
-    /// assert_eq!(wheel.timeout_at(deadline, async { "done" }).await, Ok("done"));
-    /// # }
-    /// ```
-    pub fn timeout_at<F: std::future::Future>(&self, deadline: Instant, future: F) -> Timeout<F> {
-        Timeout::new(future, self.sleeps.sleep_until(deadline))
-    }
-
-    /// A stream of ticks every `period`, the first at once. See
-    /// [`Interval`]. A period shorter than the wheel's tick is raised to
-    /// one tick.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tokio::time::Instant;
-    /// use tokio_timing_wheel::TimingWheel;
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// let (wheel, _expired) = TimingWheel::<u32, ()>::new();
-    /// let start = Instant::now();
-    /// let mut interval = wheel.interval(Duration::from_secs(1));
-    /// interval.tick().await; // at once
-    /// interval.tick().await;
-    /// assert_eq!(start.elapsed(), Duration::from_secs(1));
-    /// # }
-    /// ```
-    pub fn interval(&self, period: Duration) -> Interval {
-        Interval::new(self.sleeps.clone(), Instant::now(), period)
-    }
-
-    /// Like [`interval`](Self::interval), with the first tick at `start`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tokio::time::Instant;
-    /// use tokio_timing_wheel::TimingWheel;
-    ///
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// let (wheel, _expired) = TimingWheel::<u32, ()>::new();
-    /// let start = Instant::now() + Duration::from_secs(5);
-    /// let mut interval = wheel.interval_at(start, Duration::from_secs(1));
-    /// assert_eq!(interval.tick().await, Some(start));
-    /// # }
-    /// ```
-    pub fn interval_at(&self, start: Instant, period: Duration) -> Interval {
-        Interval::new(self.sleeps.clone(), start, period)
     }
 
     /// The wheel's tick.
@@ -479,7 +299,7 @@ where
         let when = self.clock.delay_tick(delay, Instant::now());
         match self.queue_set(key, value, when)? {
             None => Ok(()),
-            Some(command) => self.send_set_waiting(command).await,
+            Some((command, place)) => self.send_set_waiting(command, place).await,
         }
     }
 
@@ -513,7 +333,7 @@ where
         let when = self.clock.deadline_tick(deadline, Instant::now());
         match self.queue_set(key, value, when)? {
             None => Ok(()),
-            Some(command) => self.send_set_waiting(command).await,
+            Some((command, place)) => self.send_set_waiting(command, place).await,
         }
     }
 
@@ -544,22 +364,22 @@ where
     /// ```
     pub fn try_set_timer(&self, key: K, value: V, delay: Duration) -> Result<(), Error> {
         let when = self.clock.delay_tick(delay, Instant::now());
-        self.admit(key, value).and_then(|(key, value)| {
-            self.shards
-                .for_key(&key)
-                .try_send(Command::Set { key, value, when })
-                .inspect_err(|_| self.shared.release(1))
-                .map_err(|err| match err {
-                    TrySendError::Full(command) => {
-                        let (key, value) = into_timer(command);
-                        Error::full_with(key, value)
-                    }
-                    TrySendError::Closed(command) => {
-                        let (key, value) = into_timer(command);
-                        Error::closed_with(key, value)
-                    }
-                })
-        })
+        let (key, value, place) = self.admit(key, value)?;
+        // A timer not sent drops its place, which gives it back.
+        self.shards
+            .for_key(&key)
+            .try_send(Command::Set { key, value, when })
+            .map(|()| place.sent())
+            .map_err(|err| match err {
+                TrySendError::Full(command) => {
+                    let (key, value) = into_timer(command);
+                    Error::full_with(key, value)
+                }
+                TrySendError::Closed(command) => {
+                    let (key, value) = into_timer(command);
+                    Error::closed_with(key, value)
+                }
+            })
     }
 
     /// Moves the deadline of the pending timer for `key` to `delay` from
@@ -879,11 +699,10 @@ where
     /// pending limit; hands the timer back if not.
     ///
     /// Always inlined, with the errors built out of line (their constructors
-    /// are `#[cold]`): `set_timer` then makes no call on its way to the
-    /// queue. Measured on the churn loop, 856 → 809 instructions a set and
-    /// cancel pair; either change alone made it worse (875 and 900).
+    /// are `#[cold]`), so that `set_timer` makes no call on its way to the
+    /// queue (see BENCHMARKS.md).
     #[inline(always)]
-    fn admit(&self, key: K, value: V) -> Result<(K, V), Error> {
+    fn admit(&self, key: K, value: V) -> Result<(K, V, Place<'_>), Error> {
         // A stopped wheel says so, whether or not its stream is still there.
         if self.shards.is_closed() {
             return Err(Error::closed_with(key, value));
@@ -891,12 +710,14 @@ where
         if !self.shared.receiver_alive() {
             return Err(Error::receiver_dropped_with(key, value));
         }
-        if let Some(limit) = &self.shared.limit {
-            if !limit.try_reserve() {
-                return Err(Error::at_capacity_with(key, value));
-            }
-        }
-        Ok((key, value))
+        let place = match &self.shared.limit {
+            None => Place::NONE,
+            Some(limit) => match limit.try_reserve() {
+                Some(place) => place,
+                None => return Err(Error::at_capacity_with(key, value)),
+            },
+        };
+        Ok((key, value, place))
     }
 
     /// A move for a wheel whose stream is gone would only fire into
@@ -909,42 +730,55 @@ where
     }
 
     /// Queues a `Set` if its shard has room now. A full shard hands the
-    /// command back to wait for room in
+    /// command and its place back to wait for room in
     /// [`send_set_waiting`](Self::send_set_waiting); only that slow path
     /// enters a second future.
     #[inline(always)]
-    fn queue_set(&self, key: K, value: V, when: u64) -> Result<Option<Command<K, V>>, Error> {
-        let (key, value) = self.admit(key, value)?;
+    #[allow(clippy::type_complexity)]
+    fn queue_set(
+        &self,
+        key: K,
+        value: V,
+        when: u64,
+    ) -> Result<Option<(Command<K, V>, Place<'_>)>, Error> {
+        let (key, value, place) = self.admit(key, value)?;
         let shard = self.shards.for_key(&key);
         match shard.try_send_with(move || Command::Set { key, value, when }) {
-            Ok(()) => Ok(None),
-            Err(TrySendError::Full(command)) => Ok(Some(command)),
-            Err(TrySendError::Closed(command)) => Err(self.refused(command)),
+            Ok(()) => {
+                place.sent();
+                Ok(None)
+            }
+            Err(TrySendError::Full(command)) => Ok(Some((command, place))),
+            Err(TrySendError::Closed(command)) => Err(refused(command)),
         }
     }
 
-    async fn send_set_waiting(&self, command: Command<K, V>) -> Result<(), Error> {
+    /// Waits for room for a `Set`. Its place goes back if the channel
+    /// closes, or if this future is dropped while it waits: no timer was
+    /// set.
+    async fn send_set_waiting(
+        &self,
+        command: Command<K, V>,
+        place: Place<'_>,
+    ) -> Result<(), Error> {
         let Command::Set { key, .. } = &command else {
             unreachable!("only Set commands wait here");
         };
         let shard = self.shards.for_key(key);
-        // The place `admit` took under the pending limit goes back if this
-        // future is dropped while it waits: no timer was set.
-        let mut place = HeldPlace {
-            shared: &self.shared,
-            held: true,
-        };
-        let sent = shard.send(command).await;
-        place.held = false;
-        sent.map_err(|command| self.refused(command))
+        match shard.send(command).await {
+            Ok(()) => {
+                place.sent();
+                Ok(())
+            }
+            Err(command) => Err(refused(command)),
+        }
     }
+}
 
-    /// The error for a `Set` the closed channel refused, with its timer.
-    fn refused(&self, command: Command<K, V>) -> Error {
-        self.shared.release(1);
-        let (key, value) = into_timer(command);
-        Error::closed_with(key, value)
-    }
+/// The error for a `Set` the closed channel refused, with its timer.
+fn refused<K: Send + 'static, V: Send + 'static>(command: Command<K, V>) -> Error {
+    let (key, value) = into_timer(command);
+    Error::closed_with(key, value)
 }
 
 /// Drains one shard.
@@ -961,21 +795,6 @@ async fn send_on<K, V>(
     command: Command<K, V>,
 ) -> Result<(), Error> {
     queue!(shard, command)
-}
-
-/// A place under the pending limit held by a `Set` on its way to the
-/// driver; dropped while still held, it is given back.
-struct HeldPlace<'a, K, V> {
-    shared: &'a Shared<K, V>,
-    held: bool,
-}
-
-impl<K, V> Drop for HeldPlace<'_, K, V> {
-    fn drop(&mut self) {
-        if self.held {
-            self.shared.release(1);
-        }
-    }
 }
 
 /// The key and value of a `Set` command that could not be sent.

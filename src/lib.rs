@@ -84,6 +84,7 @@ mod callback;
 mod channel;
 mod clock;
 mod command;
+mod delays;
 mod driver;
 mod error;
 mod expired;

@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use super::entry::{Blocks, Slot};
+use super::slot::{Blocks, Slot};
 
 /// Slots per level, as a power of two.
 pub(crate) const SLOT_BITS: u32 = 6;

@@ -26,6 +26,7 @@
 
 mod entry;
 mod level;
+mod slot;
 
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
@@ -33,18 +34,15 @@ use std::hash::{BuildHasher, Hash};
 use hashbrown::{hash_table, DefaultHashBuilder, HashTable};
 use slab::Slab;
 
-use self::entry::{filed, Blocks, Entry, Place, Slot, BLOCK, NIL};
+use self::entry::{Entry, Place, NIL};
 use self::level::{level_for, slot_for, slot_start, Level, NUM_LEVELS, SLOTS};
+use self::slot::{filed, Blocks, Slot, BLOCK};
 
 /// Key-index capacity from which [`Wheel::take_due`] removes fired entries
 /// from the key index in runs. Below it the index (about 5 bytes a place)
 /// fits in a core's own cache, so there are no misses to overlap, and
-/// taking entries one at a time is cheaper. Measured on the pure wheel
-/// advanced a tick at a time, as the driver runs it: runs were about 8 %
-/// slower at 100,000 entries and 8 – 12 % faster at 1,000,000 with linked
-/// slots; with blocks, about 25 % slower at 100,000 (and about 20 % faster
-/// for 100,000 entries due at once, out of cache, which the driver rarely
-/// sees).
+/// taking entries one at a time is cheaper (BENCHMARKS.md, "Figures behind
+/// the code", has the measurements that placed it).
 const RUNS_FROM: usize = 1 << 17;
 
 /// Entries a wheel can hold: 2^30. Slab indices and positions in the slots'
@@ -651,5 +649,7 @@ impl<K, V> fmt::Debug for Wheel<K, V> {
     }
 }
 
+#[cfg(test)]
+mod model;
 #[cfg(test)]
 mod tests;
