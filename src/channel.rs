@@ -454,5 +454,25 @@ impl<T> fmt::Debug for Receiver<T> {
     }
 }
 
+/// Queues `$command` on the channel `$shard`, inside an `async fn` that
+/// returns the handle's `Error`: a free slot is taken directly, the common
+/// case, and the channel's own send future is entered only when it is full.
+/// A macro rather than a helper `async fn`, so that the hot commands poll
+/// one future, not two.
+macro_rules! queue {
+    ($shard:expr, $command:expr) => {{
+        let shard = $shard;
+        match shard.try_send_with(move || $command) {
+            Ok(()) => Ok(()),
+            Err($crate::channel::TrySendError::Full(command)) => shard
+                .send(command)
+                .await
+                .map_err(|_| $crate::error::Error::closed()),
+            Err($crate::channel::TrySendError::Closed(_)) => Err($crate::error::Error::closed()),
+        }
+    }};
+}
+pub(crate) use queue;
+
 #[cfg(test)]
 mod tests;

@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::callback::CallbackCtl;
-use crate::channel::TrySendError;
+use crate::channel::{queue, TrySendError};
 use crate::clock::Clock;
 use crate::command::Command;
 use crate::error::Error;
@@ -18,23 +18,6 @@ use crate::shard::Shards;
 use crate::sleep::SleepHandle;
 use crate::stats::Stats;
 use crate::stream::Shared;
-
-/// Queues `$command` on the channel `$shard`, inside an `async fn`: a free
-/// slot is taken directly, the common case, and the channel's own send
-/// future is entered only when it is full. A macro rather than a helper
-/// `async fn`, so that the hot commands poll one future, not two.
-macro_rules! queue {
-    ($shard:expr, $command:expr) => {{
-        let shard = $shard;
-        match shard.try_send_with(move || $command) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(command)) => {
-                shard.send(command).await.map_err(|_| Error::closed())
-            }
-            Err(TrySendError::Closed(_)) => Err(Error::closed()),
-        }
-    }};
-}
 
 /// A handle to a timing wheel run by its own Tokio task.
 ///

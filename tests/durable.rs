@@ -381,6 +381,39 @@ on_both! {
 }
 
 on_both! {
+    /// Regression: a handler that panicked while making its future (in the
+    /// closure itself, before any `.await`) was not caught: the delivery's
+    /// supervisor died with it, the attempt was never recorded (the task
+    /// came back only when its lock ran out, with "lock expired"), and its
+    /// shard counted a delivery in flight for ever, so it could never be
+    /// given back. It now fails the attempt like any other panic.
+    async fn a_handler_that_panics_making_its_future_fails_the_attempt(db: Db) {
+        let store = db.open().await;
+        let scheduler = fast(&store)
+            .max_attempts(1)
+            .start(|task| {
+                if task.payload() == b"panic" {
+                    panic!("panicked making the future");
+                }
+                std::future::ready(Ok::<_, String>(()))
+            })
+            .await
+            .unwrap();
+        let id = store.schedule(b"panic".to_vec()).await.unwrap();
+        wait_state(&store, id, TaskState::Dead, Duration::from_secs(5)).await;
+        let info = store.get(id).await.unwrap().unwrap();
+        assert!(info.last_error.as_ref().unwrap().contains("panicked making the future"), "{info:?}");
+        let started = std::time::Instant::now();
+        while scheduler.stats().in_flight != 0 {
+            assert!(started.elapsed() < Duration::from_secs(5), "{:?}", scheduler.stats());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(scheduler.stats().failed, 1);
+        scheduler.shutdown().await.unwrap();
+    }
+}
+
+on_both! {
     /// Stream delivery: ack marks done, nack retries, a dropped delivery
     /// and one not settled in time each count as failed, and a late ack is
     /// refused as lost.

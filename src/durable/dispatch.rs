@@ -224,7 +224,10 @@ async fn supervise(
             Some("not started before its deadline (the runtime was too busy)".to_string())
         }
         Mode::Handler(handler) => {
-            let run = AssertUnwindSafe(handler(task.clone())).catch_unwind();
+            // The handler is called inside the guarded future, so a panic
+            // while it makes its future is caught too.
+            let attempt = task.clone();
+            let run = AssertUnwindSafe(async move { handler(attempt).await }).catch_unwind();
             let outcome = match tokio::time::timeout_at(deadline, run).await {
                 Ok(Ok(Ok(()))) => Ok(()),
                 Ok(Ok(Err(err))) => Err(err),
