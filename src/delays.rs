@@ -19,7 +19,7 @@ where
 {
     /// A future that completes `delay` from now (never before, within one
     /// tick after), on this wheel: no task and no runtime timer per sleep.
-    /// It resolves to `Err` with [`Error::is_closed`] at once if the wheel
+    /// It resolves to `Err` with [`Error::is_closed`](crate::Error::is_closed) at once if the wheel
     /// stops first. See [`Sleep`].
     ///
     /// # Examples

@@ -26,7 +26,7 @@ use crate::stream::Shared;
 /// order it issued them. Deadlines are computed when a method is called, not
 /// when the driver gets to the command.
 ///
-/// Expired timers come out of the [`Expirations`] stream returned beside the
+/// Expired timers come out of the [`Expirations`](crate::Expirations) stream returned beside the
 /// handle. Each key has at most one pending timer: setting a key again
 /// replaces its value and deadline.
 ///
@@ -553,7 +553,7 @@ where
     /// and then ends; every later call on any handle, a second `stop`
     /// included, fails with [`Error::is_closed`].
     ///
-    /// In callback mode ([`Builder::build_with_callback`]) it also starts no
+    /// In callback mode ([`Builder::build_with_callback`](crate::Builder::build_with_callback)) it also starts no
     /// more callbacks, waits for the running ones (each for at most the
     /// callback timeout), and returns, beside the pending timers, the
     /// expired ones whose callback had not started: no timer is lost.

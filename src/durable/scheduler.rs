@@ -184,7 +184,7 @@ impl SchedulerBuilder {
     }
 
     /// Starts the scheduler delivering on a stream instead: the consumer
-    /// calls [`Delivery::ack`] or [`Delivery::nack`]; a delivery not
+    /// calls [`Delivery::ack`](super::Delivery::ack) or [`Delivery::nack`](super::Delivery::nack); a delivery not
     /// settled within `callback_timeout` counts as failed.
     ///
     /// # Errors
