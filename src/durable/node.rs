@@ -52,7 +52,8 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    /// A node of `node_id` in `session`, before its first heartbeat.
+    /// Node `node_id`, its statements and leases bound to its session,
+    /// before its first heartbeat.
     pub(crate) fn new(
         config: Config,
         node_id: String,
