@@ -13,11 +13,12 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, error, trace, warn};
 
+use crate::bucket::{Armed, SleepCommand};
 use crate::channel::Receiver;
 use crate::clock::Clock;
 use crate::command::Command;
 use crate::expired::Expired;
-use crate::sleep::{far_future, SleepCommand, Waiter};
+use crate::sleep::far_future;
 use crate::stats::Stats;
 use crate::stream::Shared;
 use crate::wheel::{AtCapacity, Wheel};
@@ -34,8 +35,11 @@ const LAG_TICKS: u64 = 4;
 pub(crate) struct Driver<K, V> {
     wheel: Wheel<K, V>,
     rx: Receiver<Command<K, V>>,
-    /// Sleeps, in a wheel of their own so they never meet the user's keys.
-    sleeps: Wheel<u64, Waiter>,
+    /// Sleeps' deadline buckets, in a wheel of their own so they never meet
+    /// the user's keys.
+    sleeps: Wheel<u64, Armed>,
+    /// Wakers of the sleeps whose buckets fired, woken once taken.
+    woken: Vec<std::task::Waker>,
     sleep_rx: mpsc::UnboundedReceiver<SleepCommand>,
     sleep_batch: Vec<SleepCommand>,
     shared: Arc<Shared<K, V>>,
@@ -109,6 +113,7 @@ where
             sleeps: Wheel::new(),
             sleep_rx,
             sleep_batch: Vec::with_capacity(COMMAND_BATCH),
+            woken: Vec::new(),
             clock,
             batch: VecDeque::new(),
             stats: Stats::default(),
@@ -257,13 +262,19 @@ where
         let mut batch = std::mem::take(&mut self.sleep_batch);
         for command in batch.drain(..) {
             match command {
-                SleepCommand::Register { id, when, waiter } => {
-                    // Ids are unique; at capacity the waiter is dropped,
-                    // which completes its sleep with a closed error.
-                    let _ = self.sleeps.insert(id, waiter, when);
+                SleepCommand::Register { id, when, armed } => {
+                    // Every sleep in it gone already: nothing to file.
+                    let Some(bucket) = armed.bucket() else {
+                        continue;
+                    };
+                    // At capacity the `Armed` is dropped, which completes
+                    // the bucket's sleeps with a closed error.
+                    if let Ok(index) = self.sleeps.insert_unkeyed(id, armed, when) {
+                        bucket.filed_at(index);
+                    }
                 }
-                SleepCommand::Cancel { id } => {
-                    self.sleeps.remove(&id);
+                SleepCommand::Cancel { id, index } => {
+                    self.sleeps.remove_at(index, &id);
                 }
             }
         }
@@ -392,7 +403,7 @@ where
         self.publish_len();
         let stats = Stats {
             pending: self.wheel.len(),
-            sleeps: self.sleeps.len(),
+            sleeps: self.sleeps.values().map(Armed::waiting).sum(),
             ..self.stats
         };
         for reply in self.stats_replies.drain(..) {
@@ -416,7 +427,7 @@ where
             .truncate(self.stats_before_stop.take().unwrap_or(0));
         self.answer_stats();
         // Pending and late sleeps complete with a closed error as their
-        // waiters are dropped.
+        // buckets' `Armed` are dropped.
         self.sleep_rx.close();
         while self.sleep_rx.try_recv().is_ok() {}
         let mut sleeps = Vec::new();
@@ -437,14 +448,13 @@ where
         let now = self.clock.now_tick(Instant::now());
         self.wheel.advance(now);
         self.sleeps.advance(now);
-        let mut woken = 0;
-        while woken < FIRE_BATCH {
-            let Some((_, waiter, _)) = self.sleeps.pop_due() else {
+        while self.woken.len() < FIRE_BATCH {
+            let Some((_, armed)) = self.sleeps.pop_due_unkeyed() else {
                 break;
             };
-            waiter.fire();
-            woken += 1;
+            armed.fire(&mut self.woken);
         }
+        self.woken.drain(..).for_each(std::task::Waker::wake);
         if !self.wheel.has_due() {
             return;
         }

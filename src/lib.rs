@@ -79,6 +79,7 @@
 )]
 #![doc(test(no_crate_inject, attr(deny(warnings, rust_2018_idioms))))]
 
+mod bucket;
 mod builder;
 mod callback;
 mod channel;

@@ -1,123 +1,83 @@
-//! Delay futures on the wheel: [`Sleep`], and the plumbing that registers
-//! them with the driver.
+//! Delay futures on the wheel: [`Sleep`], and the handle that makes them.
 //!
-//! Sleeps live in a wheel of their own inside the driver, keyed by an id the
-//! handle hands out, so they never touch the user's key space. They are
-//! registered and cancelled over an unbounded channel of their own: creating
-//! or dropping a sleep never waits and needs no reply, and what that channel
-//! can hold is bounded by the `Sleep` values that exist (each holds at most
-//! one registration and one cancellation).
+//! Sleeps live in a wheel of their own inside the driver, so they never
+//! touch the user's key space, and the sleeps waiting on one tick share one
+//! entry there: see [`crate::bucket`]. Making a sleep takes the time and
+//! finds its tick's bucket; nothing reaches the driver until a sleep first
+//! waits, and then only once per bucket.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::task::AtomicWaker;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::bucket::{bucket_for, Bucket, Outcome, SleepCommand, Sleeps, NO_SLOT};
 use crate::clock::Clock;
 use crate::error::Error;
 
-/// What a `Sleep` and the driver share.
-#[derive(Debug, Default)]
-pub(crate) struct SleepState {
-    waker: AtomicWaker,
-    fired: AtomicBool,
-    closed: AtomicBool,
-}
-
-/// The driver's side of a sleep. Firing it completes the `Sleep`; dropping it
-/// unfired (the driver stopped, or the runtime shut down) completes the
-/// `Sleep` with a closed error, so no sleep ever hangs.
-#[derive(Debug)]
-pub(crate) struct Waiter(Arc<SleepState>);
-
-impl Waiter {
-    pub(crate) fn fire(self) {
-        self.0.fired.store(true, Ordering::Release);
-        self.0.waker.wake();
-    }
-}
-
-impl Drop for Waiter {
-    fn drop(&mut self) {
-        if !self.0.fired.load(Ordering::Acquire) {
-            self.0.closed.store(true, Ordering::Release);
-            self.0.waker.wake();
-        }
-    }
-}
-
-/// Commands on the sleep channel.
-#[derive(Debug)]
-pub(crate) enum SleepCommand {
-    Register { id: u64, when: u64, waiter: Waiter },
-    Cancel { id: u64 },
-}
-
 /// What a handle needs to make sleeps: not generic, so `Sleep` is not.
 #[derive(Debug, Clone)]
-pub(crate) struct SleepHandle {
-    tx: mpsc::UnboundedSender<SleepCommand>,
-    ids: Arc<AtomicU64>,
-    clock: Clock,
-}
+pub(crate) struct SleepHandle(Arc<Sleeps>);
 
 impl SleepHandle {
     pub(crate) fn new(tx: mpsc::UnboundedSender<SleepCommand>, clock: Clock) -> Self {
-        SleepHandle {
-            tx,
-            ids: Arc::new(AtomicU64::new(0)),
-            clock,
-        }
+        SleepHandle(Arc::new(Sleeps::new(tx, clock)))
     }
 
     pub(crate) fn clock(&self) -> Clock {
-        self.clock
+        self.0.clock
     }
 
-    /// A registered sleep until `deadline` (stamped now).
+    /// A sleep until `deadline` (stamped now).
     pub(crate) fn sleep_until(&self, deadline: Instant) -> Sleep {
-        let when = self.clock.deadline_tick(deadline, Instant::now());
-        self.register(deadline, when)
+        let now = Instant::now();
+        if deadline <= now {
+            return self.reached(deadline);
+        }
+        self.make(deadline, self.0.clock.deadline_tick(deadline, now))
     }
 
-    /// A registered sleep for `delay` from now.
+    /// A sleep for `delay` from now.
+    #[inline]
     pub(crate) fn sleep(&self, delay: Duration) -> Sleep {
         let now = Instant::now();
-        let when = self.clock.delay_tick(delay, now);
         // The instant is only reported; an unrepresentable one never comes.
         let deadline = now.checked_add(delay).unwrap_or_else(|| far_future(now));
-        self.register(deadline, when)
+        if delay.is_zero() {
+            return self.reached(deadline);
+        }
+        self.make(deadline, self.0.clock.delay_tick(delay, now))
     }
 
-    /// A registered sleep that never completes, unless the wheel stops:
-    /// for a deadline too far out to represent.
+    /// A sleep that never completes, unless the wheel stops: for a deadline
+    /// too far out to represent.
     pub(crate) fn sleep_forever(&self) -> Sleep {
-        self.register(far_future(Instant::now()), u64::MAX)
+        self.make(far_future(Instant::now()), u64::MAX)
     }
 
-    fn register(&self, deadline: Instant, when: u64) -> Sleep {
-        let id = self.ids.fetch_add(1, Ordering::Relaxed);
-        let state = Arc::new(SleepState::default());
-        let waiter = Waiter(Arc::clone(&state));
-        // If the driver is gone the command, and the waiter in it, is handed
-        // back and dropped here, which marks the sleep closed.
-        let registered = self
-            .tx
-            .send(SleepCommand::Register { id, when, waiter })
-            .is_ok();
+    /// A sleep whose deadline is already reached: it needs no bucket. On a
+    /// stopped wheel it fails as closed, as every sleep made there does.
+    fn reached(&self, deadline: Instant) -> Sleep {
+        let wait = if self.0.is_closed() {
+            Wait::Closed
+        } else {
+            Wait::Elapsed
+        };
+        Sleep { wait, deadline }
+    }
+
+    /// A sleep in the bucket of tick `when`, which is in the future. (If
+    /// the wheel has stopped, the bucket says so when the sleep waits.)
+    #[inline]
+    fn make(&self, deadline: Instant, when: u64) -> Sleep {
         Sleep {
-            tx: self.tx.clone(),
-            id,
+            wait: Wait::Bucket(bucket_for(&self.0, when), NO_SLOT),
             deadline,
-            state,
-            registered,
         }
     }
 }
@@ -125,6 +85,16 @@ impl SleepHandle {
 /// An instant about 30 years out, standing for "never".
 pub(crate) fn far_future(now: Instant) -> Instant {
     now + Duration::from_secs(86_400 * 365 * 30)
+}
+
+/// Where a sleep stands.
+enum Wait {
+    /// In a bucket, at a slot once it has waited.
+    Bucket(Arc<Bucket>, u32),
+    /// Its deadline was reached when it was made.
+    Elapsed,
+    /// The wheel had stopped when it was made.
+    Closed,
 }
 
 /// A future that completes at a deadline on a [`TimingWheel`], created by
@@ -135,11 +105,14 @@ pub(crate) fn far_future(now: Instant) -> Instant {
 /// completes promptly with `Err` where [`Error::is_closed`] is true: it never
 /// hangs, and it never reports an early deadline as reached.
 ///
-/// A pending `Sleep` costs one entry in the driver's wheel and no task.
-/// Dropping it before its deadline cancels the entry without a reply.
-/// Sleeps are registered and cancelled over a channel of their own, apart
-/// from the timers' command channel, so making or dropping one never waits,
-/// even while that channel is full.
+/// A `Sleep` is registered when it is first polled and not yet due, as
+/// Tokio's are. A pending one costs a slot in the bucket of its deadline
+/// tick, and sleeps waiting on the same tick share one entry in the driver's
+/// wheel, so a burst of timeouts with one deadline tick reaches the driver
+/// once. Dropping a sleep takes its slot back without a message; the last
+/// sleep of a tick to go cancels the driver's entry. Making, polling or
+/// dropping a sleep never waits on the driver, even while the timers'
+/// command channel is full.
 ///
 /// [`TimingWheel`]: crate::TimingWheel
 /// [`TimingWheel::sleep`]: crate::TimingWheel::sleep
@@ -165,11 +138,8 @@ pub(crate) fn far_future(now: Instant) -> Instant {
 /// ```
 #[must_use = "futures do nothing unless you `.await` or poll them"]
 pub struct Sleep {
-    tx: mpsc::UnboundedSender<SleepCommand>,
-    id: u64,
+    wait: Wait,
     deadline: Instant,
-    state: Arc<SleepState>,
-    registered: bool,
 }
 
 impl Sleep {
@@ -198,52 +168,51 @@ impl Sleep {
     /// Whether the deadline has been reached (the future would return
     /// `Ok(())`).
     pub fn is_elapsed(&self) -> bool {
-        self.state.fired.load(Ordering::Acquire)
+        match &self.wait {
+            Wait::Bucket(bucket, _) => bucket.outcome() == Outcome::Fired,
+            Wait::Elapsed => true,
+            Wait::Closed => false,
+        }
     }
 }
 
 impl Future for Sleep {
     type Output = Result<(), Error>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let state = &self.state;
-        for attempt in 0..2 {
-            if state.fired.load(Ordering::Acquire) {
-                return Poll::Ready(Ok(()));
-            }
-            // The channel closes when the driver stops or is gone, after
-            // which nothing fires; and a registration that raced the close
-            // can sit in the channel, its waiter never dropped, for as long
-            // as this sleep holds a sender.
-            if state.closed.load(Ordering::Acquire) || self.tx.is_closed() {
-                return Poll::Ready(Err(Error::closed()));
-            }
-            if attempt == 0 {
-                // Register, then look again, so a wake in between is seen.
-                state.waker.register(cx.waker());
-            }
+        let outcome = match &mut self.get_mut().wait {
+            Wait::Bucket(bucket, slot) => bucket.wait(slot, cx.waker()),
+            Wait::Elapsed => Outcome::Fired,
+            Wait::Closed => Outcome::Closed,
+        };
+        match outcome {
+            Outcome::Waiting => Poll::Pending,
+            Outcome::Fired => Poll::Ready(Ok(())),
+            Outcome::Closed => Poll::Ready(Err(Error::closed())),
         }
-        Poll::Pending
     }
 }
 
 impl Drop for Sleep {
     fn drop(&mut self) {
-        let done =
-            self.state.fired.load(Ordering::Acquire) || self.state.closed.load(Ordering::Acquire);
-        if self.registered && !done {
-            // No reply: the driver frees the entry when it gets to this.
-            let _ = self.tx.send(SleepCommand::Cancel { id: self.id });
+        if let Wait::Bucket(bucket, slot) = &self.wait {
+            bucket.leave(*slot);
         }
     }
 }
 
 impl fmt::Debug for Sleep {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let closed = match &self.wait {
+            Wait::Bucket(bucket, _) => bucket.outcome() == Outcome::Closed,
+            Wait::Elapsed => false,
+            Wait::Closed => true,
+        };
         f.debug_struct("Sleep")
             .field("deadline", &self.deadline)
             .field("elapsed", &self.is_elapsed())
-            .field("closed", &self.state.closed.load(Ordering::Acquire))
+            .field("closed", &closed)
             .finish()
     }
 }

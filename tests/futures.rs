@@ -94,7 +94,15 @@ async fn sleeps_and_timers_at_level_boundaries_each_fire_on_time() {
 #[tokio::test(start_paused = true)]
 async fn dropping_a_sleep_frees_its_entry_without_a_reply() {
     let (wheel, _expired) = TimingWheel::<u32, u32>::new();
-    let sleeps: Vec<Sleep> = (0..10_000).map(|i| wheel.sleep(ms(1_000 + i))).collect();
+    // Two sleeps on each of 5,000 ticks.
+    let mut sleeps: Vec<_> = (0..10_000)
+        .map(|i| task::spawn(wheel.sleep(ms(1_000 + i / 2))))
+        .collect();
+    // Made but not yet polled: not registered.
+    assert_eq!(wheel.stats().await.unwrap().sleeps, 0);
+    for sleep in &mut sleeps {
+        assert_pending!(sleep.poll());
+    }
     assert_eq!(wheel.stats().await.unwrap().sleeps, 10_000);
     drop(sleeps);
     assert_eq!(wheel.stats().await.unwrap().sleeps, 0);
@@ -197,9 +205,11 @@ async fn timeout_on_a_stopped_wheel_fails_at_once() {
 #[tokio::test(start_paused = true)]
 async fn dropping_a_timeout_cancels_its_sleep() {
     let (wheel, _expired) = TimingWheel::<u32, u32>::new();
-    let timeout = wheel.timeout(Duration::from_secs(60), std::future::pending::<()>());
+    let mut timeout =
+        task::spawn(wheel.timeout(Duration::from_secs(60), std::future::pending::<()>()));
+    assert_pending!(timeout.poll());
     assert_eq!(wheel.stats().await.unwrap().sleeps, 1);
-    let inner = timeout.into_inner();
+    let inner = timeout.into_inner().into_inner();
     drop(inner);
     assert_eq!(wheel.stats().await.unwrap().sleeps, 0);
 }

@@ -200,6 +200,56 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
         Ok(None)
     }
 
+    /// Files `value` at tick `when` without the key index, returning the
+    /// index to remove it by with [`remove_at`](Self::remove_at). A wheel
+    /// used this way is used only this way (with
+    /// [`pop_due_unkeyed`](Self::pop_due_unkeyed)): there `key` is not
+    /// looked up, only kept to check removals, and no hash is taken or
+    /// probed on any path.
+    pub(crate) fn insert_unkeyed(
+        &mut self,
+        key: K,
+        value: V,
+        when: u64,
+    ) -> Result<u32, AtCapacity<K, V>> {
+        if self.entries.len() >= MAX_LEN {
+            return Err(AtCapacity(key, value));
+        }
+        let idx = self.entries.vacant_key() as u32;
+        let (place, pos) = self.file_at(idx, when);
+        self.entries.insert(Entry {
+            key,
+            value,
+            when,
+            place,
+            pos,
+        });
+        Ok(idx)
+    }
+
+    /// Removes the entry filed at `idx` by
+    /// [`insert_unkeyed`](Self::insert_unkeyed), if it is still that of
+    /// `key` (the index is reused once its entry has gone).
+    pub(crate) fn remove_at(&mut self, idx: u32, key: &K) -> Option<V> {
+        if self.entries.get(idx as usize)?.key != *key {
+            return None;
+        }
+        let entry = self.entries.remove(idx as usize);
+        self.vacate(resolve(self.spliced, entry.place), entry.pos);
+        Some(entry.value)
+    }
+
+    /// [`pop_due`](Self::pop_due) for a wheel filed by
+    /// [`insert_unkeyed`](Self::insert_unkeyed).
+    pub(crate) fn pop_due_unkeyed(&mut self) -> Option<(K, V)> {
+        let idx = self.due.pop(&mut self.blocks)?;
+        if self.due.is_empty() {
+            self.spliced = None;
+        }
+        let entry = self.entries.remove(idx as usize);
+        Some((entry.key, entry.value))
+    }
+
     /// Builds the key index anew with room for twice its entries, before
     /// an insert would make the table grow by rehashing itself. (A table
     /// full of tombstones, at most half its room in items, is still left to
@@ -423,6 +473,11 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
             return Some(self.elapsed);
         }
         self.next_slot().map(|(_, _, start)| start)
+    }
+
+    /// Every entry's value, due or not, in no particular order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
+        self.entries.iter().map(|(_, entry)| &entry.value)
     }
 
     /// Removes every entry, due or not, into `out`, in no particular order.

@@ -1,0 +1,376 @@
+//! Deadline buckets: the delay futures waiting on one deadline tick share
+//! one entry in the driver's wheel.
+//!
+//! A [`Bucket`] holds the wakers of the sleeps waiting on its tick, in a slab
+//! behind a lock of its own. Its life:
+//!
+//! - A sleep finds its tick's bucket in a small per-thread cache (see
+//!   [`bucket_for`]), so sleeps made on one thread for one tick share a
+//!   bucket without a lock or a message. A miss makes a new bucket.
+//! - Nothing is registered until a sleep first returns `Pending`: a sleep
+//!   that completes before (a timeout whose future was ready) costs the
+//!   driver nothing. The first waker put in a bucket registers it with the
+//!   driver, once, over the sleep channel.
+//! - A sleep dropped while waiting takes its waker out. The driver holds
+//!   only a [`Weak`] reference (in an [`Armed`]), so once the last sleep of
+//!   a bucket is gone the bucket is dropped, and its drop cancels the
+//!   driver's entry: dropped futures free what they held.
+//! - At the tick the driver takes the wakers and wakes them; if the driver
+//!   stops or is dropped first, each [`Armed`] it held, or that was still
+//!   in the channel, closes its bucket as it is dropped, so no sleep hangs.
+//!
+//! A bucket is never fired before its tick, and every sleep in it has a
+//! deadline no later than that tick's instant, so none completes early.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::task::Waker;
+
+use slab::Slab;
+use tokio::sync::mpsc;
+
+use crate::clock::Clock;
+
+/// Still waiting for its tick.
+const WAITING: u8 = 0;
+/// Its tick came: every sleep in it completes with `Ok`.
+const FIRED: u8 = 1;
+/// The driver stopped or is gone first: every sleep in it fails as closed.
+const CLOSED: u8 = 2;
+
+/// A sleep's place in its bucket: no place yet.
+pub(crate) const NO_SLOT: u32 = u32::MAX;
+
+/// What a bucket tells a sleep that asks to wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Waiting,
+    Fired,
+    Closed,
+}
+
+/// Commands on the sleep channel.
+#[derive(Debug)]
+pub(crate) enum SleepCommand {
+    /// A bucket has a waiter: fire it at `when`.
+    Register { id: u64, when: u64, armed: Armed },
+    /// A registered bucket, filed at `index` in the driver's wheel, was
+    /// dropped before its tick.
+    Cancel { id: u64, index: u32 },
+}
+
+/// Ids unique in the process, for the per-thread cache to tell wheels
+/// apart.
+static WHEEL_IDS: AtomicU64 = AtomicU64::new(0);
+
+/// One wheel's sleep channel and what buckets need to be made. Every
+/// handle and every bucket holds it, so the driver keeps running while
+/// anything may still wait on it.
+#[derive(Debug)]
+pub(crate) struct Sleeps {
+    tx: mpsc::UnboundedSender<SleepCommand>,
+    wheel: u64,
+    ids: AtomicU64,
+    pub(crate) clock: Clock,
+}
+
+impl Sleeps {
+    pub(crate) fn new(tx: mpsc::UnboundedSender<SleepCommand>, clock: Clock) -> Self {
+        Sleeps {
+            tx,
+            wheel: WHEEL_IDS.fetch_add(1, Ordering::Relaxed),
+            ids: AtomicU64::new(0),
+            clock,
+        }
+    }
+
+    /// Whether the driver stopped taking sleeps.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+}
+
+/// The sleeps waiting on one tick.
+#[derive(Debug)]
+pub(crate) struct Bucket {
+    id: u64,
+    when: u64,
+    state: AtomicU8,
+    /// Where the driver filed it ([`NO_SLOT`] until then), for a cancel to
+    /// find it without a key index.
+    index: AtomicU32,
+    waiters: Mutex<Waiters>,
+    sleeps: Arc<Sleeps>,
+}
+
+#[derive(Debug, Default)]
+struct Waiters {
+    /// Whether the driver was sent this bucket (it is then in the channel
+    /// or the driver's wheel until it fires, closes or is cancelled).
+    registered: bool,
+    /// Slot 0, so a bucket of one sleep allocates nothing more.
+    first: Option<Waker>,
+    /// Slot `n + 1` is `rest[n]`.
+    rest: Slab<Waker>,
+}
+
+impl Waiters {
+    fn insert(&mut self, waker: Waker) -> u32 {
+        if self.first.is_none() {
+            self.first = Some(waker);
+            return 0;
+        }
+        // Slots are `u32`; a bucket never holds 2^32 - 2 live futures
+        // (each is at least a word of memory).
+        u32::try_from(self.rest.insert(waker) + 1).unwrap_or(NO_SLOT - 1)
+    }
+
+    fn get_mut(&mut self, slot: u32) -> Option<&mut Waker> {
+        match slot {
+            0 => self.first.as_mut(),
+            n => self.rest.get_mut(n as usize - 1),
+        }
+    }
+
+    fn remove(&mut self, slot: u32) -> Option<Waker> {
+        match slot {
+            0 => self.first.take(),
+            n => self.rest.try_remove(n as usize - 1),
+        }
+    }
+
+    fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.rest.len()
+    }
+
+    fn take_all(&mut self, into: &mut Vec<Waker>) {
+        into.extend(self.first.take());
+        into.extend(self.rest.drain());
+    }
+}
+
+impl Bucket {
+    fn new(sleeps: &Arc<Sleeps>, when: u64) -> Self {
+        Bucket {
+            id: sleeps.ids.fetch_add(1, Ordering::Relaxed),
+            when,
+            state: AtomicU8::new(WAITING),
+            index: AtomicU32::new(NO_SLOT),
+            waiters: Mutex::new(Waiters::default()),
+            sleeps: Arc::clone(sleeps),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Waiters> {
+        // Nothing panics while holding the lock; if something did, the
+        // wakers are still whole.
+        self.waiters
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The outcome so far, without the lock.
+    pub(crate) fn outcome(&self) -> Outcome {
+        match self.state.load(Ordering::Acquire) {
+            WAITING => Outcome::Waiting,
+            FIRED => Outcome::Fired,
+            _ => Outcome::Closed,
+        }
+    }
+
+    /// Waits in this bucket with `waker`: puts it in at `slot` (a new slot
+    /// the first time, written back), or refreshes it there. The first
+    /// waker in a bucket registers the bucket with the driver.
+    pub(crate) fn wait(self: &Arc<Self>, slot: &mut u32, waker: &Waker) -> Outcome {
+        let mut waiters = self.lock();
+        // Read under the lock: firing and closing set it under the lock
+        // before they take the wakers, so a waker put in now is taken.
+        let outcome = self.outcome();
+        if outcome != Outcome::Waiting {
+            return outcome;
+        }
+        if *slot != NO_SLOT {
+            if let Some(old) = waiters.get_mut(*slot) {
+                if !old.will_wake(waker) {
+                    old.clone_from(waker);
+                }
+            }
+            return Outcome::Waiting;
+        }
+        *slot = waiters.insert(waker.clone());
+        if !waiters.registered {
+            waiters.registered = true;
+            let armed = Armed(Arc::downgrade(self));
+            let register = SleepCommand::Register {
+                id: self.id,
+                when: self.when,
+                armed,
+            };
+            if let Err(mpsc::error::SendError(command)) = self.sleeps.tx.send(register) {
+                // The driver is gone. Its `Armed` must not close this
+                // bucket from inside this lock: it is closed here instead.
+                if let SleepCommand::Register { armed, .. } = command {
+                    armed.defuse();
+                }
+                self.state.store(CLOSED, Ordering::Release);
+                let woken = waiters.remove(*slot);
+                *slot = NO_SLOT;
+                drop(waiters);
+                drop(woken);
+                return Outcome::Closed;
+            }
+        }
+        Outcome::Waiting
+    }
+
+    /// Records where the driver filed this bucket.
+    pub(crate) fn filed_at(&self, index: u32) {
+        self.index.store(index, Ordering::Release);
+    }
+
+    /// Takes the waker at `slot` out, if the bucket still waits: the sleep
+    /// that put it there is going.
+    pub(crate) fn leave(&self, slot: u32) {
+        if slot == NO_SLOT || self.outcome() != Outcome::Waiting {
+            return;
+        }
+        let mut waiters = self.lock();
+        // Fired or closed in between: the slot was emptied with the rest.
+        let waker = if self.outcome() == Outcome::Waiting {
+            waiters.remove(slot)
+        } else {
+            None
+        };
+        drop(waiters);
+        drop(waker);
+    }
+
+    /// Ends the wait of every sleep in this bucket with `state`, moving
+    /// their wakers to `into`, if it still waits.
+    fn end(&self, state: u8, into: &mut Vec<Waker>) {
+        let mut waiters = self.lock();
+        if self.outcome() == Outcome::Waiting {
+            self.state.store(state, Ordering::Release);
+            waiters.take_all(into);
+        }
+    }
+}
+
+impl Drop for Bucket {
+    fn drop(&mut self) {
+        let registered = self
+            .waiters
+            .get_mut()
+            .map_or(true, |waiters| waiters.registered);
+        let index = *self.index.get_mut();
+        // Not filed yet: the driver finds every sleep gone when it gets to
+        // the registration, and files nothing. (It files while holding the
+        // bucket, so a bucket it filed is dropped after it wrote `index`.)
+        if registered && index != NO_SLOT && *self.state.get_mut() == WAITING {
+            // No reply: the driver frees the entry when it gets to this.
+            let _ = self
+                .sleeps
+                .tx
+                .send(SleepCommand::Cancel { id: self.id, index });
+        }
+    }
+}
+
+/// The driver's hold on a registered bucket: it fires the bucket at its
+/// tick, and closes it if dropped unfired (the driver stopped, or was
+/// dropped with its runtime, or the registration never reached it).
+#[derive(Debug)]
+pub(crate) struct Armed(Weak<Bucket>);
+
+impl Armed {
+    /// The bucket, unless every sleep in it is gone.
+    pub(crate) fn bucket(&self) -> Option<Arc<Bucket>> {
+        self.0.upgrade()
+    }
+
+    /// Fires the bucket, if its sleeps have not all gone, moving their
+    /// wakers to `into` for the caller to wake.
+    pub(crate) fn fire(mut self, into: &mut Vec<Waker>) {
+        if let Some(bucket) = std::mem::take(&mut self.0).upgrade() {
+            bucket.end(FIRED, into);
+        }
+    }
+
+    /// The sleeps waiting in the bucket now.
+    pub(crate) fn waiting(&self) -> usize {
+        self.0.upgrade().map_or(0, |bucket| {
+            let waiters = bucket.lock();
+            if bucket.outcome() == Outcome::Waiting {
+                waiters.len()
+            } else {
+                0
+            }
+        })
+    }
+
+    /// Lets go of the bucket without closing it.
+    fn defuse(mut self) {
+        self.0 = Weak::new();
+    }
+}
+
+impl Drop for Armed {
+    fn drop(&mut self) {
+        if let Some(bucket) = self.0.upgrade() {
+            let mut woken = Vec::new();
+            bucket.end(CLOSED, &mut woken);
+            woken.into_iter().for_each(Waker::wake);
+        }
+    }
+}
+
+/// Cache slots per thread: enough for the deadlines a thread's recent
+/// sleeps spread over to mostly meet again, small enough to stay in cache.
+const CACHE_SLOTS: usize = 64;
+
+/// A per-thread cache of recent buckets, by wheel and tick.
+#[derive(Debug)]
+struct CacheSlot {
+    wheel: u64,
+    when: u64,
+    bucket: Weak<Bucket>,
+}
+
+thread_local! {
+    /// Allocated on a thread's first sleep.
+    static CACHE: RefCell<Vec<CacheSlot>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The bucket for tick `when` on the wheel of `sleeps`: the one this thread
+/// used last for that tick if it still waits, else a new one.
+pub(crate) fn bucket_for(sleeps: &Arc<Sleeps>, when: u64) -> Arc<Bucket> {
+    let cached = CACHE.try_with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if cache.is_empty() {
+            cache.extend((0..CACHE_SLOTS).map(|_| CacheSlot {
+                wheel: u64::MAX,
+                when: 0,
+                bucket: Weak::new(),
+            }));
+        }
+        let mix = when ^ sleeps.wheel.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let slot = &mut cache[(mix % CACHE_SLOTS as u64) as usize];
+        if slot.wheel == sleeps.wheel && slot.when == when {
+            if let Some(bucket) = slot.bucket.upgrade() {
+                if bucket.outcome() == Outcome::Waiting {
+                    return bucket;
+                }
+            }
+        }
+        let bucket = Arc::new(Bucket::new(sleeps, when));
+        *slot = CacheSlot {
+            wheel: sleeps.wheel,
+            when,
+            bucket: Arc::downgrade(&bucket),
+        };
+        bucket
+    });
+    // While the thread's locals are torn down: no sharing.
+    cached.unwrap_or_else(|_| Arc::new(Bucket::new(sleeps, when)))
+}
