@@ -53,8 +53,9 @@ pub(crate) enum Outcome {
 /// Commands on the sleep channel.
 #[derive(Debug)]
 pub(crate) enum SleepCommand {
-    /// A bucket has a waiter: fire it at `when`.
-    Register { id: u64, when: u64, armed: Armed },
+    /// A bucket has a waiter: fire it at its tick. (The channel carries
+    /// small messages: its blocks stay under the allocator's large sizes.)
+    Register(Armed),
     /// A registered bucket, filed at `index` in the driver's wheel, was
     /// dropped before its tick.
     Cancel { id: u64, index: u32 },
@@ -201,16 +202,11 @@ impl Bucket {
         *slot = waiters.insert(waker.clone());
         if !waiters.registered {
             waiters.registered = true;
-            let armed = Armed(Arc::downgrade(self));
-            let register = SleepCommand::Register {
-                id: self.id,
-                when: self.when,
-                armed,
-            };
+            let register = SleepCommand::Register(Armed(Arc::downgrade(self)));
             if let Err(mpsc::error::SendError(command)) = self.sleeps.tx.send(register) {
                 // The driver is gone. Its `Armed` must not close this
                 // bucket from inside this lock: it is closed here instead.
-                if let SleepCommand::Register { armed, .. } = command {
+                if let SleepCommand::Register(armed) = command {
                     armed.defuse();
                 }
                 self.state.store(CLOSED, Ordering::Release);
@@ -222,6 +218,11 @@ impl Bucket {
             }
         }
         Outcome::Waiting
+    }
+
+    /// Its id and tick, to file it by.
+    pub(crate) fn id_and_tick(&self) -> (u64, u64) {
+        (self.id, self.when)
     }
 
     /// Records where the driver filed this bucket.

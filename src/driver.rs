@@ -262,11 +262,12 @@ where
         let mut batch = std::mem::take(&mut self.sleep_batch);
         for command in batch.drain(..) {
             match command {
-                SleepCommand::Register { id, when, armed } => {
+                SleepCommand::Register(armed) => {
                     // Every sleep in it gone already: nothing to file.
                     let Some(bucket) = armed.bucket() else {
                         continue;
                     };
+                    let (id, when) = bucket.id_and_tick();
                     // At capacity the `Armed` is dropped, which completes
                     // the bucket's sleeps with a closed error.
                     if let Ok(index) = self.sleeps.insert_unkeyed(id, armed, when) {
