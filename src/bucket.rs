@@ -375,3 +375,49 @@ pub(crate) fn bucket_for(sleeps: &Arc<Sleeps>, when: u64) -> Arc<Bucket> {
     // While the thread's locals are torn down: no sharing.
     cached.unwrap_or_else(|_| Arc::new(Bucket::new(sleeps, when)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Slot 0 is the inline one; the rest index the slab one up; a slot
+    /// freed is reused and the others keep theirs.
+    #[test]
+    fn waiters_hand_out_and_take_back_slots() {
+        let waker = futures::task::noop_waker();
+        let mut waiters = Waiters::default();
+        let slots: Vec<u32> = (0..4).map(|_| waiters.insert(waker.clone())).collect();
+        assert_eq!(slots, [0, 1, 2, 3]);
+        assert!(waiters.remove(0).is_some());
+        assert!(waiters.remove(0).is_none(), "a slot is freed once");
+        assert!(waiters.remove(2).is_some());
+        assert_eq!(waiters.len(), 2);
+        assert_eq!(waiters.insert(waker.clone()), 0);
+        assert_eq!(waiters.insert(waker.clone()), 2);
+        assert!(waiters.get_mut(3).is_some());
+        let mut taken = Vec::new();
+        waiters.take_all(&mut taken);
+        assert_eq!((taken.len(), waiters.len()), (4, 0));
+    }
+
+    /// Sleeps made on one thread for one tick share a bucket; another tick
+    /// or another wheel gets its own.
+    #[test]
+    fn a_thread_shares_one_bucket_per_wheel_and_tick() {
+        let clock = Clock::new(
+            tokio::time::Instant::now(),
+            std::time::Duration::from_millis(1),
+        );
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let one = Arc::new(Sleeps::new(tx.clone(), clock));
+        let two = Arc::new(Sleeps::new(tx, clock));
+        let a = bucket_for(&one, 10);
+        assert!(Arc::ptr_eq(&a, &bucket_for(&one, 10)));
+        assert!(!Arc::ptr_eq(&a, &bucket_for(&one, 11)));
+        assert!(!Arc::ptr_eq(&a, &bucket_for(&two, 10)));
+        // Once every sleep of it is gone, the cache does not keep it.
+        let id = a.id;
+        drop(a);
+        assert_ne!(bucket_for(&one, 10).id, id);
+    }
+}

@@ -503,3 +503,143 @@ async fn an_interval_can_be_reset() {
     interval.reset();
     assert_eq!(interval.tick().await, None);
 }
+
+/// Many futures on one deadline, at each level boundary of the wheel, share
+/// one bucket: each completes exactly at its deadline, none before.
+#[tokio::test(start_paused = true)]
+async fn many_futures_sharing_a_deadline_complete_together_never_early() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    let start = Instant::now();
+    let delays = [
+        1u64, 63, 64, 65, 4_095, 4_096, 4_097, 262_143, 262_144, 262_145,
+    ];
+    let mut sleeps: Vec<_> = delays
+        .iter()
+        .flat_map(|&delay| (0..500).map(move |_| delay))
+        .map(|delay| (delay, task::spawn(wheel.sleep(ms(delay)))))
+        .collect();
+    for (_, sleep) in &mut sleeps {
+        assert_pending!(sleep.poll());
+    }
+    assert_eq!(wheel.stats().await.unwrap().sleeps, sleeps.len());
+    let mut last = 0;
+    for &delay in &delays {
+        // One tick before: nothing of this deadline has completed.
+        tokio::time::sleep_until(start + ms(delay - 1)).await;
+        settle(&wheel).await;
+        for (d, sleep) in sleeps.iter_mut().filter(|(d, _)| *d >= delay) {
+            assert!(
+                !sleep.is_woken(),
+                "a sleep of {d} ms woken before {delay} ms"
+            );
+            assert_pending!(sleep.poll());
+        }
+        tokio::time::sleep_until(start + ms(delay)).await;
+        settle(&wheel).await;
+        for (_, sleep) in sleeps.iter_mut().filter(|(d, _)| *d == delay) {
+            assert!(sleep.is_woken());
+            assert_ready!(sleep.poll()).unwrap();
+        }
+        assert!(delay > last);
+        last = delay;
+    }
+    assert_eq!(wheel.stats().await.unwrap().sleeps, 0);
+}
+
+/// A sleep is registered at its first `Pending`: one made and dropped
+/// unpolled, or a timeout whose future was ready at once, leaves nothing
+/// for the driver to wake for.
+#[tokio::test(start_paused = true)]
+async fn a_future_done_before_its_first_pending_registers_nothing() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    drop(wheel.sleep(ms(50)));
+    for i in 0..1_000u32 {
+        assert_eq!(wheel.timeout(ms(100), async move { i }).await, Ok(i));
+    }
+    let stats = wheel.stats().await.unwrap();
+    assert_eq!(stats.sleeps, 0);
+    advance(Duration::from_secs(10)).await;
+    assert_eq!(wheel.stats().await.unwrap().wakeups, 0);
+}
+
+/// Dropping one of the sleeps that share a deadline, before or after it
+/// waited, leaves the others to complete on time; dropping the last cancels
+/// the driver's entry, so it never wakes for it.
+#[tokio::test(start_paused = true)]
+async fn dropping_some_sleeps_of_a_deadline_leaves_the_others_on_time() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    let start = Instant::now();
+    let mut kept = task::spawn(wheel.sleep(ms(30)));
+    let mut waited = task::spawn(wheel.sleep(ms(30)));
+    let unpolled = wheel.sleep(ms(30));
+    assert_pending!(kept.poll());
+    assert_pending!(waited.poll());
+    drop(waited);
+    drop(unpolled);
+    assert_eq!(wheel.stats().await.unwrap().sleeps, 1);
+    tokio::time::sleep(ms(29)).await;
+    settle(&wheel).await;
+    assert!(!kept.is_woken());
+    tokio::time::sleep(ms(1)).await;
+    settle(&wheel).await;
+    assert!(kept.is_woken());
+    assert_ready!(kept.poll()).unwrap();
+    assert_eq!(start.elapsed(), ms(30));
+
+    // Every sleep of a deadline dropped after waiting: no wake-up for it.
+    let woken = wheel.stats().await.unwrap().wakeups;
+    let mut gone: Vec<_> = (0..100)
+        .map(|_| task::spawn(wheel.sleep(ms(500))))
+        .collect();
+    for sleep in &mut gone {
+        assert_pending!(sleep.poll());
+    }
+    drop(gone);
+    advance(Duration::from_secs(2)).await;
+    assert_eq!(wheel.stats().await.unwrap().wakeups, woken);
+}
+
+/// Stopping the wheel while thousands of sleeps wait, on many deadlines
+/// and sharing some, wakes every one of them at once with a closed error.
+#[tokio::test(start_paused = true)]
+async fn stopping_the_wheel_wakes_thousands_of_waiting_sleeps_at_once() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    let mut sleeps: Vec<_> = (0..5_000u64)
+        .map(|i| task::spawn(wheel.sleep(ms(1 + i % 700 * 97))))
+        .collect();
+    for sleep in &mut sleeps {
+        assert_pending!(sleep.poll());
+    }
+    assert_eq!(wheel.stats().await.unwrap().sleeps, 5_000);
+    let start = Instant::now();
+    wheel.stop().await.unwrap();
+    for sleep in &mut sleeps {
+        assert!(sleep.is_woken());
+        assert!(assert_ready!(sleep.poll()).unwrap_err().is_closed());
+    }
+    assert_eq!(start.elapsed(), Duration::ZERO);
+}
+
+/// A sleep polled in one task and then moved to another wakes the task
+/// that polled it last.
+#[tokio::test(start_paused = true)]
+async fn a_sleep_moved_between_tasks_wakes_the_last_one() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    let mut first = task::spawn(wheel.sleep(ms(40)));
+    assert_pending!(first.poll());
+    let mut second = task::spawn(first.into_inner());
+    assert_pending!(second.poll());
+    tokio::time::sleep(ms(40)).await;
+    settle(&wheel).await;
+    assert!(second.is_woken());
+    assert_ready!(second.poll()).unwrap();
+
+    // A timeout polled here, then moved into a spawned task, elapses there
+    // at its deadline.
+    let mut moved = task::spawn(wheel.timeout(ms(25), std::future::pending::<()>()));
+    assert_pending!(moved.poll());
+    let start = Instant::now();
+    let elapsed = tokio::spawn(moved.into_inner()).await.unwrap().unwrap_err();
+    assert!(!elapsed.is_wheel_closed());
+    assert_eq!(start.elapsed(), ms(25));
+}
