@@ -32,7 +32,10 @@ pub struct Stats {
     pub wakeups: u64,
     /// Timers that expired after the stream was dropped, and were dropped.
     pub discarded: u64,
-    /// Pending [`Sleep`](crate::Sleep)s (timeouts and intervals included).
+    /// [`Sleep`](crate::Sleep)s waiting on the wheel (timeouts and
+    /// intervals included): those polled at least once that have neither
+    /// completed nor been dropped. A sleep is registered at its first poll,
+    /// so one made and not yet polled is not counted.
     pub sleeps: usize,
     /// Callbacks running now (callback mode only).
     pub callbacks_running: u64,
