@@ -191,6 +191,18 @@ impl Bucket {
         if outcome != Outcome::Waiting {
             return outcome;
         }
+        if self.sleeps.is_closed() {
+            // The driver stopped or is gone. A registration sent just as its
+            // channel closed can be missed by the driver's last look and
+            // stay in the channel, which nobody drains while senders live,
+            // this bucket's among them: close the bucket here.
+            let mut woken = Vec::new();
+            self.state.store(CLOSED, Ordering::Release);
+            waiters.take_all(&mut woken);
+            drop(waiters);
+            woken.into_iter().for_each(Waker::wake);
+            return Outcome::Closed;
+        }
         if *slot != NO_SLOT {
             if let Some(old) = waiters.get_mut(*slot) {
                 if !old.will_wake(waker) {
