@@ -19,6 +19,10 @@
 //! `TTW_INTERLEAVED=<rounds> cargo bench --bench futures` runs the
 //! contenders alternately, one ratio per round (see [`interleaved`]).
 
+mod support;
+
+use support::median;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -234,17 +238,6 @@ fn sleeps_multi_thread(delays: &[Duration], wheel: bool) -> Duration {
     cpu_time().unwrap_or_default().saturating_sub(before)
 }
 
-/// The median; for an even count, the mean of the two middle values.
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let mid = values.len() / 2;
-    if values.len().is_multiple_of(2) {
-        (values[mid - 1] + values[mid]) / 2.0
-    } else {
-        values[mid]
-    }
-}
-
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -323,15 +316,5 @@ fn interleaved(count: usize) {
 criterion_group!(benches, criterion_timeouts, criterion_sleeps);
 
 fn main() {
-    match std::env::var("TTW_INTERLEAVED").map(|n| n.parse::<usize>()) {
-        Ok(Ok(rounds)) if rounds > 0 => interleaved(rounds),
-        Ok(_) => {
-            eprintln!("TTW_INTERLEAVED wants a number of rounds, at least 1");
-            std::process::exit(2);
-        }
-        Err(_) => {
-            benches();
-            Criterion::default().configure_from_args().final_summary();
-        }
-    }
+    support::main(benches, interleaved);
 }

@@ -9,6 +9,10 @@
 //! bench --bench wheel` runs fire, touch and churn for both contenders
 //! alternately instead (see [`interleaved`]).
 
+mod support;
+
+use support::median;
+
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -396,17 +400,6 @@ fn rounds(
         .collect()
 }
 
-/// The median; for an even count, the mean of the two middle values.
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let mid = values.len() / 2;
-    if values.len().is_multiple_of(2) {
-        (values[mid - 1] + values[mid]) / 2.0
-    } else {
-        values[mid]
-    }
-}
-
 /// `TTW_INTERLEAVED=<rounds> cargo bench --bench wheel`: fire, touch and
 /// churn, this crate and `DelayQueue` run alternately, one ratio per round.
 /// The machine's load moves from minute to minute; criterion times all of
@@ -477,15 +470,5 @@ fn interleaved(count: usize) {
 criterion_group!(benches, fire, churn, touch, producers, pure);
 
 fn main() {
-    match std::env::var("TTW_INTERLEAVED").map(|n| n.parse::<usize>()) {
-        Ok(Ok(rounds)) if rounds > 0 => interleaved(rounds),
-        Ok(_) => {
-            eprintln!("TTW_INTERLEAVED wants a number of rounds, at least 1");
-            std::process::exit(2);
-        }
-        Err(_) => {
-            benches();
-            Criterion::default().configure_from_args().final_summary();
-        }
-    }
+    support::main(benches, interleaved);
 }

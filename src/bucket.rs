@@ -40,7 +40,10 @@ const FIRED: u8 = 1;
 const CLOSED: u8 = 2;
 
 /// A sleep's place in its bucket: no place yet.
-pub(crate) const NO_SLOT: u32 = u32::MAX;
+pub(crate) const NO_SLOT: usize = usize::MAX;
+
+/// A bucket's place in the driver's wheel: not filed yet.
+const NOT_FILED: u32 = u32::MAX;
 
 /// What a bucket tells a sleep that asks to wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,8 +101,8 @@ pub(crate) struct Bucket {
     id: u64,
     when: u64,
     state: AtomicU8,
-    /// Where the driver filed it ([`NO_SLOT`] until then), for a cancel to
-    /// find it without a key index.
+    /// Where the driver filed it ([`NOT_FILED`] until then), for a cancel
+    /// to find it without a key index.
     index: AtomicU32,
     waiters: Mutex<Waiters>,
     sleeps: Arc<Sleeps>,
@@ -117,27 +120,25 @@ struct Waiters {
 }
 
 impl Waiters {
-    fn insert(&mut self, waker: Waker) -> u32 {
+    fn insert(&mut self, waker: Waker) -> usize {
         if self.first.is_none() {
             self.first = Some(waker);
             return 0;
         }
-        // Slots are `u32`; a bucket never holds 2^32 - 2 live futures
-        // (each is at least a word of memory).
-        u32::try_from(self.rest.insert(waker) + 1).unwrap_or(NO_SLOT - 1)
+        self.rest.insert(waker) + 1
     }
 
-    fn get_mut(&mut self, slot: u32) -> Option<&mut Waker> {
+    fn get_mut(&mut self, slot: usize) -> Option<&mut Waker> {
         match slot {
             0 => self.first.as_mut(),
-            n => self.rest.get_mut(n as usize - 1),
+            n => self.rest.get_mut(n - 1),
         }
     }
 
-    fn remove(&mut self, slot: u32) -> Option<Waker> {
+    fn remove(&mut self, slot: usize) -> Option<Waker> {
         match slot {
             0 => self.first.take(),
-            n => self.rest.try_remove(n as usize - 1),
+            n => self.rest.try_remove(n - 1),
         }
     }
 
@@ -157,7 +158,7 @@ impl Bucket {
             id: sleeps.ids.fetch_add(1, Ordering::Relaxed),
             when,
             state: AtomicU8::new(WAITING),
-            index: AtomicU32::new(NO_SLOT),
+            index: AtomicU32::new(NOT_FILED),
             waiters: Mutex::new(Waiters::default()),
             sleeps: Arc::clone(sleeps),
         }
@@ -183,7 +184,7 @@ impl Bucket {
     /// Waits in this bucket with `waker`: puts it in at `slot` (a new slot
     /// the first time, written back), or refreshes it there. The first
     /// waker in a bucket registers the bucket with the driver.
-    pub(crate) fn wait(self: &Arc<Self>, slot: &mut u32, waker: &Waker) -> Outcome {
+    pub(crate) fn wait(self: &Arc<Self>, slot: &mut usize, waker: &Waker) -> Outcome {
         let mut waiters = self.lock();
         // Read under the lock: firing and closing set it under the lock
         // before they take the wakers, so a waker put in now is taken.
@@ -196,11 +197,8 @@ impl Bucket {
             // channel closed can be missed by the driver's last look and
             // stay in the channel, which nobody drains while senders live,
             // this bucket's among them: close the bucket here.
-            let mut woken = Vec::new();
-            self.state.store(CLOSED, Ordering::Release);
-            waiters.take_all(&mut woken);
             drop(waiters);
-            woken.into_iter().for_each(Waker::wake);
+            self.close();
             return Outcome::Closed;
         }
         if *slot != NO_SLOT {
@@ -221,11 +219,8 @@ impl Bucket {
                 if let SleepCommand::Register(armed) = command {
                     armed.defuse();
                 }
-                self.state.store(CLOSED, Ordering::Release);
-                let woken = waiters.remove(*slot);
-                *slot = NO_SLOT;
                 drop(waiters);
-                drop(woken);
+                self.close();
                 return Outcome::Closed;
             }
         }
@@ -244,7 +239,7 @@ impl Bucket {
 
     /// Takes the waker at `slot` out, if the bucket still waits: the sleep
     /// that put it there is going.
-    pub(crate) fn leave(&self, slot: u32) {
+    pub(crate) fn leave(&self, slot: usize) {
         if slot == NO_SLOT || self.outcome() != Outcome::Waiting {
             return;
         }
@@ -268,19 +263,24 @@ impl Bucket {
             waiters.take_all(into);
         }
     }
+
+    /// Fails every sleep in this bucket as closed, if it still waits, and
+    /// wakes them.
+    fn close(&self) {
+        let mut woken = Vec::new();
+        self.end(CLOSED, &mut woken);
+        woken.into_iter().for_each(Waker::wake);
+    }
 }
 
 impl Drop for Bucket {
     fn drop(&mut self) {
-        let registered = self
-            .waiters
-            .get_mut()
-            .map_or(true, |waiters| waiters.registered);
         let index = *self.index.get_mut();
-        // Not filed yet: the driver finds every sleep gone when it gets to
-        // the registration, and files nothing. (It files while holding the
-        // bucket, so a bucket it filed is dropped after it wrote `index`.)
-        if registered && index != NO_SLOT && *self.state.get_mut() == WAITING {
+        // Not filed (never registered, or the driver has not got to the
+        // registration, and when it does it finds every sleep gone and files
+        // nothing): nothing to cancel. The driver files while holding the
+        // bucket, so a bucket it filed is dropped after it wrote `index`.
+        if index != NOT_FILED && *self.state.get_mut() == WAITING {
             // No reply: the driver frees the entry when it gets to this.
             let _ = self
                 .sleeps
@@ -331,9 +331,7 @@ impl Armed {
 impl Drop for Armed {
     fn drop(&mut self) {
         if let Some(bucket) = self.0.upgrade() {
-            let mut woken = Vec::new();
-            bucket.end(CLOSED, &mut woken);
-            woken.into_iter().for_each(Waker::wake);
+            bucket.close();
         }
     }
 }
@@ -398,7 +396,7 @@ mod tests {
     fn waiters_hand_out_and_take_back_slots() {
         let waker = futures::task::noop_waker();
         let mut waiters = Waiters::default();
-        let slots: Vec<u32> = (0..4).map(|_| waiters.insert(waker.clone())).collect();
+        let slots: Vec<usize> = (0..4).map(|_| waiters.insert(waker.clone())).collect();
         assert_eq!(slots, [0, 1, 2, 3]);
         assert!(waiters.remove(0).is_some());
         assert!(waiters.remove(0).is_none(), "a slot is freed once");

@@ -90,7 +90,7 @@ pub(crate) fn far_future(now: Instant) -> Instant {
 /// Where a sleep stands.
 enum Wait {
     /// In a bucket, at a slot once it has waited.
-    Bucket(Arc<Bucket>, u32),
+    Bucket(Arc<Bucket>, usize),
     /// Its deadline was reached when it was made.
     Elapsed,
     /// The wheel had stopped when it was made.

@@ -188,7 +188,14 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
         }
         let idx = self.entries.vacant_key() as u32;
         vacant.insert(idx);
-        // Filed before it is stored, so the new entry is written once.
+        self.add(idx, key, value, when);
+        Ok(None)
+    }
+
+    /// Files a new entry at `idx`, the slab's vacant key, and stores it:
+    /// filed before it is stored, so the new entry is written once.
+    #[inline(always)]
+    fn add(&mut self, idx: u32, key: K, value: V, when: u64) {
         let (place, pos) = self.file_at(idx, when);
         self.entries.insert(Entry {
             key,
@@ -197,7 +204,6 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
             place,
             pos,
         });
-        Ok(None)
     }
 
     /// Files `value` at tick `when` without the key index, returning the
@@ -216,14 +222,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
             return Err(AtCapacity(key, value));
         }
         let idx = self.entries.vacant_key() as u32;
-        let (place, pos) = self.file_at(idx, when);
-        self.entries.insert(Entry {
-            key,
-            value,
-            when,
-            place,
-            pos,
-        });
+        self.add(idx, key, value, when);
         Ok(idx)
     }
 
@@ -242,11 +241,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
     /// [`pop_due`](Self::pop_due) for a wheel filed by
     /// [`insert_unkeyed`](Self::insert_unkeyed).
     pub(crate) fn pop_due_unkeyed(&mut self) -> Option<(K, V)> {
-        let idx = self.due.pop(&mut self.blocks)?;
-        if self.due.is_empty() {
-            self.spliced = None;
-        }
-        let entry = self.entries.remove(idx as usize);
+        let (_, entry) = self.take_first_due()?;
         Some((entry.key, entry.value))
     }
 
@@ -386,13 +381,20 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
 
     /// Takes the oldest due entry: its key, value and deadline tick.
     pub(crate) fn pop_due(&mut self) -> Option<(K, V, u64)> {
+        let (idx, entry) = self.take_first_due()?;
+        self.unindex(self.hasher.hash_one(&entry.key), idx);
+        Some((entry.key, entry.value, entry.when))
+    }
+
+    /// Takes the oldest due entry out of the due queue and the slab, not
+    /// the key index, with its slab index.
+    #[inline(always)]
+    fn take_first_due(&mut self) -> Option<(u32, Entry<K, V>)> {
         let idx = self.due.pop(&mut self.blocks)?;
         if self.due.is_empty() {
             self.spliced = None;
         }
-        let entry = self.entries.remove(idx as usize);
-        self.unindex(self.hasher.hash_one(&entry.key), idx);
-        Some((entry.key, entry.value, entry.when))
+        Some((idx, self.entries.remove(idx as usize)))
     }
 
     /// Hands up to `max` due entries to `each`, oldest first, as
