@@ -22,6 +22,8 @@
 
 #[path = "../examples/support/percentile.rs"]
 mod percentile;
+#[path = "support/polling.rs"]
+mod polling;
 
 use percentile::percentile;
 use std::sync::{Arc, Mutex};
@@ -31,8 +33,6 @@ use futures::StreamExt;
 use tokio_timing_wheel::durable::{Scheduler, Store, StoreBuilder};
 
 const CONCURRENCY: usize = 64;
-const POLL_PERIOD: Duration = Duration::from_secs(1);
-const CLAIM_LIMIT: i64 = 500;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Backend {
@@ -94,111 +94,11 @@ impl Place {
     }
 }
 
-fn ms(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
 type Lateness = Arc<Mutex<Vec<f64>>>;
 
 fn record(lateness: &Lateness, run_at: SystemTime) {
     let late = SystemTime::now().duration_since(run_at).unwrap_or_default();
     lateness.lock().unwrap().push(late.as_secs_f64() * 1e3);
-}
-
-/// The baseline: poll every second, claim due rows, run, mark done.
-async fn poll_loop(place: &Place, lateness: Lateness) {
-    let mut tick = tokio::time::interval(POLL_PERIOD);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let (sqlite, pg) = match place.backend {
-        Backend::Sqlite => {
-            let options = sqlx::sqlite::SqliteConnectOptions::new()
-                .filename(place.dir.join("tasks.db"))
-                .busy_timeout(Duration::from_secs(10));
-            let pool = sqlx::sqlite::SqlitePoolOptions::new()
-                .max_connections(16)
-                .connect_with(options)
-                .await
-                .unwrap();
-            (Some(pool), None)
-        }
-        Backend::Postgres => {
-            let options: sqlx::postgres::PgConnectOptions =
-                place.url.as_deref().unwrap().parse().unwrap();
-            let pool = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(16)
-                .connect_with(options.options([("search_path", place.schema.as_str())]))
-                .await
-                .unwrap();
-            (None, Some(pool))
-        }
-    };
-    loop {
-        tick.tick().await;
-        loop {
-            let now = ms(SystemTime::now());
-            let claimed: Vec<(i64, i64)> = if let Some(pool) = &pg {
-                let mut tx = pool.begin().await.unwrap();
-                let rows: Vec<(i64, i64)> = sqlx::query_as(
-                    "SELECT id, run_at FROM ttw_tasks WHERE state = 'scheduled' AND run_at <= $1 \
-                     ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED",
-                )
-                .bind(now)
-                .bind(CLAIM_LIMIT)
-                .fetch_all(&mut *tx)
-                .await
-                .unwrap();
-                let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
-                sqlx::query("UPDATE ttw_tasks SET state = 'running', attempts = attempts + 1 WHERE id = ANY($1)")
-                    .bind(&ids)
-                    .execute(&mut *tx)
-                    .await
-                    .unwrap();
-                tx.commit().await.unwrap();
-                rows
-            } else {
-                sqlx::query_as(
-                    "UPDATE ttw_tasks SET state = 'running', attempts = attempts + 1 WHERE id IN \
-                     (SELECT id FROM ttw_tasks WHERE state = 'scheduled' AND run_at <= $1 ORDER BY run_at LIMIT $2) \
-                     RETURNING id, run_at",
-                )
-                .bind(now)
-                .bind(CLAIM_LIMIT)
-                .fetch_all(sqlite.as_ref().unwrap())
-                .await
-                .unwrap()
-            };
-            if claimed.is_empty() {
-                break;
-            }
-            futures::stream::iter(claimed)
-                .for_each_concurrent(CONCURRENCY, |(id, run_at)| {
-                    let lateness = lateness.clone();
-                    let (sqlite, pg) = (sqlite.clone(), pg.clone());
-                    async move {
-                        record(&lateness, UNIX_EPOCH + Duration::from_millis(run_at as u64));
-                        let sql =
-                            "UPDATE ttw_tasks SET state = 'done', finished_at = $2 WHERE id = $1";
-                        let now = ms(SystemTime::now());
-                        if let Some(pool) = &pg {
-                            sqlx::query(sql)
-                                .bind(id)
-                                .bind(now)
-                                .execute(pool)
-                                .await
-                                .unwrap();
-                        } else {
-                            sqlx::query(sql)
-                                .bind(id)
-                                .bind(now)
-                                .execute(sqlite.as_ref().unwrap())
-                                .await
-                                .unwrap();
-                        }
-                    }
-                })
-                .await;
-        }
-    }
 }
 
 struct Outcome {
@@ -249,16 +149,20 @@ async fn run(place: &Place, system: System, n: u64, spread: Duration) -> Outcome
             (Some(scheduler), None)
         }
         System::Polling => {
-            let place = Place {
-                backend: place.backend,
-                url: place.url.clone(),
-                schema: place.schema.clone(),
-                dir: place.dir.clone(),
+            let pool = match place.backend {
+                Backend::Sqlite => polling::Pool::sqlite(&place.dir.join("tasks.db")).await,
+                Backend::Postgres => {
+                    polling::Pool::postgres(place.url.as_deref().unwrap(), Some(&place.schema))
+                        .await
+                }
             };
             let l = lateness.clone();
+            let run = move |_id, run_at: i64| {
+                record(&l, UNIX_EPOCH + Duration::from_millis(run_at as u64))
+            };
             (
                 None,
-                Some(tokio::spawn(async move { poll_loop(&place, l).await })),
+                Some(tokio::spawn(polling::poll_loop(pool, CONCURRENCY, run))),
             )
         }
     };
@@ -301,7 +205,7 @@ async fn main() {
         _ => println!("PostgreSQL skipped: DATABASE_URL is not set"),
     }
     println!(
-        "{n} tasks; concurrency {CONCURRENCY}; polling every {POLL_PERIOD:?}; {} cores",
+        "{n} tasks; concurrency {CONCURRENCY}; polling every {polling::POLL_PERIOD:?}; {} cores",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!(

@@ -31,7 +31,7 @@ start)
     dir=$(mktemp -d /tmp/ttw-pg.XXXXXX)
     [ "$(id -u)" = 0 ] && chown postgres "$dir"
     as_pg "$bin/initdb -D $dir -A trust -U postgres >/dev/null"
-    as_pg "$bin/pg_ctl -D $dir -o '-p $port -k /tmp -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off' -l $dir/log -w start" >&2
+    as_pg "$bin/pg_ctl -D $dir -o '-p $port -k /tmp -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c shared_preload_libraries=pg_stat_statements' -l $dir/log -w start" >&2
     echo "export DATABASE_URL=postgres://postgres@127.0.0.1:$port/postgres"
     echo "export TTW_PG_DIR=$dir"
     ;;

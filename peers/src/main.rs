@@ -1,0 +1,704 @@
+//! The peers benchmark's runner: builds the contenders, runs every scenario
+//! for each in turn over several interleaved rounds, each run in a process of
+//! its own on a fresh database, then prints one table and draws the precision
+//! distributions. See README.md.
+//!
+//! ```text
+//! cargo run --release --manifest-path peers/Cargo.toml -- [--rounds 3] [--idle-secs 60]
+//!     [--only ttw,river] [--scenarios throughput,precision,idle,insert] [--svg PATH]
+//! ```
+
+mod harness;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use harness::Scenario;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Db {
+    Postgres,
+    Sqlite,
+}
+
+/// One job system on one backend.
+#[derive(Clone, Debug)]
+struct Contender {
+    /// The name its binary knows it by.
+    name: &'static str,
+    /// `peer` or `ttw-peer`.
+    binary: &'static str,
+    db: Db,
+}
+
+impl Contender {
+    fn label(&self) -> String {
+        let system = match self.name {
+            "ttw" => "tokio-timing-wheel",
+            "poll" => "poll every 1 s (baseline)",
+            "river" => "River (riverqueue 0.5)",
+            "graphile" => "graphile_worker 0.14",
+            "apalis" => "apalis 1.0",
+            other => other,
+        };
+        let db = match self.db {
+            Db::Postgres => "PostgreSQL",
+            Db::Sqlite => "SQLite",
+        };
+        format!("{system}, {db}")
+    }
+
+    fn key(&self) -> String {
+        format!("{}_{:?}", self.name, self.db).to_lowercase()
+    }
+}
+
+const CONTENDERS: [(&str, &str, Db); 9] = [
+    ("ttw", "ttw-peer", Db::Postgres),
+    ("river", "peer", Db::Postgres),
+    ("graphile", "peer", Db::Postgres),
+    ("apalis", "peer", Db::Postgres),
+    ("poll", "ttw-peer", Db::Postgres),
+    ("ttw", "ttw-peer", Db::Sqlite),
+    ("river", "peer", Db::Sqlite),
+    ("apalis", "peer", Db::Sqlite),
+    ("poll", "ttw-peer", Db::Sqlite),
+];
+
+struct Options {
+    rounds: usize,
+    idle: Duration,
+    only: Option<Vec<String>>,
+    scenarios: Vec<Scenario>,
+    svg: PathBuf,
+}
+
+fn options() -> Result<Options, String> {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut o = Options {
+        rounds: 3,
+        idle: Duration::from_secs(60),
+        only: None,
+        scenarios: Scenario::ALL.to_vec(),
+        svg: manifest.join("../docs/peers-precision.svg"),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let mut value = || args.next().ok_or(format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--rounds" => o.rounds = value()?.parse().map_err(|e| format!("--rounds: {e}"))?,
+            "--idle-secs" => {
+                o.idle =
+                    Duration::from_secs(value()?.parse().map_err(|e| format!("--idle-secs: {e}"))?)
+            }
+            "--only" => o.only = Some(value()?.split(',').map(str::to_owned).collect()),
+            "--scenarios" => {
+                let v = value()?;
+                o.scenarios = v
+                    .split(',')
+                    .map(|s| {
+                        Scenario::ALL
+                            .into_iter()
+                            .find(|k| k.name() == s)
+                            .ok_or(format!("unknown scenario {s:?}"))
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            "--svg" => o.svg = PathBuf::from(value()?),
+            other => return Err(format!("unknown option {other:?}")),
+        }
+    }
+    if o.rounds == 0 {
+        return Err("--rounds must be at least 1".into());
+    }
+    Ok(o)
+}
+
+/// Builds both contender binaries into the runner's own target directory and
+/// returns that directory's `release`.
+fn build() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let bin_dir = exe
+        .parent()
+        .ok_or("no directory for the runner")?
+        .to_path_buf();
+    let target = bin_dir.parent().ok_or("no target directory")?;
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for m in [manifest.join("Cargo.toml"), manifest.join("ttw/Cargo.toml")] {
+        let status = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
+            .args(["build", "--release", "--bins", "--manifest-path"])
+            .arg(&m)
+            .arg("--target-dir")
+            .arg(target)
+            .status()
+            .map_err(|e| format!("cargo: {e}"))?;
+        if !status.success() {
+            return Err(format!("building {} failed", m.display()));
+        }
+    }
+    Ok(bin_dir)
+}
+
+/// A fresh place for one run.
+struct Place {
+    db: Db,
+    name: String,
+    url: Option<String>,
+    dir: PathBuf,
+}
+
+struct Server {
+    admin: sqlx::PgPool,
+    url: String,
+    statements: bool,
+}
+
+impl Server {
+    async fn connect(url: &str) -> Result<Server, String> {
+        let admin = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(2)
+            .connect(url)
+            .await
+            .map_err(|e| format!("PostgreSQL at DATABASE_URL: {e}"))?;
+        let statements = sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            .execute(&admin)
+            .await
+            .is_ok()
+            && sqlx::query("SELECT count(*) FROM pg_stat_statements")
+                .execute(&admin)
+                .await
+                .is_ok();
+        Ok(Server {
+            admin,
+            url: url.to_owned(),
+            statements,
+        })
+    }
+
+    fn url_for(&self, database: &str) -> String {
+        let (base, query) = match self.url.split_once('?') {
+            Some((b, q)) => (b, Some(q)),
+            None => (self.url.as_str(), None),
+        };
+        let root = base.rsplit_once('/').map_or(base, |(r, _)| r);
+        match query {
+            Some(q) => format!("{root}/{database}?{q}"),
+            None => format!("{root}/{database}"),
+        }
+    }
+}
+
+async fn make_place(server: Option<&Server>, db: Db, name: String) -> Result<Place, String> {
+    let dir = std::env::temp_dir()
+        .join(format!("ttw-peers-{}", std::process::id()))
+        .join(&name);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let url = match db {
+        Db::Sqlite => None,
+        Db::Postgres => {
+            let server = server.ok_or("no PostgreSQL")?;
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+            )))
+            .execute(&server.admin)
+            .await
+            .map_err(|e| e.to_string())?;
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                .execute(&server.admin)
+                .await
+                .map_err(|e| format!("create database {name}: {e}"))?;
+            Some(server.url_for(&name))
+        }
+    };
+    Ok(Place { db, name, url, dir })
+}
+
+async fn drop_place(server: Option<&Server>, place: Place) {
+    let _ = std::fs::remove_dir_all(&place.dir);
+    if let (Db::Postgres, Some(server)) = (place.db, server) {
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            place.name
+        )))
+        .execute(&server.admin)
+        .await;
+    }
+}
+
+fn command(bin_dir: &Path, c: &Contender, scenario: Scenario, place: &Place) -> Command {
+    let mut cmd = Command::new(bin_dir.join(c.binary));
+    cmd.arg(c.name).arg(scenario.name());
+    match &place.url {
+        Some(url) => cmd.arg("--postgres").arg(url),
+        None => cmd.arg("--sqlite").arg(&place.dir),
+    };
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    cmd
+}
+
+/// What one run printed, `key value` per line.
+type Printed = BTreeMap<String, String>;
+
+fn parse(out: &str) -> Printed {
+    out.lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+async fn run_one(
+    bin_dir: &Path,
+    c: &Contender,
+    scenario: Scenario,
+    place: &Place,
+) -> Result<Printed, String> {
+    let child = command(bin_dir, c, scenario, place)
+        .spawn()
+        .map_err(|e| format!("{}: {e}", c.binary))?;
+    let out = tokio::time::timeout(Duration::from_secs(360), child.wait_with_output())
+        .await
+        .map_err(|_| "no result within 360 s".to_string())?
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!("exited with {}", out.status));
+    }
+    Ok(parse(&String::from_utf8_lossy(&out.stdout)))
+}
+
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+fn clock_ticks_per_s() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+async fn statements(server: &Server, database: &str) -> Option<i64> {
+    if !server.statements {
+        return None;
+    }
+    sqlx::query_scalar(
+        "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements s \
+         JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = $1",
+    )
+    .bind(database)
+    .fetch_one(&server.admin)
+    .await
+    .ok()
+}
+
+/// Scenario 3 for all contenders at once: they are idle, so they hardly
+/// disturb each other, and each has its own process and database.
+async fn idle_round(
+    bin_dir: &Path,
+    server: Option<&Server>,
+    contenders: &[Contender],
+    round: usize,
+    idle: Duration,
+    results: &mut Results,
+) -> Result<(), String> {
+    let mut running = Vec::new();
+    for c in contenders {
+        let place = make_place(server, c.db, format!("peers_{}_idle_{round}", c.key())).await?;
+        let mut child = command(bin_dir, c, Scenario::Idle, &place)
+            .spawn()
+            .map_err(|e| format!("{}: {e}", c.binary))?;
+        let stdout = child.stdout.take().expect("piped");
+        let mut lines = BufReader::new(stdout).lines();
+        let ready = tokio::time::timeout(Duration::from_secs(120), async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line == "ready" {
+                    return true;
+                }
+            }
+            false
+        })
+        .await
+        .unwrap_or(false);
+        if !ready {
+            return Err(format!("{}: not ready for the idle scenario", c.label()));
+        }
+        running.push((c, place, child));
+    }
+    // Let start-up work settle before counting.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    if let Some(server) = server.filter(|s| s.statements) {
+        let _ = sqlx::query("SELECT pg_stat_statements_reset()")
+            .execute(&server.admin)
+            .await;
+    }
+    let before: Vec<Option<u64>> = running
+        .iter()
+        .map(|(_, _, child)| child.id().and_then(cpu_ticks))
+        .collect();
+    tokio::time::sleep(idle).await;
+    let per_s = clock_ticks_per_s();
+    let minutes = idle.as_secs_f64() / 60.0;
+    for ((c, place, mut child), before) in running.into_iter().zip(before) {
+        let after = child.id().and_then(cpu_ticks);
+        let cpu_ms = match (before, after) {
+            (Some(b), Some(a)) => Some((a - b) as f64 / per_s * 1e3 / minutes),
+            _ => None,
+        };
+        let stmts = match (c.db, server) {
+            (Db::Postgres, Some(s)) => statements(s, &place.name).await.map(|n| n as f64 / minutes),
+            _ => None,
+        };
+        let _ = child.kill().await;
+        drop_place(server, place).await;
+        let r = results.entry(c.key()).or_default();
+        if let Some(v) = cpu_ms {
+            r.idle_cpu_ms.push(v);
+        }
+        if let Some(v) = stmts {
+            r.idle_statements.push(v);
+        }
+        println!(
+            "  round {round} idle       {:<40} cpu {:>8} ms/min, statements {:>8}/min",
+            c.label(),
+            cpu_ms.map_or("-".into(), |v| format!("{v:.0}")),
+            stmts.map_or("-".into(), |v| format!("{v:.0}")),
+        );
+    }
+    Ok(())
+}
+
+#[derive(Default)]
+struct Measured {
+    throughput: Vec<f64>,
+    lateness: Vec<f64>,
+    early: usize,
+    inserted_late: usize,
+    /// Tasks that had not run when the contender gave up.
+    not_run: usize,
+    /// Throughput runs that gave up before every task ran.
+    throughput_cut: usize,
+    repeats: usize,
+    idle_cpu_ms: Vec<f64>,
+    idle_statements: Vec<f64>,
+    single: Vec<f64>,
+    batch: Vec<f64>,
+    failures: Vec<String>,
+}
+
+type Results = BTreeMap<String, Measured>;
+
+fn num(p: &Printed, key: &str) -> Option<f64> {
+    p.get(key)?.parse().ok()
+}
+
+fn record(m: &mut Measured, scenario: Scenario, p: &Printed) -> String {
+    m.repeats += num(p, "repeats").unwrap_or(0.0) as usize;
+    match scenario {
+        Scenario::Throughput => {
+            let v = num(p, "tasks_per_s").unwrap_or(f64::NAN);
+            m.throughput.push(v);
+            let not_run = num(p, "not_run").unwrap_or(0.0) as usize;
+            if not_run > 0 {
+                m.throughput_cut += 1;
+                return format!("{v:.0} tasks/s ({not_run} not run within the time limit)");
+            }
+            format!("{v:.0} tasks/s")
+        }
+        Scenario::Precision => {
+            let l: Vec<f64> = p
+                .get("lateness_ms")
+                .map(|s| s.split(' ').filter_map(|v| v.parse().ok()).collect())
+                .unwrap_or_default();
+            m.early += l.iter().filter(|&&v| v < 0.0).count();
+            m.inserted_late += num(p, "inserted_late").unwrap_or(0.0) as usize;
+            let not_run = num(p, "not_run").unwrap_or(0.0) as usize;
+            m.not_run += not_run;
+            // A task that never ran counts as infinitely late.
+            let mut sorted = l.clone();
+            sorted.extend(std::iter::repeat_n(f64::INFINITY, not_run));
+            m.lateness
+                .extend(std::iter::repeat_n(f64::INFINITY, not_run));
+            sorted.sort_by(f64::total_cmp);
+            m.lateness.extend(l);
+            format!(
+                "p50 {:.1} ms, p99 {:.1} ms",
+                percentile(&sorted, 0.5),
+                percentile(&sorted, 0.99)
+            )
+        }
+        Scenario::Insert => {
+            let s = num(p, "single_per_s").unwrap_or(f64::NAN);
+            m.single.push(s);
+            let b = num(p, "batch_per_s");
+            if let Some(b) = b {
+                m.batch.push(b);
+            }
+            format!(
+                "{s:.0} single/s, batch {}",
+                b.map_or("-".into(), |b| format!("{b:.0}/s"))
+            )
+        }
+        Scenario::Idle => String::new(),
+    }
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[i]
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    Some(if s.len() % 2 == 1 {
+        s[s.len() / 2]
+    } else {
+        (s[s.len() / 2 - 1] + s[s.len() / 2]) / 2.0
+    })
+}
+
+fn cell(v: Option<f64>, decimals: usize) -> String {
+    v.map_or("–".into(), |v| format!("{v:.decimals$}"))
+}
+
+fn table(contenders: &[Contender], results: &mut Results) {
+    println!();
+    println!(
+        "| contender | throughput, tasks/s | precision p50 / p99 / max, ms | early | repeats | idle CPU, ms/min | idle statements/min | single inserts/s | batch of 10,000, tasks/s |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for c in contenders {
+        let m = results.entry(c.key()).or_default();
+        m.lateness.sort_by(f64::total_cmp);
+        let precision = if m.lateness.is_empty() {
+            "–".to_owned()
+        } else {
+            let ms = |v: f64| {
+                if v.is_finite() {
+                    format!("{v:.1}")
+                } else {
+                    "not run".to_owned()
+                }
+            };
+            format!(
+                "{} / {} / {}",
+                ms(percentile(&m.lateness, 0.5)),
+                ms(percentile(&m.lateness, 0.99)),
+                ms(m.lateness.last().copied().unwrap_or(f64::NAN))
+            )
+        };
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            c.label(),
+            cell(median(&m.throughput), 0),
+            precision,
+            m.early,
+            m.repeats,
+            cell(median(&m.idle_cpu_ms), 0),
+            cell(median(&m.idle_statements), 0),
+            cell(median(&m.single), 0),
+            cell(median(&m.batch), 0),
+        );
+    }
+    for c in contenders {
+        let m = &results[&c.key()];
+        if m.not_run > 0 {
+            println!(
+                "note: {}: {} precision tasks had not run when it gave up (counted as infinitely late)",
+                c.label(),
+                m.not_run
+            );
+        }
+        if m.throughput_cut > 0 {
+            println!(
+                "note: {}: {} throughput runs gave up before every task ran; the rate is of those that did",
+                c.label(),
+                m.throughput_cut
+            );
+        }
+        if m.inserted_late > 0 {
+            println!(
+                "note: {}: {} precision tasks were inserted after their due instant",
+                c.label(),
+                m.inserted_late
+            );
+        }
+        for f in &m.failures {
+            println!("failed: {}: {f}", c.label());
+        }
+    }
+}
+
+/// A CDF of each contender's lateness, log scale, as SVG.
+fn plot(path: &Path, contenders: &[Contender], results: &Results) -> Result<(), String> {
+    use plotters::prelude::*;
+    let series: Vec<(String, &Vec<f64>)> = contenders
+        .iter()
+        .filter_map(|c| {
+            let m = results.get(&c.key())?;
+            (!m.lateness.is_empty()).then(|| (c.label(), &m.lateness))
+        })
+        .collect();
+    if series.is_empty() {
+        return Ok(());
+    }
+    let floor = 0.1f64;
+    let top = series
+        .iter()
+        .filter_map(|(_, l)| l.iter().rev().find(|v| v.is_finite()).copied())
+        .fold(10.0f64, f64::max)
+        * 1.5;
+    let root = SVGBackend::new(path, (960, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Handler start minus scheduled time, 10,000 tasks due 1-10 s ahead (all rounds)",
+            ("sans-serif", 18),
+        )
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(56)
+        .build_cartesian_2d((floor..top).log_scale(), 0f64..1f64)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("lateness, ms (log scale; early or under 0.1 ms drawn at 0.1)")
+        .y_desc("fraction of tasks started")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (i, (label, l)) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba().stroke_width(2);
+        let n = l.len();
+        let finite = l.iter().take_while(|v| v.is_finite()).count();
+        let step = (n / 1000).max(1);
+        let points = (0..finite)
+            .step_by(step)
+            .chain((finite > 0).then_some(finite - 1))
+            .map(|k| (l[k].max(floor), (k + 1) as f64 / n as f64));
+        chart
+            .draw_series(LineSeries::new(points, color))
+            .map_err(|e| e.to_string())?
+            .label(label.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+async fn run() -> Result<(), String> {
+    let o = options()?;
+    let bin_dir = build()?;
+    let server = match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => Some(Server::connect(&url).await?),
+        _ => {
+            println!("PostgreSQL contenders skipped: DATABASE_URL is not set");
+            None
+        }
+    };
+    if let Some(s) = &server {
+        if !s.statements {
+            println!(
+                "idle statements not counted: pg_stat_statements is not loaded \
+                 (shared_preload_libraries; scripts/postgres.sh loads it)"
+            );
+        }
+    }
+    let contenders: Vec<Contender> = CONTENDERS
+        .iter()
+        .filter(|(_, _, db)| *db == Db::Sqlite || server.is_some())
+        .filter(|(name, _, _)| {
+            o.only
+                .as_ref()
+                .is_none_or(|only| only.iter().any(|x| x == name))
+        })
+        .map(|&(name, binary, db)| Contender { name, binary, db })
+        .collect();
+    println!(
+        "{} contenders, {} rounds, {} cores shared with the database",
+        contenders.len(),
+        o.rounds,
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    let mut results = Results::new();
+    for round in 1..=o.rounds {
+        for &scenario in &o.scenarios {
+            if scenario == Scenario::Idle {
+                idle_round(
+                    &bin_dir,
+                    server.as_ref(),
+                    &contenders,
+                    round,
+                    o.idle,
+                    &mut results,
+                )
+                .await?;
+                continue;
+            }
+            // A different contender goes first in each round.
+            let k = contenders.len();
+            for i in 0..k {
+                let c = &contenders[(i + round - 1) % k];
+                let name = format!("peers_{}_{}_{round}", c.key(), scenario.name());
+                let place = make_place(server.as_ref(), c.db, name).await?;
+                let outcome = run_one(&bin_dir, c, scenario, &place).await;
+                drop_place(server.as_ref(), place).await;
+                let m = results.entry(c.key()).or_default();
+                let summary = match outcome {
+                    Ok(p) => record(m, scenario, &p),
+                    Err(e) => {
+                        m.failures
+                            .push(format!("{} round {round}: {e}", scenario.name()));
+                        format!("FAILED: {e}")
+                    }
+                };
+                println!(
+                    "  round {round} {:<10} {:<40} {summary}",
+                    scenario.name(),
+                    c.label()
+                );
+            }
+        }
+    }
+    table(&contenders, &mut results);
+    if o.scenarios.contains(&Scenario::Precision) {
+        plot(&o.svg, &contenders, &results)?;
+        println!("\nprecision CDF written to {}", o.svg.display());
+    }
+    let _ = std::fs::remove_dir_all(
+        std::env::temp_dir().join(format!("ttw-peers-{}", std::process::id())),
+    );
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() {
+    if let Err(e) = run().await {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
