@@ -205,7 +205,8 @@ async fn main() {
         _ => println!("PostgreSQL skipped: DATABASE_URL is not set"),
     }
     println!(
-        "{n} tasks; concurrency {CONCURRENCY}; polling every {polling::POLL_PERIOD:?}; {} cores",
+        "{n} tasks; concurrency {CONCURRENCY}; polling every {:?}; {} cores",
+        polling::POLL_PERIOD,
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!(
