@@ -92,7 +92,7 @@ pub trait Contender: Sized {
     /// [`seen`] with the payload's task number and due instant.
     fn start(&mut self) -> impl Future<Output = ()>;
 
-    /// Inserts one task due at `due_ms`.
+    /// Inserts one task, due at `task.due_ms`.
     fn insert(&self, task: Payload) -> impl Future<Output = ()>;
 
     /// Inserts tasks in one batch (only called when [`Contender::HAS_BATCH`]).
