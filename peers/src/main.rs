@@ -4,7 +4,7 @@
 //! distributions. See README.md.
 //!
 //! ```text
-//! cargo run --release --manifest-path peers/Cargo.toml -- [--rounds 3] [--idle-secs 60]
+//! SQLX_OFFLINE=true cargo run --release --manifest-path peers/Cargo.toml -- [--rounds 3] [--idle-secs 60]
 //!     [--only ttw,river] [--scenarios throughput,precision,idle,insert] [--svg PATH]
 //! ```
 
@@ -130,6 +130,9 @@ fn build() -> Result<PathBuf, String> {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     for m in [manifest.join("Cargo.toml"), manifest.join("ttw/Cargo.toml")] {
         let status = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
+            // apalis-postgres checks its SQL against DATABASE_URL at
+            // compile time when it is set; offline it uses what it ships.
+            .env("SQLX_OFFLINE", "true")
             .args(["build", "--release", "--bins", "--manifest-path"])
             .arg(&m)
             .arg("--target-dir")
