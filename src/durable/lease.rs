@@ -219,15 +219,19 @@ impl Leases {
         for (node, session, process, leaving, shard) in rows {
             match (node, session, shard) {
                 (_, _, Some(shard)) => owned.push(shard as u32),
-                (Some(node), Some(session), None) if session != self.session => {
-                    members.push(Member {
-                        node,
-                        session,
-                        process,
-                        leaving: leaving.unwrap_or(0) != 0,
-                    })
+                // This session's own membership row.
+                (Some(_), Some(session), None) if session == self.session => {}
+                (Some(node), Some(session), None) => members.push(Member {
+                    node,
+                    session,
+                    process,
+                    leaving: leaving.unwrap_or(0) != 0,
+                }),
+                _ => {
+                    return Err(Error::from(sqlx::Error::Decode(
+                        "a membership row without node or session in ttw_nodes".into(),
+                    )))
                 }
-                _ => {}
             }
         }
         Ok((members, owned))
