@@ -7,7 +7,7 @@
 
 use sqlx::Row;
 
-use super::db::{clamp_u32, now_ms, placeholders, with_pool, Db};
+use super::db::{clamp_u32, now_ms, placeholders, with_pool, write_with_pool, Db, Urgency};
 use super::task::TaskState;
 use super::Error;
 
@@ -217,7 +217,7 @@ impl Claims {
             in_held_shard("$1", "$2"),
             placeholders(5, ids.len())
         );
-        let claimed = with_pool!(&self.db, pool => {
+        let claimed = write_with_pool!(&self.db, Urgency::Urgent, pool => {
             let mut query = sqlx::query(&sql)
                 .bind(&self.session)
                 .bind(self.shards)
@@ -283,7 +283,7 @@ impl Claims {
             self.db.clock_sql(),
             fenced("$1", "$2", "$4", "$5")
         );
-        let n = with_pool!(&self.db, pool => {
+        let n = write_with_pool!(&self.db, Urgency::Ordinary, pool => {
             sqlx::query(&sql)
                 .bind(attempt.id)
                 .bind(attempt.claim)
@@ -316,7 +316,7 @@ impl Claims {
             fenced("$1", "$2", "$4", "$5")
         );
         // Read to its end (see the notes of `db`).
-        let rows: Vec<(String, i64)> = with_pool!(&self.db, pool => {
+        let rows: Vec<(String, i64)> = write_with_pool!(&self.db, Urgency::Ordinary, pool => {
             sqlx::query_as(&sql)
                 .bind(attempt.id)
                 .bind(attempt.claim)
@@ -362,7 +362,7 @@ impl Claims {
             retry_or_dead("$1", "$2", "$2"),
             self.db.clock_sql()
         );
-        let rows: Vec<(i64, i64, String)> = with_pool!(&self.db, pool => {
+        let rows: Vec<(i64, i64, String)> = write_with_pool!(&self.db, Urgency::Ordinary, pool => {
             sqlx::query_as(&sql)
                 .bind(default_max)
                 .bind(now_ms())
@@ -384,7 +384,7 @@ impl Claims {
 
     /// Deletes done and cancelled tasks that finished before `before`.
     pub(crate) async fn sweep(&self, before: i64) -> Result<u64, Error> {
-        let n = with_pool!(&self.db, pool => {
+        let n = write_with_pool!(&self.db, Urgency::Ordinary, pool => {
             sqlx::query("DELETE FROM ttw_tasks WHERE state IN ('done', 'cancelled') AND finished_at < $1")
                 .bind(before)
                 .execute(pool)

@@ -21,7 +21,7 @@
 
 use sqlx::Row;
 
-use super::db::{fnv1a, placeholders, with_pool, Db};
+use super::db::{fnv1a, placeholders, with_pool, write_with_pool, Db, Urgency};
 use super::process;
 use super::Error;
 
@@ -46,6 +46,16 @@ struct Member {
     session: String,
     process: Option<String>,
     leaving: bool,
+}
+
+/// What the ordinary part of a heartbeat found.
+struct Around {
+    /// This session's membership row was there, and is stamped now.
+    alive: bool,
+    /// The other sessions heartbeating within the TTL.
+    members: Vec<Member>,
+    /// The shards whose lease this session holds.
+    owned: Vec<u32>,
 }
 
 /// The lease statements of one node session.
@@ -111,13 +121,17 @@ impl Leases {
         drain: impl Fn(u32),
     ) -> Result<Beat, Error> {
         let mut beat = Beat::default();
-        if !self.mark_alive().await? && !leaving {
+        let Around {
+            alive,
+            members,
+            mut owned,
+        } = self.look_around().await?;
+        if !alive && !leaving {
             self.join().await?;
         }
         // This node counts itself unless leaving; a leaving node's row
         // keeps its leases live but it takes no share.
         let mut live = u32::from(!leaving);
-        let (members, mut owned) = self.look_around().await?;
         for member in members {
             if member.process.as_deref().is_some_and(process::is_gone) {
                 self.end_membership(&member.node, &member.session).await?;
@@ -152,12 +166,8 @@ impl Leases {
     /// Stamps this session's membership row with the database's clock.
     /// Returns whether there was a row to stamp.
     async fn mark_alive(&self) -> Result<bool, Error> {
-        let sql = format!(
-            "UPDATE ttw_nodes SET heartbeat_at = {} WHERE node_id = $1 AND session = $2",
-            self.db.clock_sql()
-        );
-        let n = with_pool!(&self.db, pool => {
-            sqlx::query(&sql)
+        let n = write_with_pool!(&self.db, Urgency::Urgent, pool => {
+            sqlx::query(&self.mark_alive_sql())
                 .bind(&self.node)
                 .bind(&self.session)
                 .execute(pool)
@@ -165,6 +175,15 @@ impl Leases {
                 .rows_affected()
         });
         Ok(n == 1)
+    }
+
+    /// The statement that stamps this session's membership row: `$1` is
+    /// the node id, `$2` the session.
+    fn mark_alive_sql(&self) -> String {
+        format!(
+            "UPDATE ttw_nodes SET heartbeat_at = {} WHERE node_id = $1 AND session = $2",
+            self.db.clock_sql()
+        )
     }
 
     /// Writes this session's membership row: the first heartbeat, or the
@@ -178,7 +197,7 @@ impl Leases {
              process = excluded.process, leaving = 0",
             self.db.clock_sql()
         );
-        with_pool!(&self.db, pool => {
+        write_with_pool!(&self.db, Urgency::Urgent, pool => {
             sqlx::query(&sql)
                 .bind(&self.node)
                 .bind(&self.session)
@@ -189,14 +208,15 @@ impl Leases {
         Ok(())
     }
 
-    /// The other sessions that heartbeated within the TTL, and the shards
-    /// whose lease this session holds: both in one statement, so a heartbeat
-    /// costs two round trips, not three (an idle node's statements are
-    /// mostly heartbeats).
-    async fn look_around(&self) -> Result<(Vec<Member>, Vec<u32>), Error> {
-        let sql = format!(
+    /// The ordinary part of a heartbeat: stamps this session's membership
+    /// row, and reads the other sessions that heartbeated within the TTL
+    /// and the shards whose lease this session holds. On PostgreSQL that is
+    /// one statement (the stamp is a data-modifying `WITH`; an idle node's
+    /// statements are mostly heartbeats), on SQLite two.
+    async fn look_around(&self) -> Result<Around, Error> {
+        let read = format!(
             "SELECT node_id, session, process, leaving, NULL AS shard FROM ttw_nodes \
-             WHERE heartbeat_at > {} - $1 \
+             WHERE heartbeat_at > {} - $3 \
              UNION ALL SELECT NULL, NULL, NULL, NULL, shard FROM ttw_leases WHERE owner_session = $2",
             self.db.clock_sql()
         );
@@ -207,13 +227,41 @@ impl Leases {
             Option<i64>,
             Option<i64>,
         );
-        let rows: Vec<Found> = with_pool!(&self.db, pool => {
-            sqlx::query_as(&sql)
-                .bind(self.ttl_ms)
-                .bind(&self.session)
-                .fetch_all(pool)
-                .await?
-        });
+        let (stamped, rows): (bool, Vec<Found>) = match &self.db {
+            Db::Postgres(pool) => {
+                // The read sees the table as it was before the stamp (one
+                // snapshot), so the stamp reports itself as a row of its
+                // own: no node id, this session.
+                let sql = format!(
+                    "WITH stamped AS ({} RETURNING session) {read} \
+                     UNION ALL SELECT NULL, session, NULL, NULL, NULL FROM stamped",
+                    self.mark_alive_sql()
+                );
+                let mut rows: Vec<Found> = sqlx::query_as(&sql)
+                    .bind(&self.node)
+                    .bind(&self.session)
+                    .bind(self.ttl_ms)
+                    .fetch_all(pool)
+                    .await?;
+                let before = rows.len();
+                rows.retain(|row| {
+                    !(row.0.is_none()
+                        && row.4.is_none()
+                        && row.1.as_deref() == Some(self.session.as_str()))
+                });
+                (rows.len() < before, rows)
+            }
+            Db::Sqlite(pool, _) => {
+                let stamped = self.mark_alive().await?;
+                let rows = sqlx::query_as(&read)
+                    .bind(&self.node)
+                    .bind(&self.session)
+                    .bind(self.ttl_ms)
+                    .fetch_all(pool)
+                    .await?;
+                (stamped, rows)
+            }
+        };
         let mut members = Vec::new();
         let mut owned = Vec::new();
         for (node, session, process, leaving, shard) in rows {
@@ -234,7 +282,11 @@ impl Leases {
                 }
             }
         }
-        Ok((members, owned))
+        Ok(Around {
+            alive: stamped,
+            members,
+            owned,
+        })
     }
 
     /// Takes up to `want` free shards. Returns those taken, and how many of
@@ -269,7 +321,7 @@ impl Leases {
              WHERE {free} AND shard IN ({}) RETURNING shard",
             placeholders(4, candidates.len())
         );
-        let got: Vec<i64> = with_pool!(&self.db, pool => {
+        let got: Vec<i64> = write_with_pool!(&self.db, Urgency::Urgent, pool => {
             let mut query = sqlx::query(&sql).bind(&self.node).bind(&self.session).bind(self.ttl_ms);
             for (shard, _) in &candidates {
                 query = query.bind(shard);
@@ -301,7 +353,7 @@ impl Leases {
                 placeholders(2, list.len())
             ),
         };
-        with_pool!(&self.db, pool => {
+        write_with_pool!(&self.db, Urgency::Urgent, pool => {
             let mut query = sqlx::query(&sql).bind(&self.session);
             for &shard in only.into_iter().flatten() {
                 query = query.bind(i64::from(shard));
@@ -339,7 +391,7 @@ impl Leases {
     /// `session`.
     async fn on_member(&self, statement: &str, node: &str, session: &str) -> Result<(), Error> {
         let sql = format!("{statement} WHERE node_id = $1 AND session = $2");
-        with_pool!(&self.db, pool => {
+        write_with_pool!(&self.db, Urgency::Urgent, pool => {
             sqlx::query(&sql).bind(node).bind(session).execute(pool).await?;
         });
         Ok(())

@@ -24,7 +24,7 @@ pub const DEFAULT_SHARDS: u32 = 256;
 /// must be `None` or the same number.
 pub(crate) async fn prepare(db: &Db, requested: Option<u32>) -> Result<u32, Error> {
     match db {
-        Db::Sqlite(pool) => SQLITE.run(pool).await?,
+        Db::Sqlite(pool, _) => SQLITE.run(pool).await?,
         Db::Postgres(pool) => POSTGRES.run(pool).await?,
     }
     let wanted = i64::from(requested.unwrap_or(DEFAULT_SHARDS));

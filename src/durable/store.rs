@@ -11,7 +11,10 @@ use std::time::{Duration, SystemTime};
 
 use sqlx::Row;
 
-use super::db::{clamp_u32, from_ms, now_ms, to_ms, with_pool, Db, PoolSettings, SQLITE_MIN_SIZE};
+use super::db::{
+    clamp_u32, from_ms, now_ms, to_ms, with_pool, write_with_pool, Db, PoolSettings, Urgency,
+    SQLITE_MIN_SIZE,
+};
 use super::notify::Notifier;
 use super::schema;
 use super::task::{StateCounts, TaskId, TaskInfo, TaskState};
@@ -213,10 +216,7 @@ impl StoreBuilder {
         memory_keeper: Option<sqlx::SqliteConnection>,
     ) -> Result<Store, Error> {
         let shards = schema::prepare(&db, self.shards).await?;
-        let notifier = Notifier::new(
-            db.clone(),
-            listen.map(|options| (options, self.schema.as_deref())),
-        );
+        let notifier = Notifier::new(listen.map(|options| (options, self.schema.as_deref())));
         Ok(Store {
             inner: Arc::new(StoreInner {
                 db,
@@ -347,15 +347,15 @@ impl Store {
         let db = self.db();
         // Two tries: a conflicting task could be deleted (its retention
         // ran out) between the insert and the lookup.
-        let sql = format!(
+        let sql = self.inner.notifier.announcing(&format!(
             "INSERT INTO ttw_tasks (run_at, payload, idempotency_key, max_attempts, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, {}) ON CONFLICT (idempotency_key) DO NOTHING RETURNING id",
+             VALUES ($1, $2, $3, $4, $5, {}) ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, run_at",
             db.clock_sql()
-        );
+        ));
         for _ in 0..2 {
             // Read to its end, so that a commit that failed is an error
             // here and never an id (see the module's notes).
-            let inserted: Option<i64> = with_pool!(db, pool => {
+            let inserted: Option<i64> = write_with_pool!(db, Urgency::Ordinary, pool => {
                 sqlx::query(&sql)
                 .bind(run_at)
                 .bind(&payload)
@@ -369,7 +369,7 @@ impl Store {
                 .transpose()?
             });
             if let Some(id) = inserted {
-                self.inner.notifier.announce(id, run_at).await;
+                self.inner.notifier.announce(id, run_at);
                 return Ok(Scheduled::Created(TaskId(id)));
             }
             let existing: Option<i64> = with_pool!(db, pool => {
@@ -404,7 +404,7 @@ impl Store {
              WHERE id = $1 AND state = 'scheduled'",
             self.db().clock_sql()
         );
-        let n = with_pool!(self.db(), pool => {
+        let n = write_with_pool!(self.db(), Urgency::Ordinary, pool => {
             sqlx::query(&sql)
             .bind(id.0)
             .bind(now)
@@ -453,24 +453,25 @@ impl Store {
         run_at: i64,
         also: &str,
     ) -> Result<bool, Error> {
-        let sql = format!(
+        let sql = self.inner.notifier.announcing(&format!(
             "UPDATE ttw_tasks SET state = 'scheduled', run_at = $2, updated_at = {}{also} \
-             WHERE id = $1 AND state = $3",
+             WHERE id = $1 AND state = $3 RETURNING id, run_at",
             self.db().clock_sql()
-        );
-        let n = with_pool!(self.db(), pool => {
+        ));
+        // Read to its end (see the notes of `db`).
+        let changed = write_with_pool!(self.db(), Urgency::Ordinary, pool => {
             sqlx::query(&sql)
                 .bind(id.0)
                 .bind(run_at)
                 .bind(from.as_sql())
-                .execute(pool)
+                .fetch_all(pool)
                 .await?
-                .rows_affected()
+                .len()
         });
-        if n == 1 {
-            self.inner.notifier.announce(id.0, run_at).await;
+        if changed == 1 {
+            self.inner.notifier.announce(id.0, run_at);
         }
-        Ok(n == 1)
+        Ok(changed == 1)
     }
 
     /// A task's state, attempts, last error and payload, or `None` if there
@@ -673,7 +674,7 @@ mod tests {
     async fn an_in_memory_store_outlives_its_pool_connection() {
         let store = Store::sqlite_in_memory().await.unwrap();
         let id = store.schedule(b"kept".to_vec()).await.unwrap();
-        let Db::Sqlite(pool) = store.db() else {
+        let Db::Sqlite(pool, _) = store.db() else {
             unreachable!("an SQLite store")
         };
         // Take the pool's one connection out of it and close it.
