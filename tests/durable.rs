@@ -625,6 +625,60 @@ async fn a_schedule_that_waited_for_the_write_lock_is_found_by_the_poll() {
     scheduler.shutdown().await.unwrap();
 }
 
+/// PostgreSQL: while its `LISTEN` connection is up a scheduler's catch-up
+/// poll rests, so a connection cut by the server must be noticed and
+/// opened again, and the window loaded, or a change whose notification was
+/// lost meanwhile would wait for the next window load. Here the poll is an
+/// hour apart and the window load ten minutes, so only that path can
+/// deliver the task written while nobody listened (a row inserted by hand,
+/// which notifies nobody).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(ttw_no_postgres, ignore = "needs DATABASE_URL when built")]
+async fn a_cut_listen_connection_is_opened_again_and_nothing_is_missed() {
+    let db = Db::new(Backend::Postgres, "cut_listen");
+    let store = db.open().await;
+    let log = Log::default();
+    let builder = fast(&store)
+        .window(Duration::from_secs(1200))
+        .catch_up_interval(Duration::from_secs(3600))
+        .lease_ttl(Duration::from_secs(30))
+        .heartbeat(Duration::from_secs(5));
+    let scheduler = start_logging(builder, &log).await;
+    // Another store: its schedules reach the scheduler only by NOTIFY,
+    // sent by the insert itself.
+    let other = db.open().await;
+    let heard = other
+        .schedule(b"heard".to_vec())
+        .delay(Duration::from_millis(300))
+        .await
+        .unwrap();
+    log.wait_for(1, Duration::from_secs(10)).await;
+    assert_eq!(log.0.lock().unwrap()[0].0, heard);
+    db.exec(
+        "INSERT INTO ttw_tasks (run_at, payload, created_at, updated_at) VALUES \
+         (CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT) + 500, convert_to('missed', 'UTF8'), 0, 0)",
+    )
+    .await;
+    let cut = db
+        .query_i64(
+            "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE query LIKE 'LISTEN %' AND query LIKE '%' || current_schema() || '%') AS t",
+        )
+        .await;
+    assert_eq!(cut, 1, "the scheduler's LISTEN connection");
+    log.wait_for(2, Duration::from_secs(15)).await;
+    let missed = log.0.lock().unwrap()[1].0;
+    assert_eq!(store.get(missed).await.unwrap().unwrap().payload, b"missed");
+    // And the connection opened again hears the next schedule.
+    other
+        .schedule(b"heard again".to_vec())
+        .delay(Duration::from_millis(300))
+        .await
+        .unwrap();
+    log.wait_for(3, Duration::from_secs(10)).await;
+    scheduler.shutdown().await.unwrap();
+}
+
 on_both! {
     /// Done and cancelled tasks are deleted after the retention; dead ones
     /// are kept.

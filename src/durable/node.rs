@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::{Instant, MissedTickBehavior};
@@ -19,6 +20,13 @@ use super::outcome::{Counters, Outcomes, SchedulerStats};
 use super::report::{Failing, Reports};
 use super::window::Window;
 use super::Error;
+
+/// How often reclaims run while no lock is expected to run out unseen: a
+/// safety net (see [`Node::watch_locks`]).
+const RECLAIM_QUIET: Duration = Duration::from_secs(60);
+
+/// The longest time between two retention sweeps.
+const SWEEP_LONGEST: Duration = Duration::from_secs(10 * 60);
 
 /// The state one scheduler's tasks share.
 pub(crate) struct Node {
@@ -39,6 +47,15 @@ pub(crate) struct Node {
     /// Shards were taken and their tasks not yet reclaimed (the reclaim
     /// failed): every heartbeat tries until one succeeds.
     reclaim_owed: AtomicBool,
+    /// Until when locks may run out in the shards held (see
+    /// [`Node::watch_locks`]): reclaims run every reclaim period until
+    /// then, and every [`RECLAIM_QUIET`] after.
+    locks_watched: Mutex<Option<Instant>>,
+    /// When the retention sweep last ran.
+    last_sweep: Mutex<Option<Instant>>,
+    /// The `LISTEN` connection is up (PostgreSQL): announcements bring
+    /// every change, and the catch-up poll rests.
+    pub(crate) listening: Arc<AtomicBool>,
     /// Held by a heartbeat while it writes membership and leases, and by a
     /// shutdown while it starts leaving: a heartbeat that began before
     /// `leaving` was set must not write the membership row (counted in the
@@ -80,6 +97,9 @@ impl Node {
             reload: Notify::new(),
             last_reclaim: Mutex::new(None),
             reclaim_owed: AtomicBool::new(false),
+            locks_watched: Mutex::new(None),
+            last_sweep: Mutex::new(None),
+            listening: Arc::new(AtomicBool::new(false)),
             membership: tokio::sync::Mutex::new(()),
             leaving: AtomicBool::new(false),
             faults: Faults::default(),
@@ -98,10 +118,34 @@ impl Node {
     /// Warns of a failed database call, at most once per interval for each
     /// kind. An outcome refused by the fence (lost) or a node stopped
     /// (closed) is not a failure of the database and is not reported.
+    ///
+    /// A failed claim or outcome may still have committed (the reply was
+    /// lost) or left a task claimed: its lock will run out, so reclaims
+    /// watch for it (see [`Node::watch_locks`]).
     pub(crate) fn report(&self, kind: Failing, err: &Error) {
         if !err.is_lost() && !err.is_closed() {
             self.reports.failed(&self.node_id, kind, err);
+            if matches!(kind, Failing::Claim | Failing::Outcome) {
+                self.watch_locks();
+            }
         }
+    }
+
+    /// Locks may run out in the held shards without an outcome: a claim
+    /// or outcome failed, or shards were taken from another owner whose
+    /// deliveries may still hold locks. Every such lock ends within a
+    /// callback timeout and the lock grace from now, so reclaims run every
+    /// reclaim period until one period past that. Otherwise a lock never
+    /// runs out unseen (every delivery records an outcome, or fails to and
+    /// lands here), and a reclaim runs only every [`RECLAIM_QUIET`], as a
+    /// safety net.
+    fn watch_locks(&self) {
+        let until = Instant::now()
+            + self.config.callback_timeout
+            + self.config.lock_grace
+            + self.config.reclaim_period();
+        let mut watched = self.locks_watched.lock().unwrap_or_else(|e| e.into_inner());
+        *watched = Some(watched.map_or(until, |t| t.max(until)));
     }
 
     /// Joins, takes this node's shards and loads their window: what
@@ -175,8 +219,9 @@ impl Node {
             self.reload.notify_one();
             // What their last owner left running can no longer be recorded
             // by it (the epoch moved): reclaim now, and until a reclaim
-            // succeeds.
+            // succeeds; then as its locks run out.
             self.reclaim_owed.store(true, Ordering::SeqCst);
+            self.watch_locks();
         }
         for gone in &beat.gone {
             tracing::info!(node = %self.node_id, session = %gone, "a node's process on this machine is gone: its shards are free now");
@@ -184,15 +229,19 @@ impl Node {
         self.reclaim_if_due().await
     }
 
-    /// Reclaims at once for shards just taken, and every reclaim period for
-    /// locks that ran out in shards held all along (an outcome that could
-    /// not be written). Between those, a heartbeat writes nothing but its
+    /// Reclaims at once for shards just taken; every reclaim period while
+    /// locks may run out (see [`Node::watch_locks`]); otherwise every
+    /// [`RECLAIM_QUIET`]. Between those, a heartbeat writes nothing but its
     /// membership row.
     async fn reclaim_if_due(&self) -> Result<(), Error> {
         let last = *self.last_reclaim.lock().unwrap_or_else(|e| e.into_inner());
-        if !self.reclaim_owed.load(Ordering::SeqCst)
-            && last.is_some_and(|t| t.elapsed() < self.config.reclaim_period())
-        {
+        let watched = *self.locks_watched.lock().unwrap_or_else(|e| e.into_inner());
+        let period = if watched.is_some_and(|t| Instant::now() < t) {
+            self.config.reclaim_period()
+        } else {
+            self.config.reclaim_period().max(RECLAIM_QUIET)
+        };
+        if !self.reclaim_owed.load(Ordering::SeqCst) && last.is_some_and(|t| t.elapsed() < period) {
             return Ok(());
         }
         let started = Instant::now();
@@ -271,12 +320,18 @@ impl Node {
             let result = tokio::select! {
                 _ = self.reload.notified() => self.reload_window(&mut load_failed).await,
                 _ = window.tick() => match self.reload_window(&mut load_failed).await {
-                    Ok(()) => self.sweep().await,
+                    Ok(()) => self.sweep_if_due().await,
                     Err(e) => Err(e),
                 },
                 _ = catch_up.tick() => {
                     if load_failed {
                         self.reload_window(&mut load_failed).await
+                    } else if self.listening.load(Ordering::SeqCst) {
+                        // Notifications bring every change; the poll starts
+                        // again from the window load that follows a lost
+                        // connection, looking back its slack.
+                        poll.restart();
+                        Ok(())
                     } else {
                         self.catch_up(&mut poll).await
                     }
@@ -295,10 +350,23 @@ impl Node {
         result
     }
 
-    /// Deletes the done and cancelled tasks older than the retention.
-    async fn sweep(&self) -> Result<(), Error> {
+    /// Deletes the done and cancelled tasks older than the retention, at
+    /// most once a tenth of the retention (between half a window and
+    /// [`SWEEP_LONGEST`] apart): finished tasks may outlive the retention
+    /// by that much.
+    async fn sweep_if_due(&self) -> Result<(), Error> {
+        let period = (self.config.retention / 10)
+            .min(SWEEP_LONGEST)
+            .max(self.config.window / 2);
+        let last = *self.last_sweep.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_some_and(|t| t.elapsed() < period) {
+            return Ok(());
+        }
+        let started = Instant::now();
         let before = now_ms().saturating_sub(ms(self.config.retention));
-        self.claims.sweep(before).await.map(drop)
+        self.claims.sweep(before).await?;
+        *self.last_sweep.lock().unwrap_or_else(|e| e.into_inner()) = Some(started);
+        Ok(())
     }
 
     /// One catch-up poll: arms what changed since the last.

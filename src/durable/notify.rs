@@ -4,27 +4,41 @@
 //! `LISTEN/NOTIFY`, and in every case a catch-up poll for what a
 //! notification missed (the only way on SQLite between processes).
 //!
-//! The announcing side ([`Notifier::announce`]) runs in the client after a
-//! change commits; the hearing side ([`Listener`], [`CatchUp`]) in the
-//! scheduler.
+//! The announcing side is the client's: on PostgreSQL the statement that
+//! makes a task due sends its `NOTIFY` itself ([`Notifier::announcing`]),
+//! so the notification goes out if and only if the change commits, and
+//! after the commit [`Notifier::announce`] tells this process's schedulers.
+//! The hearing side ([`Listener`], [`CatchUp`]) is the scheduler's. While
+//! its `LISTEN` connection is up, a PostgreSQL scheduler needs no catch-up
+//! poll: every change that makes a task due notifies, and a connection
+//! that opens or comes back (when notifications could have been missed)
+//! is heard as [`Heard::Missed`], which loads the window again.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio::sync::broadcast;
+use tokio::time::Instant;
 
 use super::claims::{Claims, Due};
-use super::db::{fnv1a, Db};
+use super::db::fnv1a;
 use super::Error;
 
 /// Schedules within this process the broadcast holds before a slow
 /// listener lags (and reloads its window instead).
 const LOCAL_BACKLOG: usize = 4096;
 
+/// How long a `LISTEN` connection that could not be opened waits before
+/// the next try.
+const RECONNECT: Duration = Duration::from_secs(5);
+
 /// PostgreSQL's longest identifier, in bytes.
 const PG_IDENTIFIER: usize = 63;
 
 /// The sending side, one per store.
 pub(crate) struct Notifier {
-    db: Db,
     local: broadcast::Sender<Due>,
     /// On PostgreSQL: the options a `LISTEN` connection opens with, and the
     /// channel (one per schema).
@@ -32,47 +46,54 @@ pub(crate) struct Notifier {
 }
 
 impl Notifier {
-    /// A notifier for a store on `db`; `postgres` holds the connection
-    /// options and the schema of a PostgreSQL store.
-    pub(crate) fn new(db: Db, postgres: Option<(PgConnectOptions, Option<&str>)>) -> Notifier {
+    /// A notifier for a store; `postgres` holds the connection options and
+    /// the schema of a PostgreSQL store.
+    pub(crate) fn new(postgres: Option<(PgConnectOptions, Option<&str>)>) -> Notifier {
         let (local, _) = broadcast::channel(LOCAL_BACKLOG);
         Notifier {
-            db,
             local,
             postgres: postgres.map(|(options, schema)| (options, channel(schema))),
         }
     }
 
-    /// Tells schedulers that a task is due at `run_at`: those of this
-    /// process directly, those of other processes by `NOTIFY`.
-    ///
-    /// The change it announces has committed already, so a failed `NOTIFY`
-    /// is not the caller's error (an error would invite a retry that
-    /// schedules the task twice): it is logged, and the schedulers' catch-up
-    /// poll finds the change instead.
-    pub(crate) async fn announce(&self, id: i64, run_at: i64) {
-        let _ = self.local.send(Due { id, run_at });
-        if let (Db::Postgres(pool), Some((_, channel))) = (&self.db, &self.postgres) {
-            let sent = sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(channel)
-                .bind(format!("{id}:{run_at}"))
-                .execute(pool)
-                .await;
-            if let Err(err) = sent {
-                tracing::debug!(id, %err, "NOTIFY failed; the catch-up poll will find the task");
-            }
+    /// `change`, a statement that makes tasks due and ends in
+    /// `RETURNING id, run_at`, made to announce them to the schedulers of
+    /// other processes: on PostgreSQL it sends a `NOTIFY` per row it
+    /// returns, in its own transaction, so the notifications go out if and
+    /// only if the change commits, with no round trip of their own. On
+    /// SQLite it is `change` itself; other processes' schedulers find the
+    /// change by their catch-up poll.
+    pub(crate) fn announcing(&self, change: &str) -> String {
+        match &self.postgres {
+            // The channel is letters, digits and '_' (see `channel`), safe
+            // to write as a literal.
+            Some((_, channel)) => format!(
+                "WITH changed AS ({change}) SELECT changed.id, changed.run_at FROM changed, \
+                 pg_notify('{channel}', changed.id || ':' || changed.run_at)"
+            ),
+            None => change.to_string(),
         }
+    }
+
+    /// Tells this process's schedulers that a task is due at `run_at`, once
+    /// the change has committed (those of other processes heard of it from
+    /// the statement made by [`announcing`](Self::announcing)).
+    pub(crate) fn announce(&self, id: i64, run_at: i64) {
+        let _ = self.local.send(Due { id, run_at });
     }
 
     /// Starts hearing announcements. The in-process subscription starts
     /// now, so call this before the first window load: nothing scheduled in
     /// this process from here on is missed. The `LISTEN` connection opens
-    /// when the listener is first awaited.
-    pub(crate) fn listen(&self) -> Listener {
+    /// when the listener is first awaited; `listening` says, from then on,
+    /// whether it is up.
+    pub(crate) fn listen(&self, listening: Arc<AtomicBool>) -> Listener {
         Listener {
             local: self.local.subscribe(),
             connect: self.postgres.clone(),
             postgres: None,
+            retry_at: None,
+            listening,
         }
     }
 }
@@ -97,8 +118,8 @@ fn channel(schema: Option<&str>) -> String {
 pub(crate) enum Heard {
     /// A task is due at this time.
     Due(Due),
-    /// Announcements were missed (the listener fell behind): load the
-    /// window again.
+    /// Announcements were missed (the listener fell behind, or its
+    /// `LISTEN` connection has just opened): load the window again.
     Missed,
     /// The store is gone: nothing more will be heard.
     Closed,
@@ -107,25 +128,42 @@ pub(crate) enum Heard {
 /// The hearing side, one per scheduler.
 pub(crate) struct Listener {
     local: broadcast::Receiver<Due>,
-    /// The `LISTEN` connection still to open: options and channel.
+    /// On PostgreSQL: the options and channel a `LISTEN` connection opens
+    /// with.
     connect: Option<(PgConnectOptions, String)>,
+    /// The `LISTEN` connection, while it is up.
     postgres: Option<PgListener>,
+    /// When to try opening it again, after a try failed.
+    retry_at: Option<Instant>,
+    /// Whether the `LISTEN` connection is up, for the scheduler's catch-up
+    /// poll, which rests while it is.
+    listening: Arc<AtomicBool>,
 }
 
 impl Listener {
-    /// The next announcement. A `LISTEN` connection that cannot be opened,
-    /// or fails later, is dropped (logged), leaving the catch-up poll to
-    /// find what it would have brought; one that reconnects brings nothing
-    /// sent meanwhile, which the poll finds too.
+    /// The next announcement.
+    ///
+    /// On PostgreSQL, once the `LISTEN` connection is open (the first time,
+    /// and again after it was lost), this is [`Heard::Missed`]: what was
+    /// notified before it opened was not heard, so the window is loaded
+    /// again, and from then on notifications bring every change. A
+    /// connection lost is [`Heard::Missed`] as well, and another is opened;
+    /// one that cannot be opened is tried again every [`RECONNECT`], and
+    /// meanwhile the catch-up poll finds the changes.
     pub(crate) async fn next(&mut self) -> Heard {
-        if let Some((options, channel)) = self.connect.take() {
-            self.postgres = open(options, &channel).await;
-        }
         loop {
+            if let Some(opened) = self.reopen().await {
+                return opened;
+            }
+            let retry_at = self.retry_at;
             let remote = async {
-                match self.postgres.as_mut() {
-                    Some(listener) => listener.try_recv().await,
-                    None => std::future::pending().await,
+                match (self.postgres.as_mut(), retry_at) {
+                    (Some(listener), _) => Some(listener.try_recv().await),
+                    (None, Some(at)) => {
+                        tokio::time::sleep_until(at).await;
+                        None
+                    }
+                    (None, None) => std::future::pending().await,
                 }
             };
             tokio::select! {
@@ -135,17 +173,56 @@ impl Listener {
                     Err(broadcast::error::RecvError::Closed) => Heard::Closed,
                 },
                 heard = remote => match heard {
-                    Ok(Some(notification)) => {
+                    Some(Ok(Some(notification))) => {
                         if let Some(due) = parse(notification.payload()) {
                             return Heard::Due(due);
                         }
                     }
-                    Ok(None) => {}
-                    Err(err) => {
-                        tracing::warn!(%err, "LISTEN failed; relying on the catch-up poll");
-                        self.postgres = None;
+                    // The connection was lost, and with it what was sent
+                    // since it last delivered: load the window, and open
+                    // another (`reopen`) at the next call.
+                    Some(Ok(None)) => {
+                        tracing::info!("LISTEN connection lost; opening another");
+                        self.lost();
+                        return Heard::Missed;
                     }
+                    Some(Err(err)) => {
+                        tracing::warn!(%err, "LISTEN failed; opening another, relying on the catch-up poll meanwhile");
+                        self.lost();
+                        return Heard::Missed;
+                    }
+                    // Time to try opening again.
+                    None => {}
                 },
+            }
+        }
+    }
+
+    /// The `LISTEN` connection is gone: the catch-up poll takes over until
+    /// another opens.
+    fn lost(&mut self) {
+        self.postgres = None;
+        self.retry_at = None;
+        self.listening.store(false, Ordering::SeqCst);
+    }
+
+    /// Opens the `LISTEN` connection if there is none and it is time to
+    /// try: `Some(Heard::Missed)` once it is open.
+    async fn reopen(&mut self) -> Option<Heard> {
+        let (options, channel) = self.connect.as_ref()?;
+        if self.postgres.is_some() || self.retry_at.is_some_and(|at| Instant::now() < at) {
+            return None;
+        }
+        match open(options.clone(), channel).await {
+            Some(listener) => {
+                self.postgres = Some(listener);
+                self.retry_at = None;
+                self.listening.store(true, Ordering::SeqCst);
+                Some(Heard::Missed)
+            }
+            None => {
+                self.retry_at = Some(Instant::now() + RECONNECT);
+                None
             }
         }
     }
@@ -201,6 +278,14 @@ impl CatchUp {
             since: None,
             slack: every_ms.saturating_mul(2).saturating_add(1000),
         }
+    }
+
+    /// Forgets where the last poll looked: the next looks back one slack
+    /// from its own start, as the first does. For a poll resting while
+    /// notifications bring every change; a window load follows when they
+    /// stop (see [`Listener::next`]).
+    pub(crate) fn restart(&mut self) {
+        self.since = None;
     }
 
     /// One poll: the scheduled tasks of this session's shards due before

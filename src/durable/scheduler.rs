@@ -223,7 +223,7 @@ impl SchedulerBuilder {
         ));
         // Subscribed before the first window load, so that nothing scheduled
         // in-process from here on is missed.
-        let listener = store.notifier().listen();
+        let listener = store.notifier().listen(node.listening.clone());
         node.join().await?;
         let heartbeats = tokio::spawn(node.clone().heartbeats());
         let control = tokio::spawn(node.clone().control());
