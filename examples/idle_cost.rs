@@ -15,7 +15,8 @@
 //! server counts too) and its committed transactions.
 //!
 //! Options: `--secs N` (measured time, default 60), `--pending N` (tasks
-//! pending, default 5), `--postgres URL`.
+//! pending, default 5), `--postgres URL`, `--heartbeat SECS` and
+//! `--lease-ttl SECS` (the scheduler's, default 2 and 10).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -82,6 +83,18 @@ struct Options {
     postgres: Option<String>,
     secs: u64,
     pending: u64,
+    heartbeat: Option<f64>,
+    lease_ttl: Option<f64>,
+}
+
+/// A positive number of seconds.
+fn seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(n) if n.is_finite() && n > 0.0 && n < 86_400.0 => Ok(n),
+        _ => Err(format!(
+            "{s} is not a number of seconds between 0 and 86400"
+        )),
+    }
 }
 
 fn parse() -> Result<Options, String> {
@@ -89,6 +102,8 @@ fn parse() -> Result<Options, String> {
         postgres: None,
         secs: 60,
         pending: 5,
+        heartbeat: None,
+        lease_ttl: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -105,9 +120,15 @@ fn parse() -> Result<Options, String> {
                     .parse()
                     .map_err(|e| format!("--pending: {e}"))?
             }
+            "--heartbeat" => {
+                o.heartbeat = Some(seconds(&value("--heartbeat")?).map_err(|e| format!("--heartbeat: {e}"))?)
+            }
+            "--lease-ttl" => {
+                o.lease_ttl = Some(seconds(&value("--lease-ttl")?).map_err(|e| format!("--lease-ttl: {e}"))?)
+            }
             other => {
                 return Err(format!(
-                    "unknown argument {other} (try --postgres URL, --secs N, --pending N)"
+                    "unknown argument {other} (try --postgres URL, --secs N, --pending N, --heartbeat SECS, --lease-ttl SECS)"
                 ))
             }
         }
@@ -159,13 +180,39 @@ async fn main() {
             .await
             .expect("schedule");
     }
-    let scheduler = Scheduler::builder(store.clone())
+    let mut builder = Scheduler::builder(store.clone());
+    if let Some(secs) = o.heartbeat {
+        builder = builder.heartbeat(Duration::from_secs_f64(secs));
+    }
+    if let Some(secs) = o.lease_ttl {
+        builder = builder.lease_ttl(Duration::from_secs_f64(secs));
+    }
+    let scheduler = match builder
         .start(|_task| async { Ok::<_, std::convert::Infallible>(()) })
         .await
-        .expect("start the scheduler");
+    {
+        Ok(scheduler) => scheduler,
+        Err(e) => {
+            eprintln!("idle_cost: {e}");
+            let _ = std::fs::remove_dir_all(&dir);
+            std::process::exit(1);
+        }
+    };
+    let settings = match (o.heartbeat, o.lease_ttl) {
+        (None, None) => "default settings".to_string(),
+        (h, l) => format!(
+            "heartbeat {} s, lease TTL {} s",
+            h.unwrap_or(2.0),
+            l.unwrap_or(10.0)
+        ),
+    };
     println!(
-        "{} with {} tasks pending an hour out; default settings; warming up 5 s, then measuring {} s",
-        if o.postgres.is_some() { "PostgreSQL" } else { "SQLite" },
+        "{} with {} tasks pending an hour out; {settings}; warming up 5 s, then measuring {} s",
+        if o.postgres.is_some() {
+            "PostgreSQL"
+        } else {
+            "SQLite"
+        },
         o.pending,
         o.secs
     );
@@ -193,8 +240,11 @@ async fn main() {
             .map(|(_, n)| n)
             .sum()
     };
-    let writes = of(&["INSERT", "UPDATE", "DELETE"]);
-    let reads = of(&["SELECT", "WITH"]);
+    // The crate's data-modifying `WITH` statements (a heartbeat's stamp,
+    // a schedule that notifies) are writes; other `WITH`s read.
+    let modifying = ["WITH stamped", "WITH changed"];
+    let writes = of(&["INSERT", "UPDATE", "DELETE"]) + of(&modifying);
+    let reads = of(&["SELECT", "WITH"]) - of(&modifying);
     println!();
     println!("over {:.1} s:", elapsed.as_secs_f64());
     for (kind, n) in &seen {

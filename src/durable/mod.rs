@@ -48,14 +48,22 @@
 //! - **Window**: each [`Scheduler`] loads the scheduled tasks of its shards
 //!   due within the next `window` (default 60 s) into its wheel, and
 //!   reloads every half window. A task scheduled inside the loaded window
-//!   enters the wheel at once: in-process directly, from other processes by
-//!   PostgreSQL `LISTEN/NOTIFY`, and in every case by a catch-up poll (every
-//!   second by default) for SQLite and for lost notifications. The poll
-//!   compares change stamps written by the database's own clock while each
-//!   statement runs (on SQLite, after it has the write lock), so neither a
-//!   long wait for the lock nor a node's clock running behind hides a
-//!   change from it. Tasks due in years cost no memory until their window
-//!   comes.
+//!   enters the wheel at once: in-process directly; from other processes on
+//!   PostgreSQL by `NOTIFY`, which the scheduling statement sends itself (so
+//!   it goes out if and only if the task commits); on SQLite by a catch-up
+//!   poll (every second by default). On PostgreSQL the poll runs only while
+//!   the scheduler's `LISTEN` connection is down; a connection that opens
+//!   or is lost reloads the window, so no change is missed in between. The
+//!   poll compares change stamps written by the database's own clock while
+//!   each statement runs (on SQLite, after it has the write lock), so
+//!   neither a long wait for the lock nor a node's clock running behind
+//!   hides a change from it. Tasks due in years cost no memory until their
+//!   window comes.
+//! - **Writes on SQLite**: SQLite has one writer at a time. A process's
+//!   writes take turns in the process rather than sleeping in SQLite's busy
+//!   handler, and claims and heartbeats go ahead of schedules and outcomes
+//!   waiting, so tasks falling due during a burst of schedules are claimed
+//!   within milliseconds (see BENCHMARKS.md).
 //! - **Claim**: when the wheel fires, one `UPDATE ... WHERE id IN (...) AND
 //!   state = 'scheduled' AND run_at <= now AND <this node holds the shard's
 //!   lease> RETURNING ...` moves the batch to running, counts the attempt,

@@ -219,9 +219,13 @@ impl Node {
             self.reload.notify_one();
             // What their last owner left running can no longer be recorded
             // by it (the epoch moved): reclaim now, and until a reclaim
-            // succeeds; then as its locks run out.
+            // succeeds; then, if an owner was still named (it may be only
+            // silent, its tasks locked), as its locks run out. A shard
+            // given back was idle, and one never held has no tasks running.
             self.reclaim_owed.store(true, Ordering::SeqCst);
-            self.watch_locks();
+            if beat.takeovers > 0 {
+                self.watch_locks();
+            }
         }
         for gone in &beat.gone {
             tracing::info!(node = %self.node_id, session = %gone, "a node's process on this machine is gone: its shards are free now");

@@ -86,8 +86,10 @@ impl SchedulerBuilder {
     }
 
     /// How often to poll for tasks scheduled or moved into the window by
-    /// other processes (default 1 s): the safety net under `LISTEN/NOTIFY`,
-    /// and the only way such tasks arrive on SQLite.
+    /// other processes (default 1 s): the way such tasks arrive on SQLite,
+    /// and on PostgreSQL while the scheduler's `LISTEN` connection is down
+    /// (it rests while the connection is up: every change notifies, and a
+    /// connection lost or opened again reloads the window).
     pub fn catch_up_interval(mut self, every: Duration) -> Self {
         self.config.catch_up = every;
         self
@@ -132,6 +134,9 @@ impl SchedulerBuilder {
 
     /// How long done and cancelled tasks are kept before a background sweep
     /// deletes them (default 24 h). Dead tasks are kept until redriven.
+    /// The sweep runs at most every tenth of the retention (between half a
+    /// window and 10 minutes apart), so a finished task may outlive the
+    /// retention by that much.
     pub fn retention(mut self, retention: Duration) -> Self {
         self.config.retention = retention;
         self
@@ -149,9 +154,14 @@ impl SchedulerBuilder {
     }
 
     /// How often the node heartbeats (one small write, which keeps all its
-    /// leases) and rebalances (default 2 s). Tasks left running in shards
-    /// it takes are reclaimed in the same heartbeat; expired locks in
-    /// shards it held all along are looked for every `lock_grace`.
+    /// leases, and on PostgreSQL the read of the other nodes and its shards
+    /// in the same statement) and rebalances (default 2 s). Tasks left
+    /// running in shards it takes are reclaimed in the same heartbeat.
+    /// Expired locks in shards it held all along are looked for every
+    /// `lock_grace` while one may run out unseen (after shards were taken,
+    /// or a claim or outcome failed, until `callback_timeout + lock_grace`
+    /// later), and once a minute otherwise: a delivery that records its
+    /// outcome leaves no lock behind.
     pub fn heartbeat(mut self, every: Duration) -> Self {
         self.config.heartbeat = every;
         self
