@@ -21,8 +21,8 @@ use backends::{Backend, Db};
 use futures::StreamExt;
 use settings::fast;
 use tokio_timing_wheel::durable::{
-    Backoff, Scheduled, Scheduler, SchedulerBuilder, Store, TaskId, TaskState, MAX_IDEMPOTENCY_KEY,
-    MAX_PAYLOAD, MAX_RUN_AT,
+    Backoff, NewTask, Scheduled, Scheduler, SchedulerBuilder, Store, TaskId, TaskState,
+    MAX_IDEMPOTENCY_KEY, MAX_PAYLOAD, MAX_RUN_AT,
 };
 
 /// One delivery a handler saw: task, attempt, when it ran, when it was due.
@@ -1060,4 +1060,95 @@ async fn an_idle_heartbeat_writes_one_row() {
     assert_eq!(leases, 0, "an idle heartbeat wrote lease rows");
     assert!(beats >= 3, "only {beats} heartbeats in 2 s");
     scheduler.shutdown().await.unwrap();
+}
+
+on_both! {
+    /// A batch stores every task in one transaction, more than one
+    /// statement's worth here, and answers for each in the order given: a
+    /// key kept before, or used earlier in the batch, creates nothing and
+    /// answers with that task's id.
+    async fn a_batch_answers_for_every_task_in_order(db: Db) {
+        let store = db.open().await;
+        let hour = Duration::from_secs(3600);
+        let kept = store.schedule(b"kept".to_vec()).idempotency_key("kept").delay(hour).await.unwrap();
+        let mut tasks: Vec<NewTask> = (0..2_500)
+            .map(|i| {
+                let task = NewTask::new(format!("task {i}")).delay(hour);
+                if i % 7 == 0 { task.idempotency_key(format!("key {i}")) } else { task }
+            })
+            .collect();
+        tasks.push(NewTask::new("same key as task 14").idempotency_key("key 14"));
+        tasks.push(NewTask::new("same key as before").idempotency_key("kept"));
+        let out = store.schedule_batch(tasks).await.unwrap();
+        assert_eq!(out.len(), 2_502);
+        for (i, scheduled) in out[..2_500].iter().enumerate() {
+            assert!(scheduled.is_created(), "task {i}: {scheduled:?}");
+            let info = store.get(scheduled.id()).await.unwrap().unwrap();
+            assert_eq!(info.payload, format!("task {i}").into_bytes(), "task {i}");
+        }
+        assert_eq!(out[2_500], Scheduled::Existing(out[14].id()));
+        assert_eq!(out[2_501], Scheduled::Existing(kept));
+        assert_eq!(store.counts().await.unwrap().scheduled, 2_501);
+
+        // Two tasks with one key in one statement: the first is stored.
+        let out = store
+            .schedule_batch([NewTask::new("first").idempotency_key("twice"), NewTask::new("second").idempotency_key("twice")])
+            .await
+            .unwrap();
+        assert!(out[0].is_created());
+        assert_eq!(out[1], Scheduled::Existing(out[0].id()));
+        assert_eq!(store.get(out[0].id()).await.unwrap().unwrap().payload, b"first");
+        assert!(store.schedule_batch(Vec::new()).await.unwrap().is_empty());
+    }
+}
+
+on_both! {
+    /// One task that could not be scheduled alone refuses the whole batch
+    /// before anything is written, and the error says which and why.
+    async fn a_batch_with_one_bad_task_stores_nothing(db: Db) {
+        let store = db.open().await;
+        type Check = fn(&tokio_timing_wheel::durable::Error) -> bool;
+        let bad: [(NewTask, Check); 4] = [
+            (NewTask::new(vec![0; MAX_PAYLOAD + 1]), |e| e.is_payload_too_large()),
+            (NewTask::new("x").idempotency_key(""), |e| e.is_invalid_key()),
+            (NewTask::new("x").max_attempts(0), |e| e.is_config()),
+            (NewTask::new("x").at(SystemTime::UNIX_EPOCH - Duration::from_secs(1)), |e| e.is_out_of_range()),
+        ];
+        for (task, is) in bad {
+            let err = store
+                .schedule_batch([NewTask::new("fine"), NewTask::new("fine too").idempotency_key("k"), task])
+                .await
+                .unwrap_err();
+            assert!(is(&err), "{err}");
+            assert_eq!(err.batch_index(), Some(2), "{err}");
+            assert!(err.to_string().starts_with("task 2 of the batch"), "{err}");
+        }
+        let counts = store.counts().await.unwrap();
+        assert_eq!(counts.scheduled + counts.done + counts.dead + counts.cancelled + counts.running, 0);
+        // The key of the refused batch is free.
+        assert!(store.schedule(b"k".to_vec()).idempotency_key("k").submit().await.unwrap().is_created());
+    }
+}
+
+on_both! {
+    /// A batch scheduled from another store (another process's, as far as
+    /// the scheduler can tell: on PostgreSQL it hears by NOTIFY, on SQLite
+    /// by its catch-up poll) is delivered once each, none early.
+    async fn a_batch_is_delivered_once_each(db: Db) {
+        let store = db.open().await;
+        let log = Log::default();
+        let scheduler = start_logging(fast(&store), &log).await;
+        let other = db.open().await;
+        let out = other
+            .schedule_batch((0..300).map(|i| NewTask::new(format!("{i}")).delay(Duration::from_millis(300 + i))))
+            .await
+            .unwrap();
+        log.wait_for(300, Duration::from_secs(30)).await;
+        let per_task = log.per_task();
+        for scheduled in &out {
+            assert_eq!(per_task.get(&scheduled.id()), Some(&1), "{scheduled:?}");
+        }
+        log.assert_never_early();
+        scheduler.shutdown().await.unwrap();
+    }
 }

@@ -22,6 +22,8 @@ use std::fmt;
 /// ```
 pub struct Error {
     kind: Kind,
+    /// The task of a batch this error is about, from 0.
+    task: Option<usize>,
 }
 
 enum Kind {
@@ -71,7 +73,21 @@ impl Error {
     }
 
     fn from_kind(kind: Kind) -> Self {
-        Error { kind }
+        Error { kind, task: None }
+    }
+
+    /// This error, about task `index` (from 0) of a batch.
+    pub(crate) fn in_batch(mut self, index: usize) -> Self {
+        self.task = Some(index);
+        self
+    }
+
+    /// For an error about one task of a batch given to
+    /// [`Store::schedule_batch`](super::Store::schedule_batch), which task
+    /// (its place in the batch, from 0); the predicates say what is wrong
+    /// with it. `None` for any other error.
+    pub fn batch_index(&self) -> Option<usize> {
+        self.task
     }
 
     /// The database failed or could not be reached (connection refused,
@@ -218,6 +234,9 @@ impl From<sqlx::migrate::MigrateError> for Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(index) = self.task {
+            write!(f, "task {index} of the batch (nothing was stored): ")?;
+        }
         match &self.kind {
             Kind::Database(err) if disk_full(err) => {
                 write!(

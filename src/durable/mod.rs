@@ -126,6 +126,7 @@
 //!   nodes both record an outcome for one attempt, since the fence is
 //!   checked in the database.
 
+mod batch;
 mod claims;
 mod config;
 mod db;
@@ -148,6 +149,7 @@ mod window;
 
 use std::time::Duration;
 
+pub use batch::NewTask;
 pub use delivery::{Deliveries, Delivery, Task};
 pub use error::Error;
 pub use outcome::{Backoff, SchedulerStats};

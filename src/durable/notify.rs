@@ -57,7 +57,7 @@ impl Notifier {
     }
 
     /// `change`, a statement that makes tasks due and ends in
-    /// `RETURNING id, run_at`, made to announce them to the schedulers of
+    /// `RETURNING id, run_at` (and any other columns), made to announce them to the schedulers of
     /// other processes: on PostgreSQL it sends a `NOTIFY` per row it
     /// returns, in its own transaction, so the notifications go out if and
     /// only if the change commits, with no round trip of their own. On
@@ -68,7 +68,7 @@ impl Notifier {
             // The channel is letters, digits and '_' (see `channel`), safe
             // to write as a literal.
             Some((_, channel)) => format!(
-                "WITH changed AS ({change}) SELECT changed.id, changed.run_at FROM changed, \
+                "WITH changed AS ({change}) SELECT changed.* FROM changed, \
                  pg_notify('{channel}', changed.id || ':' || changed.run_at)"
             ),
             None => change.to_string(),

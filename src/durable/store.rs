@@ -320,30 +320,13 @@ impl Store {
         idempotency_key: Option<String>,
         max_attempts: Option<u32>,
     ) -> Result<Scheduled, Error> {
-        if payload.len() > MAX_PAYLOAD {
-            return Err(Error::payload_too_large(payload.len()));
-        }
-        match &idempotency_key {
-            Some(key) if key.is_empty() => return Err(Error::invalid_key("it is empty")),
-            Some(key) if key.len() > MAX_IDEMPOTENCY_KEY => {
-                return Err(Error::invalid_key("it is longer than MAX_IDEMPOTENCY_KEY"))
-            }
-            _ => {}
-        }
-        if max_attempts == Some(0) {
-            return Err(Error::config("max_attempts must be at least 1"));
-        }
+        let NewRow {
+            run_at,
+            payload,
+            idempotency_key,
+            max_attempts,
+        } = NewRow::check(payload, when, idempotency_key, max_attempts)?;
         let now = now_ms();
-        let run_at = match when {
-            When::At(at) => to_ms(at)?,
-            When::Delay(delay) => {
-                let at = SystemTime::now()
-                    .checked_add(delay)
-                    .ok_or_else(|| Error::out_of_range("the delay"))?;
-                to_ms(at)?
-            }
-        };
-        let max_attempts = max_attempts.map(i64::from);
         let db = self.db();
         // Two tries: a conflicting task could be deleted (its retention
         // ran out) between the insert and the lookup.
@@ -526,9 +509,59 @@ impl Store {
     }
 }
 
-enum When {
+/// When a task is due, as asked.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum When {
     At(SystemTime),
     Delay(Duration),
+}
+
+/// A task to insert, checked: what one row of an insert binds.
+pub(crate) struct NewRow {
+    pub(crate) run_at: i64,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) idempotency_key: Option<String>,
+    pub(crate) max_attempts: Option<i64>,
+}
+
+impl NewRow {
+    /// Checks a task to schedule: the payload's size, the key's length,
+    /// the attempt limit, and a due time the store can hold.
+    pub(crate) fn check(
+        payload: Vec<u8>,
+        when: When,
+        idempotency_key: Option<String>,
+        max_attempts: Option<u32>,
+    ) -> Result<NewRow, Error> {
+        if payload.len() > MAX_PAYLOAD {
+            return Err(Error::payload_too_large(payload.len()));
+        }
+        match &idempotency_key {
+            Some(key) if key.is_empty() => return Err(Error::invalid_key("it is empty")),
+            Some(key) if key.len() > MAX_IDEMPOTENCY_KEY => {
+                return Err(Error::invalid_key("it is longer than MAX_IDEMPOTENCY_KEY"))
+            }
+            _ => {}
+        }
+        if max_attempts == Some(0) {
+            return Err(Error::config("max_attempts must be at least 1"));
+        }
+        let run_at = match when {
+            When::At(at) => to_ms(at)?,
+            When::Delay(delay) => {
+                let at = SystemTime::now()
+                    .checked_add(delay)
+                    .ok_or_else(|| Error::out_of_range("the delay"))?;
+                to_ms(at)?
+            }
+        };
+        Ok(NewRow {
+            run_at,
+            payload,
+            idempotency_key,
+            max_attempts: max_attempts.map(i64::from),
+        })
+    }
 }
 
 /// A task being scheduled, from [`Store::schedule`]; `.await` it to store the

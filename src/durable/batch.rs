@@ -1,0 +1,278 @@
+//! Batch scheduling: [`Store::schedule_batch`] stores many tasks in one
+//! transaction, a thousand rows a statement, and [`NewTask`] is one of
+//! them.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+use sqlx::Row;
+
+use super::db::{now_ms, placeholders, with_pool, Urgency};
+use super::store::{NewRow, Scheduled, Store, When};
+use super::task::TaskId;
+use super::Error;
+
+/// The most tasks one insert statement of a batch carries: five parameters
+/// each, far below SQLite's 32,766 and PostgreSQL's 65,535.
+const ROWS_PER_STATEMENT: usize = 1000;
+
+/// One task of a batch for [`Store::schedule_batch`], with the options a
+/// single [`Schedule`](super::Schedule) takes: due at once unless told
+/// otherwise.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tokio_timing_wheel::durable::NewTask;
+///
+/// let task = NewTask::new(b"remind order 7".to_vec())
+///     .delay(Duration::from_secs(600))
+///     .idempotency_key("remind:7")
+///     .max_attempts(3);
+/// # drop(task);
+/// ```
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    payload: Vec<u8>,
+    at: When,
+    idempotency_key: Option<String>,
+    max_attempts: Option<u32>,
+}
+
+impl NewTask {
+    /// A task carrying `payload` (at most [`MAX_PAYLOAD`](super::MAX_PAYLOAD)
+    /// bytes), due at once.
+    pub fn new(payload: impl Into<Vec<u8>>) -> NewTask {
+        NewTask {
+            payload: payload.into(),
+            at: When::Delay(Duration::ZERO),
+            idempotency_key: None,
+            max_attempts: None,
+        }
+    }
+
+    /// Due this long from when the batch is stored.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.at = When::Delay(delay);
+        self
+    }
+
+    /// Due at this time (a time in the past is due at once).
+    pub fn at(mut self, at: SystemTime) -> Self {
+        self.at = When::At(at);
+        self
+    }
+
+    /// As [`Schedule::idempotency_key`](super::Schedule::idempotency_key):
+    /// a task of the batch whose key is kept already, or appears earlier in
+    /// the same batch, creates nothing and is answered with that task's id.
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// This task's own attempt limit, as
+    /// [`Schedule::max_attempts`](super::Schedule::max_attempts).
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = Some(n);
+        self
+    }
+}
+
+impl Store {
+    /// Stores many tasks at once: all of them or none, in one transaction
+    /// of a statement per thousand tasks. Returns what became of each, in
+    /// the order given ([`Scheduled::Created`], or [`Scheduled::Existing`]
+    /// for an idempotency key kept already or used earlier in the batch).
+    /// The schedulers hear of every task created, as of a single schedule,
+    /// once the transaction commits.
+    ///
+    /// # Errors
+    ///
+    /// A task that could not be scheduled alone (a payload over
+    /// [`MAX_PAYLOAD`](super::MAX_PAYLOAD), an empty or too long key, zero
+    /// attempts, a time out of range) refuses the whole batch before
+    /// anything is written: the error says what is wrong, as it would for
+    /// that task alone, and [`Error::batch_index`] which task it is.
+    /// [`Error::is_database`] if the transaction failed; then nothing was
+    /// stored.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio_timing_wheel::durable::{NewTask, Scheduled, Store, MAX_PAYLOAD};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tokio_timing_wheel::durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// let done = store
+    ///     .schedule_batch((0..3).map(|i| {
+    ///         NewTask::new(format!("invoice {i}")).delay(Duration::from_secs(60 * i))
+    ///     }))
+    ///     .await?;
+    /// assert!(done.iter().all(|s| s.is_created()));
+    ///
+    /// // One bad task refuses them all, and says which.
+    /// let err = store
+    ///     .schedule_batch([NewTask::new("fine"), NewTask::new(vec![0; MAX_PAYLOAD + 1])])
+    ///     .await
+    ///     .unwrap_err();
+    /// assert!(err.is_payload_too_large());
+    /// assert_eq!(err.batch_index(), Some(1));
+    /// assert_eq!(store.counts().await?.scheduled, 3);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn schedule_batch(
+        &self,
+        tasks: impl IntoIterator<Item = NewTask>,
+    ) -> Result<Vec<Scheduled>, Error> {
+        let rows = tasks
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| {
+                NewRow::check(t.payload, t.at, t.idempotency_key, t.max_attempts)
+                    .map_err(|e| e.in_batch(i))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = now_ms();
+        let db = self.db();
+        // `{rows}` is where the rows of each statement go.
+        let insert = self.notifier().announcing(
+            "INSERT INTO ttw_tasks (run_at, payload, idempotency_key, max_attempts, created_at, updated_at) \
+             VALUES {rows} ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, run_at, idempotency_key",
+        );
+        let clock = db.clock_sql();
+        let statement = |n: usize| {
+            let values = (0..n)
+                .map(|i| format!("({}, {clock})", placeholders(1 + 5 * i, 5)))
+                .collect::<Vec<_>>()
+                .join(", ");
+            insert.replace("{rows}", &values)
+        };
+        let full = statement(ROWS_PER_STATEMENT.min(rows.len()));
+        // On SQLite the whole transaction is this process's one write.
+        let turn = db.write_turn(Urgency::Ordinary).await;
+        let (outcomes, created) = with_pool!(db, pool => {
+            let mut tx = pool.begin().await?;
+            let mut outcomes: Vec<Option<Scheduled>> = vec![None; rows.len()];
+            let mut created = Vec::with_capacity(rows.len());
+            let mut kept = Vec::new();
+            for (n, chunk) in rows.chunks(ROWS_PER_STATEMENT).enumerate() {
+                let sql = if chunk.len() == ROWS_PER_STATEMENT.min(rows.len()) {
+                    full.clone()
+                } else {
+                    statement(chunk.len())
+                };
+                let mut query = sqlx::query(&sql);
+                for row in chunk {
+                    query = query
+                        .bind(row.run_at)
+                        .bind(&row.payload)
+                        .bind(&row.idempotency_key)
+                        .bind(row.max_attempts)
+                        .bind(now);
+                }
+                // Read to its end (see the notes of `db`).
+                let mut returned = Vec::with_capacity(chunk.len());
+                for row in query.fetch_all(&mut *tx).await? {
+                    returned.push(Inserted {
+                        id: row.try_get("id")?,
+                        run_at: row.try_get("run_at")?,
+                        idempotency_key: row.try_get("idempotency_key")?,
+                    });
+                }
+                let base = n * ROWS_PER_STATEMENT;
+                for (i, inserted) in match_rows(chunk, returned)?.into_iter().enumerate() {
+                    match inserted {
+                        Some((id, run_at)) => {
+                            outcomes[base + i] = Some(Scheduled::Created(TaskId(id)));
+                            created.push((id, run_at));
+                        }
+                        None => kept.push(base + i),
+                    }
+                }
+            }
+            // Keys that found a task: kept before, or created earlier in
+            // this batch (visible in its own transaction).
+            for chunk in kept.chunks(ROWS_PER_STATEMENT) {
+                let sql = format!(
+                    "SELECT id, idempotency_key FROM ttw_tasks WHERE idempotency_key IN ({})",
+                    placeholders(1, chunk.len())
+                );
+                let mut query = sqlx::query(&sql);
+                for &i in chunk {
+                    query = query.bind(&rows[i].idempotency_key);
+                }
+                let mut found = HashMap::with_capacity(chunk.len());
+                for row in query.fetch_all(&mut *tx).await? {
+                    found.insert(row.try_get::<String, _>("idempotency_key")?, row.try_get::<i64, _>("id")?);
+                }
+                for &i in chunk {
+                    let key = rows[i].idempotency_key.as_deref().unwrap_or_default();
+                    let id = found.get(key).ok_or_else(|| {
+                        Error::config("the idempotency key kept conflicting with a task being deleted")
+                            .in_batch(i)
+                    })?;
+                    outcomes[i] = Some(Scheduled::Existing(TaskId(*id)));
+                }
+            }
+            tx.commit().await?;
+            (outcomes, created)
+        });
+        drop(turn);
+        for (id, run_at) in created {
+            self.notifier().announce(id, run_at);
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.ok_or_else(|| Error::config("a task of the batch has no outcome")))
+            .collect()
+    }
+}
+
+/// A row an insert of a batch returned.
+struct Inserted {
+    id: i64,
+    run_at: i64,
+    idempotency_key: Option<String>,
+}
+
+/// Which of `chunk` each returned row is: `(id, run_at)` for a task
+/// created, `None` for one whose key found a task. A row with a key is the
+/// task with that key (the first of the chunk with it, since rows are
+/// inserted in order and a later one conflicts with it); rows without are
+/// the keyless tasks in order, since one statement draws its ids in the
+/// order of its rows.
+fn match_rows(chunk: &[NewRow], returned: Vec<Inserted>) -> Result<Vec<Option<(i64, i64)>>, Error> {
+    let mut by_key = HashMap::new();
+    let mut keyless = Vec::new();
+    for row in returned {
+        match row.idempotency_key {
+            Some(key) => {
+                by_key.insert(key, (row.id, row.run_at));
+            }
+            None => keyless.push((row.id, row.run_at)),
+        }
+    }
+    keyless.sort_unstable();
+    let mut keyless = keyless.into_iter();
+    let mut out = Vec::with_capacity(chunk.len());
+    for row in chunk {
+        out.push(match &row.idempotency_key {
+            Some(key) => by_key.remove(key),
+            None => Some(keyless.next().ok_or_else(|| {
+                Error::from(sqlx::Error::Decode(
+                    "an insert of a batch returned fewer rows than it had tasks without a key"
+                        .into(),
+                ))
+            })?),
+        });
+    }
+    Ok(out)
+}
