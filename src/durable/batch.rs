@@ -102,7 +102,7 @@ impl Store {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tokio_timing_wheel::durable::{NewTask, Scheduled, Store, MAX_PAYLOAD};
+    /// use tokio_timing_wheel::durable::{NewTask, Store, MAX_PAYLOAD};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), tokio_timing_wheel::durable::Error> {
