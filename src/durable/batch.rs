@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use sqlx::Row;
 
+use super::connection::{with_conn, Conn};
 use super::db::{now_ms, placeholders, with_pool, Urgency};
 use super::store::{NewRow, Scheduled, Store, When};
 use super::task::TaskId;
@@ -34,10 +35,11 @@ const ROWS_PER_STATEMENT: usize = 1000;
 /// ```
 #[derive(Debug, Clone)]
 pub struct NewTask {
-    payload: Vec<u8>,
-    at: When,
-    idempotency_key: Option<String>,
-    max_attempts: Option<u32>,
+    pub(crate) payload: Vec<u8>,
+    /// `None`: due at once (or, replacing a pending task, at its time).
+    pub(crate) at: Option<When>,
+    pub(crate) idempotency_key: Option<String>,
+    pub(crate) max_attempts: Option<u32>,
 }
 
 impl NewTask {
@@ -46,7 +48,7 @@ impl NewTask {
     pub fn new(payload: impl Into<Vec<u8>>) -> NewTask {
         NewTask {
             payload: payload.into(),
-            at: When::Delay(Duration::ZERO),
+            at: None,
             idempotency_key: None,
             max_attempts: None,
         }
@@ -54,13 +56,13 @@ impl NewTask {
 
     /// Due this long from when the batch is stored.
     pub fn delay(mut self, delay: Duration) -> Self {
-        self.at = When::Delay(delay);
+        self.at = Some(When::Delay(delay));
         self
     }
 
     /// Due at this time (a time in the past is due at once).
     pub fn at(mut self, at: SystemTime) -> Self {
-        self.at = When::At(at);
+        self.at = Some(When::At(at));
         self
     }
 
@@ -129,25 +131,46 @@ impl Store {
         &self,
         tasks: impl IntoIterator<Item = NewTask>,
     ) -> Result<Vec<Scheduled>, Error> {
-        let rows = tasks
-            .into_iter()
-            .enumerate()
-            .map(|(i, t)| {
-                NewRow::check(t.payload, t.at, t.idempotency_key, t.max_attempts)
-                    .map_err(|e| e.in_batch(i))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let rows = NewRow::check_batch(tasks)?;
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        let now = now_ms();
         let db = self.db();
+        // On SQLite the whole transaction is this process's one write.
+        let turn = db.write_turn(Urgency::Ordinary).await;
+        let (outcomes, created) = with_pool!(db, pool => {
+            let mut tx = pool.begin().await?;
+            let inserted = self.insert_rows(Conn::from(&mut *tx), &rows).await?;
+            tx.commit().await?;
+            inserted
+        });
+        drop(turn);
+        for (id, run_at) in created {
+            self.notifier().announce(id, run_at);
+        }
+        Ok(outcomes)
+    }
+
+    /// Inserts `rows` on `conn`, a statement per thousand, and looks up
+    /// the tasks whose keys were kept already. Returns what became of each
+    /// row, in order, and the `(id, run_at)` of each task created. Commits
+    /// nothing and announces nothing in this process: that is the caller's.
+    pub(crate) async fn insert_rows(
+        &self,
+        conn: Conn<'_>,
+        rows: &[NewRow],
+    ) -> Result<(Vec<Scheduled>, Vec<(i64, i64)>), Error> {
+        if rows.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let now = now_ms();
+        let tasks = self.tasks_table();
         // `{rows}` is where the rows of each statement go.
-        let insert = self.notifier().announcing(
-            "INSERT INTO ttw_tasks (run_at, payload, idempotency_key, max_attempts, created_at, updated_at) \
-             VALUES {rows} ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, run_at, idempotency_key",
-        );
-        let clock = db.clock_sql();
+        let insert = self.notifier().announcing(&format!(
+            "INSERT INTO {tasks} (run_at, payload, idempotency_key, max_attempts, created_at, updated_at) \
+             VALUES {{rows}} ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, run_at, idempotency_key",
+        ));
+        let clock = self.db().clock_sql();
         let statement = |n: usize| {
             let values = (0..n)
                 .map(|i| format!("({}, {clock})", placeholders(1 + 5 * i, 5)))
@@ -156,13 +179,10 @@ impl Store {
             insert.replace("{rows}", &values)
         };
         let full = statement(ROWS_PER_STATEMENT.min(rows.len()));
-        // On SQLite the whole transaction is this process's one write.
-        let turn = db.write_turn(Urgency::Ordinary).await;
-        let (outcomes, created) = with_pool!(db, pool => {
-            let mut tx = pool.begin().await?;
-            let mut outcomes: Vec<Option<Scheduled>> = vec![None; rows.len()];
-            let mut created = Vec::with_capacity(rows.len());
-            let mut kept = Vec::new();
+        let mut outcomes: Vec<Option<Scheduled>> = vec![None; rows.len()];
+        let mut created = Vec::with_capacity(rows.len());
+        let mut kept = Vec::new();
+        with_conn!(conn, c => {
             for (n, chunk) in rows.chunks(ROWS_PER_STATEMENT).enumerate() {
                 let sql = if chunk.len() == ROWS_PER_STATEMENT.min(rows.len()) {
                     full.clone()
@@ -180,7 +200,7 @@ impl Store {
                 }
                 // Read to its end (see the notes of `db`).
                 let mut returned = Vec::with_capacity(chunk.len());
-                for row in query.fetch_all(&mut *tx).await? {
+                for row in query.fetch_all(&mut *c).await? {
                     returned.push(Inserted {
                         id: row.try_get("id")?,
                         run_at: row.try_get("run_at")?,
@@ -202,7 +222,7 @@ impl Store {
             // this batch (visible in its own transaction).
             for chunk in kept.chunks(ROWS_PER_STATEMENT) {
                 let sql = format!(
-                    "SELECT id, idempotency_key FROM ttw_tasks WHERE idempotency_key IN ({})",
+                    "SELECT id, idempotency_key FROM {tasks} WHERE idempotency_key IN ({})",
                     placeholders(1, chunk.len())
                 );
                 let mut query = sqlx::query(&sql);
@@ -210,7 +230,7 @@ impl Store {
                     query = query.bind(&rows[i].idempotency_key);
                 }
                 let mut found = HashMap::with_capacity(chunk.len());
-                for row in query.fetch_all(&mut *tx).await? {
+                for row in query.fetch_all(&mut *c).await? {
                     found.insert(row.try_get::<String, _>("idempotency_key")?, row.try_get::<i64, _>("id")?);
                 }
                 for &i in chunk {
@@ -222,16 +242,25 @@ impl Store {
                     outcomes[i] = Some(Scheduled::Existing(TaskId(*id)));
                 }
             }
-            tx.commit().await?;
-            (outcomes, created)
         });
-        drop(turn);
-        for (id, run_at) in created {
-            self.notifier().announce(id, run_at);
-        }
-        outcomes
+        let outcomes = outcomes
             .into_iter()
             .map(|o| o.ok_or_else(|| Error::config("a task of the batch has no outcome")))
+            .collect::<Result<_, _>>()?;
+        Ok((outcomes, created))
+    }
+}
+
+impl NewRow {
+    /// Checks every task of a batch; the first bad one refuses them all,
+    /// saying which it is.
+    pub(crate) fn check_batch(
+        tasks: impl IntoIterator<Item = NewTask>,
+    ) -> Result<Vec<NewRow>, Error> {
+        tasks
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| NewRow::check(t).map_err(|e| e.in_batch(i)))
             .collect()
     }
 }

@@ -129,11 +129,13 @@
 mod batch;
 mod claims;
 mod config;
+mod connection;
 mod db;
 mod delivery;
 mod dispatch;
 mod error;
 mod faults;
+mod keys;
 mod lease;
 mod node;
 mod notify;
@@ -150,6 +152,7 @@ mod window;
 use std::time::Duration;
 
 pub use batch::NewTask;
+pub use connection::CallerConnection;
 pub use delivery::{Deliveries, Delivery, Task};
 pub use error::Error;
 pub use outcome::{Backoff, SchedulerStats};

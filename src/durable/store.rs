@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use sqlx::Row;
 
+use super::batch::NewTask;
 use super::db::{
     clamp_u32, from_ms, now_ms, to_ms, with_pool, write_with_pool, Db, PoolSettings, Urgency,
     SQLITE_MIN_SIZE,
@@ -62,6 +63,10 @@ struct StoreInner {
     db: Db,
     shards: u32,
     notifier: Notifier,
+    /// The tasks table, named in the store's PostgreSQL schema if it has
+    /// one: for statements on a caller's connection, whose `search_path`
+    /// may differ from the pool's.
+    tasks_table: String,
     /// For an in-memory store, the connection outside the pool that keeps
     /// the database alive (see [`PoolSettings::sqlite_in_memory`]).
     _memory_keeper: Option<Mutex<sqlx::SqliteConnection>>,
@@ -216,12 +221,17 @@ impl StoreBuilder {
         memory_keeper: Option<sqlx::SqliteConnection>,
     ) -> Result<Store, Error> {
         let shards = schema::prepare(&db, self.shards).await?;
+        let tasks_table = match (&listen, &self.schema) {
+            (Some(_), Some(schema)) => format!("{schema}.ttw_tasks"),
+            _ => "ttw_tasks".to_string(),
+        };
         let notifier = Notifier::new(listen.map(|options| (options, self.schema.as_deref())));
         Ok(Store {
             inner: Arc::new(StoreInner {
                 db,
                 shards,
                 notifier,
+                tasks_table,
                 _memory_keeper: memory_keeper.map(Mutex::new),
             }),
         })
@@ -278,6 +288,11 @@ impl Store {
         &self.inner.db
     }
 
+    /// The tasks table, as statements on a caller's connection name it.
+    pub(crate) fn tasks_table(&self) -> &str {
+        &self.inner.tasks_table
+    }
+
     /// Where announcements of new and moved tasks go out, and schedulers
     /// listen.
     pub(crate) fn notifier(&self) -> &Notifier {
@@ -306,26 +321,19 @@ impl Store {
     pub fn schedule(&self, payload: impl Into<Vec<u8>>) -> Schedule<'_> {
         Schedule {
             store: self,
-            payload: payload.into(),
-            at: When::Delay(Duration::ZERO),
-            idempotency_key: None,
-            max_attempts: None,
+            task: NewTask::new(payload),
+            replace: false,
         }
     }
 
-    async fn insert(
-        &self,
-        payload: Vec<u8>,
-        when: When,
-        idempotency_key: Option<String>,
-        max_attempts: Option<u32>,
-    ) -> Result<Scheduled, Error> {
+    async fn insert(&self, task: NewTask) -> Result<Scheduled, Error> {
         let NewRow {
             run_at,
             payload,
             idempotency_key,
             max_attempts,
-        } = NewRow::check(payload, when, idempotency_key, max_attempts)?;
+            ..
+        } = NewRow::check(task)?;
         let now = now_ms();
         let db = self.db();
         // Two tries: a conflicting task could be deleted (its retention
@@ -381,19 +389,26 @@ impl Store {
     ///
     /// [`Error::is_database`].
     pub async fn cancel(&self, id: TaskId) -> Result<bool, Error> {
+        self.cancel_where(Target::Id(id.0)).await
+    }
+
+    /// Cancels the task `target` names if it is still scheduled; returns
+    /// whether it was.
+    pub(crate) async fn cancel_where(&self, target: Target<'_>) -> Result<bool, Error> {
         let now = now_ms();
         let sql = format!(
             "UPDATE ttw_tasks SET state = 'cancelled', updated_at = {}, finished_at = $2 \
-             WHERE id = $1 AND state = 'scheduled'",
-            self.db().clock_sql()
+             WHERE {} = $1 AND state = 'scheduled'",
+            self.db().clock_sql(),
+            target.column()
         );
         let n = write_with_pool!(self.db(), Urgency::Ordinary, pool => {
-            sqlx::query(&sql)
-            .bind(id.0)
-            .bind(now)
-            .execute(pool)
-            .await?
-            .rows_affected()
+            let query = sqlx::query(&sql);
+            let query = match target {
+                Target::Id(id) => query.bind(id),
+                Target::Key(key) => query.bind(key),
+            };
+            query.bind(now).execute(pool).await?.rows_affected()
         });
         Ok(n == 1)
     }
@@ -406,7 +421,7 @@ impl Store {
     /// [`Error::is_out_of_range`] for a time the store cannot hold,
     /// [`Error::is_database`].
     pub async fn reschedule(&self, id: TaskId, at: SystemTime) -> Result<bool, Error> {
-        self.make_due(id, TaskState::Scheduled, to_ms(at)?, "")
+        self.make_due(Target::Id(id.0), TaskState::Scheduled, to_ms(at)?, "")
             .await
     }
 
@@ -418,7 +433,7 @@ impl Store {
     /// [`Error::is_database`].
     pub async fn redrive(&self, id: TaskId) -> Result<bool, Error> {
         self.make_due(
-            id,
+            Target::Id(id.0),
             TaskState::Dead,
             now_ms(),
             ", attempts = 0, finished_at = NULL",
@@ -426,35 +441,39 @@ impl Store {
         .await
     }
 
-    /// Makes task `id` scheduled and due at `run_at` if it is in state
-    /// `from`, with the assignments in `also`, and announces it. Returns
-    /// whether it was in that state.
-    async fn make_due(
+    /// Makes the task `target` names scheduled and due at `run_at` if it
+    /// is in state `from`, with the assignments in `also`, and announces
+    /// it. Returns whether it was in that state.
+    pub(crate) async fn make_due(
         &self,
-        id: TaskId,
+        target: Target<'_>,
         from: TaskState,
         run_at: i64,
         also: &str,
     ) -> Result<bool, Error> {
         let sql = self.inner.notifier.announcing(&format!(
             "UPDATE ttw_tasks SET state = 'scheduled', run_at = $2, updated_at = {}{also} \
-             WHERE id = $1 AND state = $3 RETURNING id, run_at",
-            self.db().clock_sql()
+             WHERE {} = $1 AND state = $3 RETURNING id, run_at",
+            self.db().clock_sql(),
+            target.column()
         ));
         // Read to its end (see the notes of `db`).
-        let changed = write_with_pool!(self.db(), Urgency::Ordinary, pool => {
-            sqlx::query(&sql)
-                .bind(id.0)
-                .bind(run_at)
-                .bind(from.as_sql())
-                .fetch_all(pool)
-                .await?
-                .len()
+        let changed: Vec<i64> = write_with_pool!(self.db(), Urgency::Ordinary, pool => {
+            let query = sqlx::query(&sql);
+            let query = match target {
+                Target::Id(id) => query.bind(id),
+                Target::Key(key) => query.bind(key),
+            };
+            let mut ids = Vec::new();
+            for row in query.bind(run_at).bind(from.as_sql()).fetch_all(pool).await? {
+                ids.push(row.try_get("id")?);
+            }
+            ids
         });
-        if changed == 1 {
-            self.inner.notifier.announce(id.0, run_at);
+        for &id in &changed {
+            self.inner.notifier.announce(id, run_at);
         }
-        Ok(changed == 1)
+        Ok(!changed.is_empty())
     }
 
     /// A task's state, attempts, last error and payload, or `None` if there
@@ -464,15 +483,23 @@ impl Store {
     ///
     /// [`Error::is_database`].
     pub async fn get(&self, id: TaskId) -> Result<Option<TaskInfo>, Error> {
+        self.get_where(Target::Id(id.0)).await
+    }
+
+    /// The task `target` names, or `None`.
+    pub(crate) async fn get_where(&self, target: Target<'_>) -> Result<Option<TaskInfo>, Error> {
+        let sql = format!(
+            "SELECT id, state, run_at, attempts, max_attempts, last_error, idempotency_key, payload \
+             FROM ttw_tasks WHERE {} = $1",
+            target.column()
+        );
         let info = with_pool!(self.db(), pool => {
-            match sqlx::query(
-                "SELECT id, state, run_at, attempts, max_attempts, last_error, idempotency_key, payload \
-                 FROM ttw_tasks WHERE id = $1",
-            )
-            .bind(id.0)
-            .fetch_optional(pool)
-            .await?
-            {
+            let query = sqlx::query(&sql);
+            let query = match target {
+                Target::Id(id) => query.bind(id),
+                Target::Key(key) => query.bind(key),
+            };
+            match query.fetch_optional(pool).await? {
                 None => None,
                 Some(row) => Some(TaskInfo {
                     id: TaskId(row.try_get("id")?),
@@ -509,6 +536,23 @@ impl Store {
     }
 }
 
+/// Which task a statement is about: by id, or by idempotency key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Target<'a> {
+    Id(i64),
+    Key(&'a str),
+}
+
+impl Target<'_> {
+    /// The column that names the task.
+    pub(crate) fn column(self) -> &'static str {
+        match self {
+            Target::Id(_) => "id",
+            Target::Key(_) => "idempotency_key",
+        }
+    }
+}
+
 /// When a task is due, as asked.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum When {
@@ -519,6 +563,9 @@ pub(crate) enum When {
 /// A task to insert, checked: what one row of an insert binds.
 pub(crate) struct NewRow {
     pub(crate) run_at: i64,
+    /// Whether the time was asked for (`run_at` is now when it was not):
+    /// a replacement keeps the pending task's time unless it was.
+    pub(crate) time_given: bool,
     pub(crate) payload: Vec<u8>,
     pub(crate) idempotency_key: Option<String>,
     pub(crate) max_attempts: Option<i64>,
@@ -527,12 +574,13 @@ pub(crate) struct NewRow {
 impl NewRow {
     /// Checks a task to schedule: the payload's size, the key's length,
     /// the attempt limit, and a due time the store can hold.
-    pub(crate) fn check(
-        payload: Vec<u8>,
-        when: When,
-        idempotency_key: Option<String>,
-        max_attempts: Option<u32>,
-    ) -> Result<NewRow, Error> {
+    pub(crate) fn check(task: NewTask) -> Result<NewRow, Error> {
+        let NewTask {
+            payload,
+            at,
+            idempotency_key,
+            max_attempts,
+        } = task;
         if payload.len() > MAX_PAYLOAD {
             return Err(Error::payload_too_large(payload.len()));
         }
@@ -546,9 +594,10 @@ impl NewRow {
         if max_attempts == Some(0) {
             return Err(Error::config("max_attempts must be at least 1"));
         }
-        let run_at = match when {
-            When::At(at) => to_ms(at)?,
-            When::Delay(delay) => {
+        let run_at = match at {
+            None => now_ms(),
+            Some(When::At(at)) => to_ms(at)?,
+            Some(When::Delay(delay)) => {
                 let at = SystemTime::now()
                     .checked_add(delay)
                     .ok_or_else(|| Error::out_of_range("the delay"))?;
@@ -557,6 +606,7 @@ impl NewRow {
         };
         Ok(NewRow {
             run_at,
+            time_given: at.is_some(),
             payload,
             idempotency_key,
             max_attempts: max_attempts.map(i64::from),
@@ -571,24 +621,23 @@ impl NewRow {
 ///
 /// [`Error::is_payload_too_large`], [`Error::is_out_of_range`] (a time before
 /// the Unix epoch or after [`MAX_RUN_AT`](super::MAX_RUN_AT), or a delay that
-/// overflows), [`Error::is_database`] ([`Error::is_disk_full`] when the
-/// database's disk is full). A schedule that fails stored nothing; an id is
-/// returned only once the task's row has committed.
+/// overflows), [`Error::is_invalid_key`], [`Error::is_config`] (zero
+/// attempts, or [`Schedule::replace_pending`] without a key),
+/// [`Error::is_database`] ([`Error::is_disk_full`] when the database's disk
+/// is full). A schedule that fails stored nothing; an id is returned only
+/// once the task's row has committed.
 #[must_use = "a task is stored only when the builder is awaited"]
 pub struct Schedule<'a> {
-    store: &'a Store,
-    payload: Vec<u8>,
-    at: When,
-    idempotency_key: Option<String>,
-    max_attempts: Option<u32>,
+    pub(super) store: &'a Store,
+    pub(super) task: NewTask,
+    pub(super) replace: bool,
 }
 
 impl fmt::Debug for Schedule<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Schedule")
-            .field("payload_len", &self.payload.len())
-            .field("idempotency_key", &self.idempotency_key)
-            .field("max_attempts", &self.max_attempts)
+            .field("task", &self.task)
+            .field("replace", &self.replace)
             .finish()
     }
 }
@@ -596,13 +645,13 @@ impl fmt::Debug for Schedule<'_> {
 impl Schedule<'_> {
     /// Due this long from now.
     pub fn delay(mut self, delay: Duration) -> Self {
-        self.at = When::Delay(delay);
+        self.task = self.task.delay(delay);
         self
     }
 
     /// Due at this time (a time in the past is due at once).
     pub fn at(mut self, at: SystemTime) -> Self {
-        self.at = When::At(at);
+        self.task = self.task.at(at);
         self
     }
 
@@ -610,9 +659,11 @@ impl Schedule<'_> {
     /// creates nothing and returns this task's id ([`Schedule::submit`]
     /// tells which happened). A key is 1 to
     /// [`MAX_IDEMPOTENCY_KEY`](super::MAX_IDEMPOTENCY_KEY) bytes; an empty
-    /// or longer one fails with [`Error::is_invalid_key`].
+    /// or longer one fails with [`Error::is_invalid_key`]. A key is kept
+    /// as long as its task: until the retention sweep deletes it, after it
+    /// finished.
     pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
-        self.idempotency_key = Some(key.into());
+        self.task = self.task.idempotency_key(key);
         self
     }
 
@@ -621,12 +672,60 @@ impl Schedule<'_> {
     /// [`SchedulerBuilder::max_attempts`](super::SchedulerBuilder::max_attempts)
     /// does.
     pub fn max_attempts(mut self, n: u32) -> Self {
-        self.max_attempts = Some(n);
+        self.task = self.task.max_attempts(n);
         self
     }
 
-    /// Stores the task, as `.await` does, and tells whether it was created
-    /// or its idempotency key found a task already kept.
+    /// If the idempotency key belongs to a task still pending (scheduled,
+    /// not yet claimed), replace it rather than keep it: its payload
+    /// becomes this payload, its due time this time (kept if neither
+    /// [`at`](Self::at) nor [`delay`](Self::delay) was given), its attempt
+    /// limit this one (kept if none was given), and
+    /// [`Schedule::submit`] answers [`Scheduled::Replaced`] with its id.
+    /// Without a task for the key, a new one is created, as without this
+    /// option. This is the debounce of job queues: each event pushes the
+    /// one pending task back and gives it the latest payload.
+    ///
+    /// A task that a node has claimed (running), or that has finished
+    /// (done, dead, cancelled: kept until the retention sweep), is not
+    /// pending: nothing is changed, and the answer is
+    /// [`Scheduled::Existing`]. A running attempt goes on with the payload
+    /// it was claimed with, and its retries too. To run again after it,
+    /// schedule under a new key (for example with a generation number in
+    /// it).
+    ///
+    /// A key is required: without one the schedule fails with
+    /// [`Error::is_config`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tokio_timing_wheel::durable::{Scheduled, Store};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tokio_timing_wheel::durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// let delay = Duration::from_secs(5);
+    /// let first = store.schedule("v1").idempotency_key("sync:user-7").delay(delay)
+    ///     .replace_pending().submit().await?;
+    /// let second = store.schedule("v2").idempotency_key("sync:user-7").delay(delay)
+    ///     .replace_pending().submit().await?;
+    /// assert!(first.is_created());
+    /// assert_eq!(second, Scheduled::Replaced(first.id()));
+    /// assert_eq!(store.get(first.id()).await?.unwrap().payload, b"v2");
+    /// assert_eq!(store.counts().await?.scheduled, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn replace_pending(mut self) -> Self {
+        self.replace = true;
+        self
+    }
+
+    /// Stores the task, as `.await` does, and tells whether it was created,
+    /// replaced a pending task ([`Schedule::replace_pending`]), or its
+    /// idempotency key found a task already kept.
     ///
     /// # Errors
     ///
@@ -649,14 +748,11 @@ impl Schedule<'_> {
     /// # }
     /// ```
     pub async fn submit(self) -> Result<Scheduled, Error> {
-        self.store
-            .insert(
-                self.payload,
-                self.at,
-                self.idempotency_key,
-                self.max_attempts,
-            )
-            .await
+        if self.replace {
+            self.store.upsert(self.task).await
+        } else {
+            self.store.insert(self.task).await
+        }
     }
 }
 
@@ -668,13 +764,16 @@ pub enum Scheduled {
     /// The idempotency key belongs to this task, kept already; nothing was
     /// stored.
     Existing(TaskId),
+    /// The idempotency key belonged to this task, pending, and
+    /// [`Schedule::replace_pending`] replaced its payload and time.
+    Replaced(TaskId),
 }
 
 impl Scheduled {
     /// The task's id, either way.
     pub fn id(self) -> TaskId {
         match self {
-            Scheduled::Created(id) | Scheduled::Existing(id) => id,
+            Scheduled::Created(id) | Scheduled::Existing(id) | Scheduled::Replaced(id) => id,
         }
     }
 

@@ -125,6 +125,30 @@ impl Db {
         conn
     }
 
+    /// A connection of an application's own, as it would open one: to the
+    /// SQLite file, or to the PostgreSQL database with the default
+    /// `search_path` (the test's tables are in a schema of their own, so
+    /// the crate must name them).
+    pub async fn caller_sqlite(&self) -> sqlx::SqliteConnection {
+        self.sqlite_conn().await
+    }
+
+    /// See [`Db::caller_sqlite`].
+    pub async fn caller_postgres(&self) -> sqlx::PgConnection {
+        let (url, _) = self.postgres.as_ref().unwrap();
+        sqlx::Connection::connect(url).await.unwrap()
+    }
+
+    /// The name the test's tables are reached by from a caller's
+    /// connection: `name` itself on SQLite, qualified by the test's schema
+    /// on PostgreSQL.
+    pub fn qualified(&self, name: &str) -> String {
+        match &self.postgres {
+            Some((_, schema)) => format!("{schema}.{name}"),
+            None => name.to_string(),
+        }
+    }
+
     /// Runs one statement on the test's tables, outside the crate (fault
     /// injection and checks).
     pub async fn exec(&self, sql: &str) {
