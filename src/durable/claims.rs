@@ -133,6 +133,11 @@ impl Claims {
         }
     }
 
+    /// The session these statements are bound to.
+    pub(crate) fn session(&self) -> &str {
+        &self.session
+    }
+
     /// Scheduled tasks of this session's shards due before `horizon`.
     pub(crate) async fn due_before(&self, horizon: i64) -> Result<Vec<Due>, Error> {
         let sql = format!(

@@ -38,6 +38,7 @@ enum Kind {
     OutOfRange(&'static str),
     Config(String),
     InvalidKey(&'static str),
+    InvalidSchedule(String),
     Lost,
     Closed,
 }
@@ -53,6 +54,10 @@ impl Error {
 
     pub(crate) fn config(what: impl Into<String>) -> Self {
         Self::from_kind(Kind::Config(what.into()))
+    }
+
+    pub(crate) fn invalid_schedule(why: impl Into<String>) -> Self {
+        Self::from_kind(Kind::InvalidSchedule(why.into()))
     }
 
     pub(crate) fn invalid_key(why: &'static str) -> Self {
@@ -170,6 +175,14 @@ impl Error {
         matches!(self.kind, Kind::InvalidKey(_))
     }
 
+    /// A recurring schedule was refused: a cron expression that does not
+    /// parse (the message names the field), an unknown time zone, a bad
+    /// interval or name, or a name registered with another definition.
+    /// Nothing was written.
+    pub fn is_invalid_schedule(&self) -> bool {
+        matches!(self.kind, Kind::InvalidSchedule(_))
+    }
+
     /// An `ack` or `nack` came too late: the attempt no longer belongs to
     /// this delivery (its deadline passed and it was counted as failed, or
     /// this node lost the task's shard). The task will be, or was, delivered
@@ -259,6 +272,7 @@ impl fmt::Display for Error {
             Kind::OutOfRange(what) => write!(f, "{what} is out of range"),
             Kind::Config(what) => write!(f, "invalid configuration: {what}"),
             Kind::InvalidKey(why) => write!(f, "invalid idempotency key: {why}"),
+            Kind::InvalidSchedule(why) => write!(f, "invalid recurring schedule: {why}"),
             Kind::Lost => f.write_str("the delivery no longer holds its task"),
             Kind::Closed => f.write_str("the scheduler was shut down"),
         }

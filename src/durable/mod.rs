@@ -141,6 +141,7 @@ mod node;
 mod notify;
 mod outcome;
 mod process;
+mod recurring;
 mod report;
 mod scheduler;
 mod schema;
@@ -156,6 +157,9 @@ pub use connection::CallerConnection;
 pub use delivery::{Deliveries, Delivery, Task};
 pub use error::Error;
 pub use outcome::{Backoff, SchedulerStats};
+pub use recurring::{
+    CatchUp, Recurring, RecurringInfo, Registered, MAX_CATCH_UP, MAX_RECURRING_NAME, MIN_INTERVAL,
+};
 pub use scheduler::{Scheduler, SchedulerBuilder};
 pub use schema::DEFAULT_SHARDS;
 pub use store::{Schedule, Scheduled, Store, StoreBuilder};

@@ -17,7 +17,9 @@ use super::faults::Faults;
 use super::lease::Leases;
 use super::notify::{CatchUp, Heard, Listener};
 use super::outcome::{Counters, Outcomes, SchedulerStats};
+use super::recurring;
 use super::report::{Failing, Reports};
+use super::store::Store;
 use super::window::Window;
 use super::Error;
 
@@ -42,6 +44,11 @@ pub(crate) struct Node {
     pub(crate) stopping: Notify,
     /// Load the window now (shards were taken, or announcements missed).
     reload: Notify,
+    /// Make the occurrences of recurring schedules tasks now (shards were
+    /// taken, or a schedule changed in another process).
+    recurring_wake: Notify,
+    /// The store: recurring schedules are made tasks through it.
+    store: Store,
     /// When a heartbeat last reclaimed tasks.
     last_reclaim: Mutex<Option<Instant>>,
     /// Shards were taken and their tasks not yet reclaimed (the reclaim
@@ -77,6 +84,7 @@ impl Node {
         window: Arc<Window>,
         claims: Claims,
         leases: Leases,
+        store: Store,
     ) -> Node {
         let outcomes = Arc::new(Outcomes::new(
             claims.clone(),
@@ -95,6 +103,8 @@ impl Node {
             outcomes,
             stopping: Notify::new(),
             reload: Notify::new(),
+            recurring_wake: Notify::new(),
+            store,
             last_reclaim: Mutex::new(None),
             reclaim_owed: AtomicBool::new(false),
             locks_watched: Mutex::new(None),
@@ -217,6 +227,7 @@ impl Node {
         if !beat.acquired.is_empty() {
             tracing::debug!(node = %self.node_id, acquired = beat.acquired.len(), takeovers = beat.takeovers, "took shards");
             self.reload.notify_one();
+            self.recurring_wake.notify_one();
             // What their last owner left running can no longer be recorded
             // by it (the epoch moved): reclaim now, and until a reclaim
             // succeeds; then, if an owner was still named (it may be only
@@ -316,6 +327,9 @@ impl Node {
             i.reset();
         }
         let mut poll = CatchUp::new(ms(self.config.catch_up));
+        let ahead = recurring::ahead(self.config.catch_up);
+        let mut recurring_changed = self.store.notifier().watch_recurring();
+        let mut recurring_at = Instant::now();
         // A window load that failed is tried again at the next catch-up
         // tick, not half a window later: after a takeover the failed load
         // was the only one to bring in the new shards' tasks.
@@ -323,6 +337,9 @@ impl Node {
         loop {
             let result = tokio::select! {
                 _ = self.reload.notified() => self.reload_window(&mut load_failed).await,
+                _ = tokio::time::sleep_until(recurring_at) => self.make_occurrences(&mut recurring_at, ahead).await,
+                _ = self.recurring_wake.notified() => self.make_occurrences(&mut recurring_at, ahead).await,
+                Ok(()) = recurring_changed.changed() => self.make_occurrences(&mut recurring_at, ahead).await,
                 _ = window.tick() => match self.reload_window(&mut load_failed).await {
                     Ok(()) => self.sweep_if_due().await,
                     Err(e) => Err(e),
@@ -345,6 +362,29 @@ impl Node {
                 self.report(Failing::Control, &err);
             }
         }
+    }
+
+    /// Makes tasks of the occurrences of the recurring schedules in the
+    /// shards held that are due within `ahead` ms, and sets `at` to when to
+    /// come back: `ahead` before the earliest next occurrence, and at least
+    /// every half window (a schedule registered in another process, on
+    /// SQLite, is found then); after a failure, at the next catch-up tick.
+    async fn make_occurrences(&self, at: &mut Instant, ahead: i64) -> Result<(), Error> {
+        let now = Instant::now();
+        *at = now + self.config.catch_up;
+        let earliest = self
+            .store
+            .make_occurrences(self.claims.session(), ahead)
+            .await?;
+        let fallback = now + self.config.window / 2;
+        *at = match earliest {
+            Some(next) => {
+                let wait = next.saturating_sub(ahead).saturating_sub(now_ms()).max(0);
+                (now + Duration::from_millis(wait as u64)).min(fallback)
+            }
+            None => fallback,
+        };
+        Ok(())
     }
 
     /// Loads the window, noting whether it failed.
@@ -386,7 +426,11 @@ impl Node {
         loop {
             match listener.next().await {
                 Heard::Due(due) => self.window.arm(due).await,
-                Heard::Missed => self.reload.notify_one(),
+                Heard::Missed => {
+                    self.reload.notify_one();
+                    self.recurring_wake.notify_one();
+                }
+                Heard::Recurring => self.recurring_wake.notify_one(),
                 Heard::Closed => return,
             }
         }

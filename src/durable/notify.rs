@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 
 use super::claims::{Claims, Due};
@@ -40,6 +40,9 @@ const PG_IDENTIFIER: usize = 63;
 /// The sending side, one per store.
 pub(crate) struct Notifier {
     local: broadcast::Sender<Due>,
+    /// Bumped when a recurring schedule is registered, changed or resumed
+    /// in this process: the schedulers make its occurrences tasks at once.
+    recurring: watch::Sender<u64>,
     /// On PostgreSQL: the options a `LISTEN` connection opens with, and the
     /// channel (one per schema).
     postgres: Option<(PgConnectOptions, String)>,
@@ -52,6 +55,7 @@ impl Notifier {
         let (local, _) = broadcast::channel(LOCAL_BACKLOG);
         Notifier {
             local,
+            recurring: watch::Sender::new(0),
             postgres: postgres.map(|(options, schema)| (options, channel(schema))),
         }
     }
@@ -80,6 +84,25 @@ impl Notifier {
     /// the statement made by [`announcing`](Self::announcing)).
     pub(crate) fn announce(&self, id: i64, run_at: i64) {
         let _ = self.local.send(Due { id, run_at });
+    }
+
+    /// Tells this process's schedulers that a recurring schedule was
+    /// registered, changed or resumed.
+    pub(crate) fn wake_recurring(&self) {
+        self.recurring.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// What this process's schedulers watch for [`wake_recurring`](Self::wake_recurring).
+    pub(crate) fn watch_recurring(&self) -> watch::Receiver<u64> {
+        self.recurring.subscribe()
+    }
+
+    /// On PostgreSQL, a statement that tells the schedulers of other
+    /// processes, at commit, that a recurring schedule changed.
+    pub(crate) fn wake_recurring_sql(&self) -> Option<String> {
+        self.postgres
+            .as_ref()
+            .map(|(_, channel)| format!("SELECT pg_notify('{channel}', '{RECURRING}')"))
     }
 
     /// Starts hearing announcements. The in-process subscription starts
@@ -121,9 +144,15 @@ pub(crate) enum Heard {
     /// Announcements were missed (the listener fell behind, or its
     /// `LISTEN` connection has just opened): load the window again.
     Missed,
+    /// A recurring schedule was registered, changed or resumed in another
+    /// process.
+    Recurring,
     /// The store is gone: nothing more will be heard.
     Closed,
 }
+
+/// The `NOTIFY` payload that says a recurring schedule changed.
+const RECURRING: &str = "recurring";
 
 /// The hearing side, one per scheduler.
 pub(crate) struct Listener {
@@ -176,6 +205,9 @@ impl Listener {
                     Some(Ok(Some(notification))) => {
                         if let Some(due) = parse(notification.payload()) {
                             return Heard::Due(due);
+                        }
+                        if notification.payload() == RECURRING {
+                            return Heard::Recurring;
                         }
                     }
                     // The connection was lost, and with it what was sent

@@ -230,6 +230,7 @@ impl SchedulerBuilder {
             Arc::new(Window::new(wheel, shards)),
             Claims::new(db, shards, session),
             leases,
+            store.clone(),
         ));
         // Subscribed before the first window load, so that nothing scheduled
         // in-process from here on is missed.

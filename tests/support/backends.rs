@@ -149,6 +149,34 @@ impl Db {
         }
     }
 
+    /// Brings the test's database to the schema of the migrations in `dir`
+    /// (a copy of some of the crate's), as an older version of the crate
+    /// left it.
+    pub async fn migrate_with(&self, dir: &std::path::Path) {
+        let migrator = sqlx::migrate::Migrator::new(dir).await.unwrap();
+        match self.backend {
+            Backend::Sqlite => {
+                let path = self.sqlite.as_ref().unwrap();
+                let mut conn: sqlx::SqliteConnection =
+                    sqlx::Connection::connect(&format!("sqlite://{}?mode=rwc", path.display()))
+                        .await
+                        .unwrap();
+                migrator.run(&mut conn).await.unwrap();
+            }
+            Backend::Postgres => {
+                let (url, schema) = self.postgres.as_ref().unwrap();
+                let mut conn: sqlx::PgConnection = sqlx::Connection::connect(url).await.unwrap();
+                sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+                drop(conn);
+                let mut conn = self.pg_conn().await;
+                migrator.run(&mut conn).await.unwrap();
+            }
+        }
+    }
+
     /// Runs one statement on the test's tables, outside the crate (fault
     /// injection and checks).
     pub async fn exec(&self, sql: &str) {
