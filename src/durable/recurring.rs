@@ -561,7 +561,6 @@ impl Store {
     /// # Examples
     ///
     /// ```
-    /// use std::time::Duration;
     /// use tokio_timing_wheel::durable::{Recurring, Registered, Store};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
