@@ -1,86 +1,21 @@
-//! Batch scheduling: [`Store::schedule_batch`] stores many tasks in one
-//! transaction, a thousand rows a statement, and [`NewTask`] is one of
-//! them.
+//! Batch scheduling: [`Store::schedule_batch`] stores many [`NewTask`]s in
+//! one transaction, a thousand rows a statement, through the insert of many
+//! rows that scheduling on a caller's connection shares.
 
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime};
 
 use sqlx::Row;
 
 use super::connection::{with_conn, Conn};
 use super::db::{now_ms, placeholders, with_pool, Urgency};
-use super::store::{NewRow, Scheduled, Store, When};
+use super::new_task::{NewRow, NewTask};
+use super::store::{Scheduled, Store};
 use super::task::TaskId;
 use super::Error;
 
 /// The most tasks one insert statement of a batch carries: five parameters
 /// each, far below SQLite's 32,766 and PostgreSQL's 65,535.
 const ROWS_PER_STATEMENT: usize = 1000;
-
-/// One task of a batch for [`Store::schedule_batch`], with the options a
-/// single [`Schedule`](super::Schedule) takes: due at once unless told
-/// otherwise.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use tokio_timing_wheel::durable::NewTask;
-///
-/// let task = NewTask::new(b"remind order 7".to_vec())
-///     .delay(Duration::from_secs(600))
-///     .idempotency_key("remind:7")
-///     .max_attempts(3);
-/// # drop(task);
-/// ```
-#[derive(Debug, Clone)]
-pub struct NewTask {
-    pub(crate) payload: Vec<u8>,
-    /// `None`: due at once (or, replacing a pending task, at its time).
-    pub(crate) at: Option<When>,
-    pub(crate) idempotency_key: Option<String>,
-    pub(crate) max_attempts: Option<u32>,
-}
-
-impl NewTask {
-    /// A task carrying `payload` (at most [`MAX_PAYLOAD`](super::MAX_PAYLOAD)
-    /// bytes), due at once.
-    pub fn new(payload: impl Into<Vec<u8>>) -> NewTask {
-        NewTask {
-            payload: payload.into(),
-            at: None,
-            idempotency_key: None,
-            max_attempts: None,
-        }
-    }
-
-    /// Due this long from when the batch is stored.
-    pub fn delay(mut self, delay: Duration) -> Self {
-        self.at = Some(When::Delay(delay));
-        self
-    }
-
-    /// Due at this time (a time in the past is due at once).
-    pub fn at(mut self, at: SystemTime) -> Self {
-        self.at = Some(When::At(at));
-        self
-    }
-
-    /// As [`Schedule::idempotency_key`](super::Schedule::idempotency_key):
-    /// a task of the batch whose key is kept already, or appears earlier in
-    /// the same batch, creates nothing and is answered with that task's id.
-    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
-        self.idempotency_key = Some(key.into());
-        self
-    }
-
-    /// This task's own attempt limit, as
-    /// [`Schedule::max_attempts`](super::Schedule::max_attempts).
-    pub fn max_attempts(mut self, n: u32) -> Self {
-        self.max_attempts = Some(n);
-        self
-    }
-}
 
 impl Store {
     /// Stores many tasks at once: all of them or none, in one transaction

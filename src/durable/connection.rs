@@ -5,8 +5,8 @@
 
 use sqlx::{PgConnection, SqliteConnection};
 
-use super::batch::NewTask;
-use super::store::{NewRow, Schedule, Scheduled, Store};
+use super::new_task::{NewRow, NewTask};
+use super::store::{Schedule, Scheduled, Store};
 use super::Error;
 
 /// A connection of the caller's own that tasks can be scheduled through:

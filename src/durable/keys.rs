@@ -11,10 +11,10 @@ use std::time::SystemTime;
 
 use sqlx::Row;
 
-use super::batch::NewTask;
 use super::connection::{with_conn, Conn};
 use super::db::{now_ms, to_ms, Urgency};
-use super::store::{NewRow, Scheduled, Store, Target};
+use super::new_task::{NewRow, NewTask};
+use super::store::{Scheduled, Store, Target};
 use super::task::{TaskId, TaskInfo, TaskState};
 use super::Error;
 

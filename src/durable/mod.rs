@@ -137,6 +137,7 @@ mod error;
 mod faults;
 mod keys;
 mod lease;
+mod new_task;
 mod node;
 mod notify;
 mod outcome;
@@ -152,10 +153,10 @@ mod window;
 
 use std::time::Duration;
 
-pub use batch::NewTask;
 pub use connection::CallerConnection;
 pub use delivery::{Deliveries, Delivery, Task};
 pub use error::Error;
+pub use new_task::NewTask;
 pub use outcome::{Backoff, SchedulerStats};
 pub use recurring::{
     CatchUp, Recurring, RecurringInfo, Registered, MAX_CATCH_UP, MAX_RECURRING_NAME, MIN_INTERVAL,

@@ -11,15 +11,15 @@ use std::time::{Duration, SystemTime};
 
 use sqlx::Row;
 
-use super::batch::NewTask;
 use super::db::{
     clamp_u32, from_ms, now_ms, to_ms, with_pool, write_with_pool, Db, PoolSettings, Urgency,
     SQLITE_MIN_SIZE,
 };
+use super::new_task::{NewRow, NewTask};
 use super::notify::Notifier;
 use super::schema;
 use super::task::{StateCounts, TaskId, TaskInfo, TaskState};
-use super::{Error, MAX_IDEMPOTENCY_KEY, MAX_PAYLOAD};
+use super::Error;
 
 /// A durable task store on SQLite or PostgreSQL: the client that schedules
 /// tasks, and what a [`Scheduler`](super::Scheduler) runs on.
@@ -550,67 +550,6 @@ impl Target<'_> {
             Target::Id(_) => "id",
             Target::Key(_) => "idempotency_key",
         }
-    }
-}
-
-/// When a task is due, as asked.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum When {
-    At(SystemTime),
-    Delay(Duration),
-}
-
-/// A task to insert, checked: what one row of an insert binds.
-pub(crate) struct NewRow {
-    pub(crate) run_at: i64,
-    /// Whether the time was asked for (`run_at` is now when it was not):
-    /// a replacement keeps the pending task's time unless it was.
-    pub(crate) time_given: bool,
-    pub(crate) payload: Vec<u8>,
-    pub(crate) idempotency_key: Option<String>,
-    pub(crate) max_attempts: Option<i64>,
-}
-
-impl NewRow {
-    /// Checks a task to schedule: the payload's size, the key's length,
-    /// the attempt limit, and a due time the store can hold.
-    pub(crate) fn check(task: NewTask) -> Result<NewRow, Error> {
-        let NewTask {
-            payload,
-            at,
-            idempotency_key,
-            max_attempts,
-        } = task;
-        if payload.len() > MAX_PAYLOAD {
-            return Err(Error::payload_too_large(payload.len()));
-        }
-        match &idempotency_key {
-            Some(key) if key.is_empty() => return Err(Error::invalid_key("it is empty")),
-            Some(key) if key.len() > MAX_IDEMPOTENCY_KEY => {
-                return Err(Error::invalid_key("it is longer than MAX_IDEMPOTENCY_KEY"))
-            }
-            _ => {}
-        }
-        if max_attempts == Some(0) {
-            return Err(Error::config("max_attempts must be at least 1"));
-        }
-        let run_at = match at {
-            None => now_ms(),
-            Some(When::At(at)) => to_ms(at)?,
-            Some(When::Delay(delay)) => {
-                let at = SystemTime::now()
-                    .checked_add(delay)
-                    .ok_or_else(|| Error::out_of_range("the delay"))?;
-                to_ms(at)?
-            }
-        };
-        Ok(NewRow {
-            run_at,
-            time_given: at.is_some(),
-            payload,
-            idempotency_key,
-            max_attempts: max_attempts.map(i64::from),
-        })
     }
 }
 
