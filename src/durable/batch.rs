@@ -9,11 +9,12 @@ use sqlx::Row;
 use super::connection::{with_conn, Conn};
 use super::db::{now_ms, placeholders, with_pool, Urgency};
 use super::new_task::{NewRow, NewTask};
+use super::notify::{Announced, ANNOUNCED};
 use super::store::{Scheduled, Store};
 use super::task::TaskId;
 use super::Error;
 
-/// The most tasks one insert statement of a batch carries: five parameters
+/// The most tasks one insert statement of a batch carries: seven parameters
 /// each, far below SQLite's 32,766 and PostgreSQL's 65,535.
 const ROWS_PER_STATEMENT: usize = 1000;
 
@@ -80,21 +81,21 @@ impl Store {
             inserted
         });
         drop(turn);
-        for (id, run_at) in created {
-            self.notifier().announce(id, run_at);
+        for task in created {
+            self.notifier().announce(task);
         }
         Ok(outcomes)
     }
 
     /// Inserts `rows` on `conn`, a statement per thousand, and looks up
     /// the tasks whose keys were kept already. Returns what became of each
-    /// row, in order, and the `(id, run_at)` of each task created. Commits
-    /// nothing and announces nothing in this process: that is the caller's.
+    /// row, in order, and each task created, to announce. Commits nothing
+    /// and announces nothing in this process: that is the caller's.
     pub(crate) async fn insert_rows(
         &self,
         conn: Conn<'_>,
         rows: &[NewRow],
-    ) -> Result<(Vec<Scheduled>, Vec<(i64, i64)>), Error> {
+    ) -> Result<(Vec<Scheduled>, Vec<Announced>), Error> {
         if rows.is_empty() {
             return Ok((Vec::new(), Vec::new()));
         }
@@ -102,13 +103,13 @@ impl Store {
         let tasks = self.tasks_table();
         // `{rows}` is where the rows of each statement go.
         let insert = self.notifier().announcing(&format!(
-            "INSERT INTO {tasks} (run_at, payload, idempotency_key, max_attempts, created_at, updated_at) \
-             VALUES {{rows}} ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, run_at, idempotency_key",
+            "INSERT INTO {tasks} (run_at, payload, idempotency_key, max_attempts, queue, priority, created_at, updated_at) \
+             VALUES {{rows}} ON CONFLICT (idempotency_key) DO NOTHING RETURNING {ANNOUNCED}, idempotency_key",
         ));
         let clock = self.db().clock_sql();
         let statement = |n: usize| {
             let values = (0..n)
-                .map(|i| format!("({}, {clock})", placeholders(1 + 5 * i, 5)))
+                .map(|i| format!("({}, {clock})", placeholders(1 + 7 * i, 7)))
                 .collect::<Vec<_>>()
                 .join(", ");
             insert.replace("{rows}", &values)
@@ -131,23 +132,24 @@ impl Store {
                         .bind(&row.payload)
                         .bind(&row.idempotency_key)
                         .bind(row.max_attempts)
+                        .bind(&row.queue)
+                        .bind(row.priority_or_default())
                         .bind(now);
                 }
                 // Read to its end (see the notes of `db`).
                 let mut returned = Vec::with_capacity(chunk.len());
                 for row in query.fetch_all(&mut *c).await? {
                     returned.push(Inserted {
-                        id: row.try_get("id")?,
-                        run_at: row.try_get("run_at")?,
+                        task: Announced::read(&row)?,
                         idempotency_key: row.try_get("idempotency_key")?,
                     });
                 }
                 let base = n * ROWS_PER_STATEMENT;
                 for (i, inserted) in match_rows(chunk, returned)?.into_iter().enumerate() {
                     match inserted {
-                        Some((id, run_at)) => {
-                            outcomes[base + i] = Some(Scheduled::Created(TaskId(id)));
-                            created.push((id, run_at));
+                        Some(task) => {
+                            outcomes[base + i] = Some(Scheduled::Created(TaskId(task.id)));
+                            created.push(task);
                         }
                         None => kept.push(base + i),
                     }
@@ -202,29 +204,28 @@ impl NewRow {
 
 /// A row an insert of a batch returned.
 struct Inserted {
-    id: i64,
-    run_at: i64,
+    task: Announced,
     idempotency_key: Option<String>,
 }
 
-/// Which of `chunk` each returned row is: `(id, run_at)` for a task
-/// created, `None` for one whose key found a task. A row with a key is the
+/// Which of `chunk` each returned row is: the task created, or `None` for
+/// one whose key found a task. A row with a key is the
 /// task with that key (the first of the chunk with it, since rows are
 /// inserted in order and a later one conflicts with it); rows without are
 /// the keyless tasks in order, since one statement draws its ids in the
 /// order of its rows.
-fn match_rows(chunk: &[NewRow], returned: Vec<Inserted>) -> Result<Vec<Option<(i64, i64)>>, Error> {
+fn match_rows(chunk: &[NewRow], returned: Vec<Inserted>) -> Result<Vec<Option<Announced>>, Error> {
     let mut by_key = HashMap::new();
     let mut keyless = Vec::new();
     for row in returned {
         match row.idempotency_key {
             Some(key) => {
-                by_key.insert(key, (row.id, row.run_at));
+                by_key.insert(key, row.task);
             }
-            None => keyless.push((row.id, row.run_at)),
+            None => keyless.push(row.task),
         }
     }
-    keyless.sort_unstable();
+    keyless.sort_unstable_by_key(|task| task.id);
     let mut keyless = keyless.into_iter();
     let mut out = Vec::with_capacity(chunk.len());
     for row in chunk {

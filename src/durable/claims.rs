@@ -5,19 +5,33 @@
 //! the retention sweep. Each fragment written in more than one of them is
 //! named once below, and each returns named rows.
 
+use std::sync::Arc;
+
 use sqlx::Row;
 
 use super::db::{clamp_u32, now_ms, placeholders, with_pool, write_with_pool, Db, Urgency};
+use super::queue::Lanes;
 use super::task::TaskState;
 use super::Error;
 
-/// The task's shard is one whose lease `session` holds (`shards` is the
+/// The lease of the task's lane: its queue and its shard (`shards` is the
+/// shard count, SQL).
+fn task_lane(shards: &str) -> String {
+    format!("l.queue = ttw_tasks.queue AND l.shard = ttw_tasks.id % {shards}")
+}
+
+/// The task's lane is one whose lease `session` holds (`shards` is the
 /// shard count). Both are SQL: placeholders or column names.
 fn in_held_shard(session: &str, shards: &str) -> String {
     format!(
-        "EXISTS (SELECT 1 FROM ttw_leases l WHERE l.shard = ttw_tasks.id % {shards} \
-         AND l.owner_session = {session})"
+        "EXISTS (SELECT 1 FROM ttw_leases l WHERE {} AND l.owner_session = {session})",
+        task_lane(shards)
     )
+}
+
+/// A task's priority as the store holds it, in the range the API takes.
+pub(crate) fn priority_from_sql(p: i64) -> i16 {
+    p.clamp(i64::from(i16::MIN), i64::from(i16::MAX)) as i16
 }
 
 /// The fence on an outcome: task `id` is still running under the claim
@@ -28,8 +42,9 @@ fn in_held_shard(session: &str, shards: &str) -> String {
 fn fenced(id: &str, claim: &str, session: &str, shards: &str) -> String {
     format!(
         "id = {id} AND claims = {claim} AND state = 'running' AND locked_by = {session} \
-         AND EXISTS (SELECT 1 FROM ttw_leases l WHERE l.shard = ttw_tasks.id % {shards} \
-         AND l.owner_session = {session} AND l.epoch = ttw_tasks.lock_epoch)"
+         AND EXISTS (SELECT 1 FROM ttw_leases l WHERE {} \
+         AND l.owner_session = {session} AND l.epoch = ttw_tasks.lock_epoch)",
+        task_lane(shards)
     )
 }
 
@@ -53,12 +68,21 @@ fn retry_or_dead(default_max: &str, retry_at: &str, now: &str) -> String {
 /// The assignments that take a task's lock off.
 const UNLOCK: &str = "locked_by = NULL, locked_until = NULL";
 
-/// A scheduled task due at `run_at` (ms).
+/// A scheduled task due at `run_at` (ms), in lane `lane` of this node (see
+/// [`Lanes`]), with its priority within its queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Due {
     pub(crate) id: i64,
     pub(crate) run_at: i64,
+    pub(crate) lane: u32,
+    pub(crate) priority: i16,
 }
+
+/// The columns a [`Due`] is read from.
+const DUE_COLUMNS: &str = "id, run_at, queue, priority";
+
+/// A row of [`DUE_COLUMNS`].
+type DueRow = (i64, i64, String, i64);
 
 /// What a catch-up poll read.
 #[derive(Debug)]
@@ -68,7 +92,8 @@ pub(crate) struct Changes {
     pub(crate) due: Vec<Due>,
 }
 
-/// One attempt at a task: what its outcome is fenced on.
+/// One attempt at a task: what its outcome is fenced on, and where a
+/// retry is armed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Attempt {
     pub(crate) id: i64,
@@ -76,6 +101,9 @@ pub(crate) struct Attempt {
     pub(crate) number: u32,
     /// The task's claim count after this claim.
     pub(crate) claim: i64,
+    /// The task's lane on this node.
+    pub(crate) lane: u32,
+    pub(crate) priority: i16,
 }
 
 /// A task claimed for delivery: what the claim statement returned.
@@ -100,10 +128,10 @@ pub(crate) struct Unclaimed {
 /// A running task the reclaim took back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Reclaimed {
-    pub(crate) id: i64,
-    pub(crate) run_at: i64,
     /// Out of attempts: dead rather than scheduled again.
     pub(crate) dead: bool,
+    /// The task, due again (`None` when dead).
+    pub(crate) due: Option<Due>,
 }
 
 /// What a failure outcome did to the task.
@@ -121,16 +149,28 @@ pub(crate) struct Claims {
     db: Db,
     shards: i64,
     session: String,
+    lanes: Arc<Lanes>,
 }
 
 impl Claims {
-    /// Statements for session `session` on a store of `shards` shards.
-    pub(crate) fn new(db: Db, shards: u32, session: String) -> Claims {
+    /// Statements for session `session` serving the queues of `lanes`.
+    pub(crate) fn new(db: Db, lanes: Arc<Lanes>, shards: u32, session: String) -> Claims {
         Claims {
             db,
             shards: i64::from(shards),
             session,
+            lanes,
         }
+    }
+
+    /// A task read back as due, if its queue is one this node serves.
+    fn due(&self, (id, run_at, queue, priority): DueRow) -> Option<Due> {
+        Some(Due {
+            id,
+            run_at,
+            lane: self.lanes.lane(&queue, id)?,
+            priority: priority_from_sql(priority),
+        })
     }
 
     /// The session these statements are bound to.
@@ -141,10 +181,10 @@ impl Claims {
     /// Scheduled tasks of this session's shards due before `horizon`.
     pub(crate) async fn due_before(&self, horizon: i64) -> Result<Vec<Due>, Error> {
         let sql = format!(
-            "SELECT id, run_at FROM ttw_tasks WHERE state = 'scheduled' AND run_at < $1 AND {}",
+            "SELECT {DUE_COLUMNS} FROM ttw_tasks WHERE state = 'scheduled' AND run_at < $1 AND {}",
             in_held_shard("$3", "$2")
         );
-        let rows: Vec<(i64, i64)> = with_pool!(&self.db, pool => {
+        let rows: Vec<DueRow> = with_pool!(&self.db, pool => {
             sqlx::query_as(&sql)
                 .bind(horizon)
                 .bind(self.shards)
@@ -152,10 +192,7 @@ impl Claims {
                 .fetch_all(pool)
                 .await?
         });
-        Ok(rows
-            .into_iter()
-            .map(|(id, run_at)| Due { id, run_at })
-            .collect())
+        Ok(rows.into_iter().filter_map(|row| self.due(row)).collect())
     }
 
     /// One catch-up poll in one statement: the database's clock, and the
@@ -170,13 +207,14 @@ impl Claims {
     ) -> Result<Changes, Error> {
         let sql = format!(
             "WITH c AS (SELECT {} AS db_now) \
-             SELECT c.db_now, ttw_tasks.id, ttw_tasks.run_at FROM c LEFT JOIN ttw_tasks \
+             SELECT c.db_now, {DUE_COLUMNS} FROM c LEFT JOIN ttw_tasks \
              ON ttw_tasks.state = 'scheduled' AND ttw_tasks.run_at < $1 \
              AND ttw_tasks.updated_at >= COALESCE($2, c.db_now - $5) AND {}",
             self.db.clock_sql(),
             in_held_shard("$4", "$3")
         );
-        let rows: Vec<(i64, Option<i64>, Option<i64>)> = with_pool!(&self.db, pool => {
+        type Row = (i64, Option<i64>, Option<i64>, Option<String>, Option<i64>);
+        let rows: Vec<Row> = with_pool!(&self.db, pool => {
             sqlx::query_as(&sql)
                 .bind(horizon)
                 .bind(since)
@@ -192,35 +230,33 @@ impl Claims {
             .ok_or_else(|| Error::config("the database returned no clock reading"))?;
         let due = rows
             .into_iter()
-            .filter_map(|(_, id, run_at)| {
-                Some(Due {
-                    id: id?,
-                    run_at: run_at?,
-                })
+            .filter_map(|(_, id, run_at, queue, priority)| {
+                self.due((id?, run_at?, queue?, priority?))
             })
             .collect();
         Ok(Changes { db_now, due })
     }
 
-    /// The claim, in one statement: of `ids`, those still scheduled, due by
-    /// `now`, and in a shard whose lease this session holds move to running,
-    /// with the attempt counted, the session and lease epoch stamped, and a
-    /// lock until `locked_until`.
+    /// The claim, in one statement: of `fired` (in id order), those still
+    /// scheduled, due by `now`, and in a lane whose lease this session holds
+    /// move to running, with the attempt counted, the session and lease
+    /// epoch stamped, and a lock until `locked_until`.
     pub(crate) async fn claim(
         &self,
-        ids: &[i64],
+        fired: &[Due],
         now: i64,
         locked_until: i64,
     ) -> Result<Vec<Claimed>, Error> {
         let sql = format!(
             "UPDATE ttw_tasks SET state = 'running', attempts = attempts + 1, claims = claims + 1, locked_by = $1, \
-             lock_epoch = (SELECT l.epoch FROM ttw_leases l WHERE l.shard = ttw_tasks.id % $2), \
+             lock_epoch = (SELECT l.epoch FROM ttw_leases l WHERE {}), \
              locked_until = $3, updated_at = {} \
              WHERE state = 'scheduled' AND run_at <= $4 AND {} AND id IN ({}) \
              RETURNING id, run_at, attempts, claims, payload, idempotency_key",
+            task_lane("$2"),
             self.db.clock_sql(),
             in_held_shard("$1", "$2"),
-            placeholders(5, ids.len())
+            placeholders(5, fired.len())
         );
         let claimed = write_with_pool!(&self.db, Urgency::Urgent, pool => {
             let mut query = sqlx::query(&sql)
@@ -228,17 +264,23 @@ impl Claims {
                 .bind(self.shards)
                 .bind(locked_until)
                 .bind(now);
-            for id in ids {
-                query = query.bind(id);
+            for due in fired {
+                query = query.bind(due.id);
             }
             let rows = query.fetch_all(pool).await?;
             let mut out = Vec::with_capacity(rows.len());
             for row in rows {
+                let id: i64 = row.try_get("id")?;
+                let Ok(at) = fired.binary_search_by_key(&id, |due| due.id) else {
+                    continue;
+                };
                 out.push(Claimed {
                     attempt: Attempt {
-                        id: row.try_get("id")?,
+                        id,
                         number: clamp_u32(row.try_get("attempts")?),
                         claim: row.try_get("claims")?,
+                        lane: fired[at].lane,
+                        priority: fired[at].priority,
                     },
                     run_at: row.try_get("run_at")?,
                     payload: row.try_get("payload")?,
@@ -359,15 +401,16 @@ impl Claims {
              ELSE 'the node delivering it died; the shard''s new owner took it back' END, \
              {UNLOCK}, updated_at = {} \
              WHERE state = 'running' \
-             AND EXISTS (SELECT 1 FROM ttw_leases l WHERE l.shard = ttw_tasks.id % $3 AND l.owner_session = $4 \
+             AND EXISTS (SELECT 1 FROM ttw_leases l WHERE {} AND l.owner_session = $4 \
              AND (ttw_tasks.locked_until < $2 \
              OR ((ttw_tasks.lock_epoch IS NULL OR ttw_tasks.lock_epoch < l.epoch) \
              AND NOT EXISTS (SELECT 1 FROM ttw_nodes n WHERE n.session = ttw_tasks.locked_by)))) \
-             RETURNING id, run_at, state",
+             RETURNING {DUE_COLUMNS}, state",
             retry_or_dead("$1", "$2", "$2"),
-            self.db.clock_sql()
+            self.db.clock_sql(),
+            task_lane("$3")
         );
-        let rows: Vec<(i64, i64, String)> = write_with_pool!(&self.db, Urgency::Ordinary, pool => {
+        let rows: Vec<(i64, i64, String, i64, String)> = write_with_pool!(&self.db, Urgency::Ordinary, pool => {
             sqlx::query_as(&sql)
                 .bind(default_max)
                 .bind(now_ms())
@@ -377,11 +420,15 @@ impl Claims {
                 .await?
         });
         rows.into_iter()
-            .map(|(id, run_at, state)| {
+            .map(|(id, run_at, queue, priority, state)| {
+                let dead = TaskState::from_sql(&state)? == TaskState::Dead;
                 Ok(Reclaimed {
-                    id,
-                    run_at,
-                    dead: TaskState::from_sql(&state)? == TaskState::Dead,
+                    dead,
+                    due: if dead {
+                        None
+                    } else {
+                        self.due((id, run_at, queue, priority))
+                    },
                 })
             })
             .collect()

@@ -1,6 +1,7 @@
 //! A scheduler's settings, as [`SchedulerBuilder`](super::SchedulerBuilder)
 //! gathers them, and the rules they must meet together.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::outcome::Backoff;
@@ -20,6 +21,8 @@ pub(crate) struct Config {
     pub(crate) callback_timeout: Duration,
     pub(crate) lock_grace: Duration,
     pub(crate) max_concurrency: usize,
+    /// Limits on deliveries in flight per queue, for queues that have one.
+    pub(crate) queue_concurrency: BTreeMap<String, usize>,
     pub(crate) max_attempts: u32,
     pub(crate) backoff: Backoff,
     pub(crate) retention: Duration,
@@ -36,6 +39,7 @@ impl Default for Config {
             callback_timeout: Duration::from_secs(60),
             lock_grace: Duration::from_secs(10),
             max_concurrency: 1024,
+            queue_concurrency: BTreeMap::new(),
             max_attempts: 5,
             backoff: Backoff::default(),
             retention: Duration::from_secs(24 * 3600),
@@ -82,6 +86,11 @@ impl Config {
             return Err(Error::config(
                 "max_concurrency and max_attempts must be at least 1",
             ));
+        }
+        if let Some((queue, _)) = self.queue_concurrency.iter().find(|(_, &n)| n == 0) {
+            return Err(Error::config(format!(
+                "the concurrency limit of queue '{queue}' must be at least 1"
+            )));
         }
         if self.callback_timeout.is_zero() {
             return Err(Error::config("the callback timeout must not be zero"));

@@ -6,6 +6,7 @@
 use sqlx::{PgConnection, SqliteConnection};
 
 use super::new_task::{NewRow, NewTask};
+use super::notify::Announced;
 use super::store::{Schedule, Scheduled, Store};
 use super::Error;
 
@@ -102,10 +103,10 @@ impl Store {
     /// a rollback is claimed only at its own time, since a claim checks
     /// the time it reads). On PostgreSQL the `NOTIFY` of the statement
     /// arrives at commit, to every process, this one included.
-    fn announce_uncommitted(&self, created: &[(i64, i64)]) {
+    fn announce_uncommitted(&self, created: Vec<Announced>) {
         if !self.is_postgres() {
-            for &(id, run_at) in created {
-                self.notifier().announce(id, run_at);
+            for task in created {
+                self.notifier().announce(task);
             }
         }
     }
@@ -170,7 +171,7 @@ impl Store {
         let conn = self.caller(conn)?;
         let rows = NewRow::check_batch(tasks)?;
         let (outcomes, created) = self.insert_rows(conn, &rows).await?;
-        self.announce_uncommitted(&created);
+        self.announce_uncommitted(created);
         Ok(outcomes)
     }
 }
@@ -239,7 +240,7 @@ impl Schedule<'_> {
                 .ok_or_else(|| Error::config("the task has no outcome"))?;
             (outcome, created)
         };
-        store.announce_uncommitted(&created);
+        store.announce_uncommitted(created);
         Ok(outcome)
     }
 }

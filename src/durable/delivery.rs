@@ -29,16 +29,29 @@ pub struct Task {
     pub(crate) run_at: SystemTime,
     pub(crate) payload: Vec<u8>,
     pub(crate) idempotency_key: Option<String>,
+    pub(crate) queue: Arc<str>,
 }
 
 impl Task {
-    pub(crate) fn from_claimed(c: Claimed) -> Task {
+    pub(crate) fn from_claimed(c: Claimed, queue: Arc<str>) -> Task {
         Task {
             attempt: c.attempt,
             run_at: from_ms(c.run_at),
             payload: c.payload,
             idempotency_key: c.idempotency_key,
+            queue,
         }
+    }
+
+    /// The queue it belongs to.
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+
+    /// Its priority within its queue: of tasks waiting for room in the
+    /// queue, lower numbers are claimed first.
+    pub fn priority(&self) -> i16 {
+        self.attempt.priority
     }
 
     /// The task's id.
@@ -77,6 +90,7 @@ impl fmt::Debug for Task {
         f.debug_struct("Task")
             .field("id", &self.id())
             .field("attempt", &self.attempt.number)
+            .field("queue", &self.queue)
             .field("payload_len", &self.payload.len())
             .field("idempotency_key", &self.idempotency_key)
             .finish()

@@ -2,6 +2,8 @@
 //! task is delivered (to the handler, or on the stream) under a supervisor
 //! that ends the attempt by its deadline and records the outcome.
 
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
@@ -32,33 +34,137 @@ pub(crate) type Handler = Arc<dyn Fn(Task) -> BoxFuture<'static, Result<(), Stri
 /// Where deliveries go.
 #[derive(Clone)]
 pub(crate) enum Mode {
-    Handler(Handler),
+    /// To the handler of each task's queue, by queue index (see
+    /// [`Lanes`](super::queue::Lanes)).
+    Handlers(Arc<[Handler]>),
     Stream(mpsc::Sender<Delivery>),
 }
 
-/// Claims what the wheel fires, and runs each delivery under its own
-/// supervisor, until a graceful shutdown stops it; then waits for the
-/// deliveries in flight.
-pub(crate) async fn dispatch(node: Arc<Node>, expirations: Expirations<i64, i64>, mode: Mode) {
+/// What a delivery holds while it runs: its place under the node's
+/// `max_concurrency`, and under its queue's, if the queue has a limit.
+pub(crate) struct Permits {
+    _node: OwnedSemaphorePermit,
+    _queue: Option<OwnedSemaphorePermit>,
+}
+
+/// A fired task waiting for room: ordered so that the heap's top is the
+/// lowest priority number, then the earliest due, then the lowest id.
+#[derive(Debug, PartialEq, Eq)]
+struct Waiting(Due);
+
+impl Ord for Waiting {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let key = |d: &Due| Reverse((d.priority, d.run_at, d.id));
+        key(&self.0).cmp(&key(&other.0))
+    }
+}
+
+impl PartialOrd for Waiting {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// The fired tasks not yet claimed, a heap per queue. A task is claimed
+/// only once there is room for it, under the node's limit and its queue's,
+/// so a task waiting here is still scheduled in the store (and counted
+/// so), and when room comes the most urgent of its queue goes first.
+struct Ready {
+    queues: Vec<BinaryHeap<Waiting>>,
+    /// The ids in the heaps: a task fired twice waits once.
+    ids: HashSet<i64>,
+    /// The queue served first in the next round, so that queues take
+    /// turns when the node's limit is what binds.
+    next: usize,
+}
+
+impl Ready {
+    fn new(queues: usize) -> Ready {
+        Ready {
+            queues: (0..queues).map(|_| BinaryHeap::new()).collect(),
+            ids: HashSet::new(),
+            next: 0,
+        }
+    }
+
+    fn push(&mut self, node: &Node, due: Due) {
+        if self.ids.insert(due.id) {
+            self.queues[node.window.lanes.index_of(due.lane)].push(Waiting(due));
+        }
+    }
+
+    /// Takes up to `max` tasks there is room for, a permit each: one from
+    /// each queue in turn, most urgent first.
+    fn take(&mut self, node: &Node, max: usize) -> Vec<(Due, Permits)> {
+        let mut taken = Vec::new();
+        let count = self.queues.len();
+        let start = self.next;
+        self.next = (self.next + 1) % count;
+        loop {
+            let mut progress = false;
+            for k in 0..count {
+                if taken.len() == max {
+                    return taken;
+                }
+                let index = (start + k) % count;
+                if self.queues[index].is_empty() {
+                    continue;
+                }
+                let Ok(node_permit) = node.semaphore.clone().try_acquire_owned() else {
+                    return taken;
+                };
+                let queue_permit = match &node.queue_limits[index] {
+                    None => None,
+                    Some(limit) => match limit.clone().try_acquire_owned() {
+                        Ok(permit) => Some(permit),
+                        Err(_) => continue,
+                    },
+                };
+                let Some(Waiting(due)) = self.queues[index].pop() else {
+                    continue;
+                };
+                self.ids.remove(&due.id);
+                taken.push((
+                    due,
+                    Permits {
+                        _node: node_permit,
+                        _queue: queue_permit,
+                    },
+                ));
+                progress = true;
+            }
+            if !progress {
+                return taken;
+            }
+        }
+    }
+}
+
+/// Claims what the wheel fires as there is room for it, and runs each
+/// delivery under its own supervisor, until a graceful shutdown stops it;
+/// then waits for the deliveries in flight.
+pub(crate) async fn dispatch(node: Arc<Node>, expirations: Expirations<i64, Due>, mode: Mode) {
     let batch = CLAIM_BATCH.min(node.config.max_concurrency);
     let mut fired = expirations.ready_chunks(batch);
+    let mut ready = Ready::new(node.window.lanes.queues().len());
     let mut running = JoinSet::new();
     loop {
+        let room = ready.take(&node, batch);
+        if !room.is_empty() {
+            if let Err(err) = claim_and_run(&node, room, &mode, &mut running).await {
+                node.report(Failing::Claim, &err);
+            }
+            // More may have room now.
+            continue;
+        }
         tokio::select! {
             biased;
             _ = node.stopping.notified() => break,
             Some(_) = running.join_next(), if !running.is_empty() => {}
             chunk = fired.next() => match chunk {
                 Some(chunk) => {
-                    let fired = chunk
-                        .into_iter()
-                        .map(|e| {
-                            let (id, run_at) = e.into_parts();
-                            Due { id, run_at }
-                        })
-                        .collect();
-                    if let Err(err) = claim_and_run(&node, fired, &mode, &mut running).await {
-                        node.report(Failing::Claim, &err);
+                    for expired in chunk {
+                        ready.push(&node, expired.into_parts().1);
                     }
                 }
                 None => break,
@@ -70,78 +176,58 @@ pub(crate) async fn dispatch(node: Arc<Node>, expirations: Expirations<i64, i64>
 
 async fn claim_and_run(
     node: &Arc<Node>,
-    mut fired: Vec<Due>,
+    mut fired: Vec<(Due, Permits)>,
     mode: &Mode,
     running: &mut JoinSet<()>,
 ) -> Result<(), Error> {
     let window = &node.window;
-    // A task armed twice in quick succession (the in-process announcement,
-    // NOTIFY, the catch-up poll, a re-arm) can fire twice into one batch:
-    // once from the queue, once armed again after it left the wheel. Its
-    // claim takes it once, so it must register in its shard once, or the
-    // shard's in-flight count never returns to zero and the shard can never
-    // be given back.
-    fired.sort_unstable_by_key(|due| due.id);
-    fired.dedup_by_key(|due| due.id);
-    // Each id registers in its shard before the claim, so the shard is not
-    // given back under it. Ids of shards given back are dropped quietly:
-    // the new owner has loaded them. Ids of a shard being given back right
+    // In id order, for the look-ups below; each id once (see `Ready`).
+    fired.sort_unstable_by_key(|(due, _)| due.id);
+    // Each id registers in its lane before the claim, so the lane is not
+    // given back under it. Ids of lanes given back are dropped quietly:
+    // the new owner has loaded them. Ids of a lane being given back right
     // now come back shortly, to be claimed here if the release fails or
     // dropped if it succeeds.
-    let mut ids: Vec<i64> = Vec::with_capacity(fired.len());
-    for &due in &fired {
-        let shard = window.shard_of(due.id);
-        if window.shards.enter(shard) {
-            ids.push(due.id);
-        } else if window.shards.owns(shard) {
+    let mut entered: Vec<(Due, Permits)> = Vec::with_capacity(fired.len());
+    for (due, permits) in fired {
+        if window.shards.enter(due.lane as usize) {
+            entered.push((due, permits));
+        } else if window.shards.owns(due.lane as usize) {
             window.retry(due, Retry::ShardReleasing).await;
         }
     }
-    if ids.is_empty() {
+    if entered.is_empty() {
         return Ok(());
     }
-    let mut permits = match node
-        .semaphore
-        .clone()
-        .acquire_many_owned(ids.len() as u32)
-        .await
-    {
-        Ok(permits) => permits,
-        Err(_) => {
-            exit_all(node, &ids);
-            return Err(Error::closed());
-        }
-    };
+    let dues: Vec<Due> = entered.iter().map(|(due, _)| *due).collect();
     // Each delivery must end by `deadline`, measured from before the claim,
     // so that it always ends (and its outcome is written within the grace)
     // before its lock runs out and the task is reclaimed.
     let deadline = Instant::now() + node.config.callback_timeout;
     let now = now_ms();
     let lock = now + ms(node.config.callback_timeout) + ms(node.config.lock_grace);
-    let claimed = match node.claims.claim(&ids, now, lock).await {
+    let claimed = match node.claims.claim(&dues, now, lock).await {
         Ok(claimed) => claimed,
         Err(err) => {
-            exit_all(node, &ids);
-            for due in fired {
+            exit_all(node, &dues);
+            for due in dues {
                 window.retry(due, Retry::DatabaseFailed).await;
             }
             return Err(err);
         }
     };
-    let missing: Vec<i64> = if claimed.len() < ids.len() {
-        ids.iter()
-            .copied()
-            .filter(|id| !claimed.iter().any(|c| c.attempt.id == *id))
-            .collect()
-    } else {
-        Vec::new()
-    };
-    // The claimed ids stay registered until their outcome is recorded.
-    exit_all(node, &missing);
+    let mut permits: Vec<Option<Permits>> = entered.into_iter().map(|(_, p)| Some(p)).collect();
+    let mut taken = vec![false; dues.len()];
     for c in claimed {
+        let Ok(at) = dues.binary_search_by_key(&c.attempt.id, |d| d.id) else {
+            continue;
+        };
+        taken[at] = true;
+        let Some(permit) = permits[at].take() else {
+            continue;
+        };
         Counters::bump(&node.counters().delivered);
-        let permit = permits.split(1).expect("one permit per claimed id");
-        let task = Task::from_claimed(c);
+        let task = Task::from_claimed(c, window.lanes.queue_of(dues[at].lane).clone());
         running.spawn(supervise(
             node.clone(),
             task,
@@ -150,17 +236,23 @@ async fn claim_and_run(
             deadline,
         ));
     }
+    // The claimed ids stay registered until their outcome is recorded.
+    let missing: Vec<Due> = dues
+        .iter()
+        .zip(&taken)
+        .filter(|(_, &taken)| !taken)
+        .map(|(due, _)| *due)
+        .collect();
+    exit_all(node, &missing);
+    drop(permits);
     // Only after the claimed tasks are running: a failure here must not
     // strand them.
     if !missing.is_empty() {
         if let Err(err) = explain_unclaimed(node, &missing).await {
             // Nothing else would arm these before the next window load:
-            // look again shortly, as after a failed claim. (`missing` is in
-            // id order, as `fired` is.)
-            for due in fired {
-                if missing.binary_search(&due.id).is_ok() {
-                    window.retry(due, Retry::DatabaseFailed).await;
-                }
+            // look again shortly, as after a failed claim.
+            for due in missing {
+                window.retry(due, Retry::DatabaseFailed).await;
             }
             return Err(err);
         }
@@ -168,22 +260,23 @@ async fn claim_and_run(
     Ok(())
 }
 
-/// Ends the registration of ids that will not be delivered.
-fn exit_all(node: &Node, ids: &[i64]) {
-    for &id in ids {
-        node.window.exit(node.window.shard_of(id));
+/// Ends the registration of tasks that will not be delivered.
+fn exit_all(node: &Node, dues: &[Due]) {
+    for due in dues {
+        node.window.exit(due.lane);
     }
 }
 
 /// Sorts out fired ids the claim did not take: not due yet by the wall
 /// clock (re-armed), another node's lease (counted as lost to fencing), or
 /// finished, cancelled or claimed already (dropped).
-async fn explain_unclaimed(node: &Node, missing: &[i64]) -> Result<(), Error> {
+async fn explain_unclaimed(node: &Node, missing: &[Due]) -> Result<(), Error> {
     if node.faults.fail_explain() {
         return Err(Error::config("unclaimed lookup failed by fault injection"));
     }
     let now = now_ms();
-    for task in node.claims.why_unclaimed(missing).await? {
+    let ids: Vec<i64> = missing.iter().map(|due| due.id).collect();
+    for task in node.claims.why_unclaimed(&ids).await? {
         // Another node's lease: lost to fencing, whether that node has
         // claimed the task by now or not.
         if !task.held {
@@ -193,9 +286,12 @@ async fn explain_unclaimed(node: &Node, missing: &[i64]) -> Result<(), Error> {
         if task.state != TaskState::Scheduled {
             continue;
         }
+        let Ok(at) = ids.binary_search(&task.id) else {
+            continue;
+        };
         let due = Due {
-            id: task.id,
             run_at: task.run_at,
+            ..missing[at]
         };
         if task.run_at > now {
             node.window.arm(due).await;
@@ -207,13 +303,7 @@ async fn explain_unclaimed(node: &Node, missing: &[i64]) -> Result<(), Error> {
 }
 
 /// Delivers one claimed task and records its outcome, by `deadline`.
-async fn supervise(
-    node: Arc<Node>,
-    task: Task,
-    mode: Mode,
-    permit: OwnedSemaphorePermit,
-    deadline: Instant,
-) {
+async fn supervise(node: Arc<Node>, task: Task, mode: Mode, permits: Permits, deadline: Instant) {
     let outcomes = &node.outcomes;
     let timeout = node.config.callback_timeout;
     let failed: Option<String> = match mode {
@@ -223,9 +313,10 @@ async fn supervise(
         _ if Instant::now() >= deadline => {
             Some("not started before its deadline (the runtime was too busy)".to_string())
         }
-        Mode::Handler(handler) => {
+        Mode::Handlers(handlers) => {
             // The handler is called inside the guarded future, so a panic
             // while it makes its future is caught too.
+            let handler = handlers[node.window.lanes.index_of(task.attempt.lane)].clone();
             let attempt = task.clone();
             let run = AssertUnwindSafe(async move { handler(attempt).await }).catch_unwind();
             let outcome = match tokio::time::timeout_at(deadline, run).await {
@@ -270,6 +361,6 @@ async fn supervise(
             node.report(Failing::Outcome, &err);
         }
     }
-    node.window.exit(node.window.shard_of(task.attempt.id));
-    drop(permit);
+    node.window.exit(task.attempt.lane);
+    drop(permits);
 }

@@ -39,6 +39,7 @@ enum Kind {
     Config(String),
     InvalidKey(&'static str),
     InvalidSchedule(String),
+    InvalidQueue(String),
     Lost,
     Closed,
 }
@@ -58,6 +59,10 @@ impl Error {
 
     pub(crate) fn invalid_schedule(why: impl Into<String>) -> Self {
         Self::from_kind(Kind::InvalidSchedule(why.into()))
+    }
+
+    pub(crate) fn invalid_queue(why: impl Into<String>) -> Self {
+        Self::from_kind(Kind::InvalidQueue(why.into()))
     }
 
     pub(crate) fn invalid_key(why: &'static str) -> Self {
@@ -183,6 +188,14 @@ impl Error {
         matches!(self.kind, Kind::InvalidSchedule(_))
     }
 
+    /// A queue name was empty, longer than
+    /// [`MAX_QUEUE_NAME`](super::MAX_QUEUE_NAME) bytes, or held a character
+    /// other than ASCII letters, digits, `_`, `-`, `.` and `:`; nothing was
+    /// stored (or the scheduler did not start).
+    pub fn is_invalid_queue(&self) -> bool {
+        matches!(self.kind, Kind::InvalidQueue(_))
+    }
+
     /// An `ack` or `nack` came too late: the attempt no longer belongs to
     /// this delivery (its deadline passed and it was counted as failed, or
     /// this node lost the task's shard). The task will be, or was, delivered
@@ -273,6 +286,7 @@ impl fmt::Display for Error {
             Kind::Config(what) => write!(f, "invalid configuration: {what}"),
             Kind::InvalidKey(why) => write!(f, "invalid idempotency key: {why}"),
             Kind::InvalidSchedule(why) => write!(f, "invalid recurring schedule: {why}"),
+            Kind::InvalidQueue(why) => write!(f, "invalid queue name: {why}"),
             Kind::Lost => f.write_str("the delivery no longer holds its task"),
             Kind::Closed => f.write_str("the scheduler was shut down"),
         }

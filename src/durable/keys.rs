@@ -14,6 +14,7 @@ use sqlx::Row;
 use super::connection::{with_conn, Conn};
 use super::db::{now_ms, to_ms, Urgency};
 use super::new_task::{NewRow, NewTask};
+use super::notify::{Announced, ANNOUNCED};
 use super::store::{Scheduled, Store, Target};
 use super::task::{TaskId, TaskInfo, TaskState};
 use super::Error;
@@ -130,8 +131,8 @@ impl Store {
             }
         };
         drop(turn);
-        if let Some((id, run_at)) = changed {
-            self.notifier().announce(id, run_at);
+        if let Some(task) = changed {
+            self.notifier().announce(task);
         }
         Ok(outcome)
     }
@@ -139,7 +140,8 @@ impl Store {
     /// The replacement on `conn`: the key's task, if scheduled, takes
     /// `row`'s payload, and its time and attempt limit if they were given;
     /// without a task for the key, `row` is inserted. Returns what was done
-    /// and, for a task created or replaced, its `(id, run_at)` to announce.
+    /// and, for a task created or replaced, the task to announce. A
+    /// replaced task keeps its queue, and its priority unless one was given.
     ///
     /// Three statements, each atomic by itself, so it works alike inside
     /// and outside a transaction and on both backends: update the key's
@@ -150,7 +152,7 @@ impl Store {
         &self,
         conn: Conn<'_>,
         row: &NewRow,
-    ) -> Result<(Scheduled, Option<(i64, i64)>), Error> {
+    ) -> Result<(Scheduled, Option<Announced>), Error> {
         let Some(key) = row.idempotency_key.as_deref() else {
             return Err(Error::config(
                 "replace_pending needs an idempotency key to find the task by",
@@ -160,12 +162,13 @@ impl Store {
         let clock = self.db().clock_sql();
         let update = self.notifier().announcing(&format!(
             "UPDATE {tasks} SET payload = $2, run_at = COALESCE($3, run_at), \
-             max_attempts = COALESCE($4, max_attempts), updated_at = {clock} \
-             WHERE idempotency_key = $1 AND state = 'scheduled' RETURNING id, run_at"
+             max_attempts = COALESCE($4, max_attempts), priority = COALESCE($5, priority), \
+             updated_at = {clock} \
+             WHERE idempotency_key = $1 AND state = 'scheduled' RETURNING {ANNOUNCED}"
         ));
         let insert = self.notifier().announcing(&format!(
-            "INSERT INTO {tasks} (run_at, payload, idempotency_key, max_attempts, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, {clock}) ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, run_at"
+            "INSERT INTO {tasks} (run_at, payload, idempotency_key, max_attempts, queue, priority, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, {clock}) ON CONFLICT (idempotency_key) DO NOTHING RETURNING {ANNOUNCED}"
         ));
         let look = format!("SELECT id, state FROM {tasks} WHERE idempotency_key = $1");
         let new_time = row.time_given.then_some(row.run_at);
@@ -177,23 +180,26 @@ impl Store {
                     .bind(&row.payload)
                     .bind(new_time)
                     .bind(row.max_attempts)
+                    .bind(row.priority)
                     .fetch_all(&mut *c)
                     .await?;
                 if let Some(r) = replaced.first() {
-                    let (id, run_at): (i64, i64) = (r.try_get("id")?, r.try_get("run_at")?);
-                    return Ok((Scheduled::Replaced(TaskId(id)), Some((id, run_at))));
+                    let task = Announced::read(r)?;
+                    return Ok((Scheduled::Replaced(TaskId(task.id)), Some(task)));
                 }
                 let inserted = sqlx::query(&insert)
                     .bind(row.run_at)
                     .bind(&row.payload)
                     .bind(key)
                     .bind(row.max_attempts)
+                    .bind(&row.queue)
+                    .bind(row.priority_or_default())
                     .bind(now_ms())
                     .fetch_all(&mut *c)
                     .await?;
                 if let Some(r) = inserted.first() {
-                    let (id, run_at): (i64, i64) = (r.try_get("id")?, r.try_get("run_at")?);
-                    return Ok((Scheduled::Created(TaskId(id)), Some((id, run_at))));
+                    let task = Announced::read(r)?;
+                    return Ok((Scheduled::Created(TaskId(task.id)), Some(task)));
                 }
                 if let Some(r) = sqlx::query(&look).bind(key).fetch_optional(&mut *c).await? {
                     let state = TaskState::from_sql(r.try_get("state")?)?;

@@ -19,14 +19,18 @@
 //! a restart that took its shards back) fails in the database; the age of
 //! a heartbeat only decides when a lease may be taken over.
 
+use std::sync::Arc;
+
 use sqlx::Row;
 
 use super::db::{fnv1a, placeholders, with_pool, write_with_pool, Db, Urgency};
 use super::process;
+use super::queue::Lanes;
+use super::schema;
 use super::Error;
 
-/// What one heartbeat learned: the shards this session holds after it, and
-/// how many it took over from another owner.
+/// What one heartbeat learned: the lanes (see [`Lanes`]) this session holds
+/// after it, and how many it took over from another owner.
 #[derive(Debug, Default)]
 pub(crate) struct Beat {
     pub(crate) owned: Vec<u32>,
@@ -46,6 +50,8 @@ struct Member {
     session: String,
     process: Option<String>,
     leaving: bool,
+    /// The queues it serves, comma-separated.
+    queues: String,
 }
 
 /// What the ordinary part of a heartbeat found.
@@ -54,13 +60,14 @@ struct Around {
     alive: bool,
     /// The other sessions heartbeating within the TTL.
     members: Vec<Member>,
-    /// The shards whose lease this session holds.
+    /// The lanes whose lease this session holds.
     owned: Vec<u32>,
 }
 
 /// The lease statements of one node session.
 pub(crate) struct Leases {
     db: Db,
+    lanes: Arc<Lanes>,
     shards: u32,
     node: String,
     session: String,
@@ -68,16 +75,33 @@ pub(crate) struct Leases {
 }
 
 impl Leases {
-    /// Leases of node `node` in session `session`, lasting `ttl_ms`
-    /// without a heartbeat, on a store of `shards` shards.
-    pub(crate) fn new(db: Db, shards: u32, node: String, session: String, ttl_ms: i64) -> Leases {
+    /// Leases of node `node` in session `session` on the lanes of `lanes`
+    /// (a store of `shards` shards), lasting `ttl_ms` without a heartbeat.
+    pub(crate) fn new(
+        db: Db,
+        lanes: Arc<Lanes>,
+        shards: u32,
+        node: String,
+        session: String,
+        ttl_ms: i64,
+    ) -> Leases {
         Leases {
             db,
+            lanes,
             shards,
             node,
             session,
             ttl_ms,
         }
+    }
+
+    /// Makes sure every queue this node serves has its lease rows: the
+    /// first node to serve a queue adds them.
+    pub(crate) async fn add_lease_rows(&self) -> Result<(), Error> {
+        for queue in self.lanes.queues() {
+            schema::add_lease_rows(&self.db, queue, self.shards).await?;
+        }
+        Ok(())
     }
 
     /// A shard with no live owner: none, an owner whose membership row is
@@ -130,34 +154,51 @@ impl Leases {
             self.join().await?;
         }
         // This node counts itself unless leaving; a leaving node's row
-        // keeps its leases live but it takes no share.
-        let mut live = u32::from(!leaving);
+        // keeps its leases live but it takes no share. Each queue's shards
+        // are shared among the nodes that serve it.
+        let queues = self.lanes.queues().len();
+        let mut live = vec![u32::from(!leaving); queues];
         for member in members {
             if member.process.as_deref().is_some_and(process::is_gone) {
                 self.end_membership(&member.node, &member.session).await?;
                 beat.gone.push(member.session);
             } else if !member.leaving {
-                live += 1;
+                for queue in member.queues.split(',') {
+                    if let Some(index) = self.lanes.queue_index(queue) {
+                        live[index] += 1;
+                    }
+                }
             }
         }
-        let target = if leaving {
-            0
-        } else {
-            self.shards.div_ceil(live.max(1)) as usize
-        };
-        if owned.len() < target {
-            let (acquired, takeovers) = self.take_free(target - owned.len()).await?;
-            owned.extend_from_slice(&acquired);
-            beat.acquired = acquired;
-            beat.takeovers = takeovers;
-        } else if owned.len() > target {
-            let (given, draining) = pick_surplus(&mut owned, target, give_back, drain);
-            if !given.is_empty() {
-                self.release(Some(&given)).await?;
-                owned.retain(|s| !given.contains(s));
+        let mut all = Vec::with_capacity(owned.len());
+        for (index, live) in live.into_iter().enumerate() {
+            let target = if leaving {
+                0
+            } else {
+                self.shards.div_ceil(live.max(1)) as usize
+            };
+            let lanes = self.lanes.lanes_of(index);
+            let mut mine: Vec<u32> = owned
+                .iter()
+                .copied()
+                .filter(|l| lanes.contains(l))
+                .collect();
+            if mine.len() < target {
+                let (acquired, takeovers) = self.take_free(index, target - mine.len()).await?;
+                mine.extend_from_slice(&acquired);
+                beat.acquired.extend(acquired);
+                beat.takeovers += takeovers;
+            } else if mine.len() > target {
+                let (given, draining) = pick_surplus(&mut mine, target, &give_back, &drain);
+                if !given.is_empty() {
+                    self.release(Some(&given)).await?;
+                    mine.retain(|s| !given.contains(s));
+                }
+                beat.draining.extend(draining);
             }
-            beat.draining = draining;
+            all.extend(mine);
         }
+        owned = all;
         owned.sort_unstable();
         beat.owned = owned;
         Ok(beat)
@@ -192,9 +233,10 @@ impl Leases {
     /// id take it from each other in turn; ids must be unique).
     async fn join(&self) -> Result<(), Error> {
         let sql = format!(
-            "INSERT INTO ttw_nodes (node_id, session, heartbeat_at, process, leaving) VALUES ($1, $2, {}, $3, 0) \
+            "INSERT INTO ttw_nodes (node_id, session, heartbeat_at, process, leaving, queues) \
+             VALUES ($1, $2, {}, $3, 0, $4) \
              ON CONFLICT (node_id) DO UPDATE SET session = excluded.session, heartbeat_at = excluded.heartbeat_at, \
-             process = excluded.process, leaving = 0",
+             process = excluded.process, leaving = 0, queues = excluded.queues",
             self.db.clock_sql()
         );
         write_with_pool!(&self.db, Urgency::Urgent, pool => {
@@ -202,6 +244,7 @@ impl Leases {
                 .bind(&self.node)
                 .bind(&self.session)
                 .bind(process::identity())
+                .bind(self.lanes.joined())
                 .execute(pool)
                 .await?;
         });
@@ -215,9 +258,9 @@ impl Leases {
     /// statements are mostly heartbeats), on SQLite two.
     async fn look_around(&self) -> Result<Around, Error> {
         let read = format!(
-            "SELECT node_id, session, process, leaving, NULL AS shard FROM ttw_nodes \
+            "SELECT node_id, session, process, leaving, queues, NULL AS queue, NULL AS shard FROM ttw_nodes \
              WHERE heartbeat_at > {} - $3 \
-             UNION ALL SELECT NULL, NULL, NULL, NULL, shard FROM ttw_leases WHERE owner_session = $2",
+             UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, queue, shard FROM ttw_leases WHERE owner_session = $2",
             self.db.clock_sql()
         );
         type Found = (
@@ -225,6 +268,8 @@ impl Leases {
             Option<String>,
             Option<String>,
             Option<i64>,
+            Option<String>,
+            Option<String>,
             Option<i64>,
         );
         let (stamped, rows): (bool, Vec<Found>) = match &self.db {
@@ -234,7 +279,7 @@ impl Leases {
                 // own: no node id, this session.
                 let sql = format!(
                     "WITH stamped AS ({} RETURNING session) {read} \
-                     UNION ALL SELECT NULL, session, NULL, NULL, NULL FROM stamped",
+                     UNION ALL SELECT NULL, session, NULL, NULL, NULL, NULL, NULL FROM stamped",
                     self.mark_alive_sql()
                 );
                 let mut rows: Vec<Found> = sqlx::query_as(&sql)
@@ -246,7 +291,7 @@ impl Leases {
                 let before = rows.len();
                 rows.retain(|row| {
                     !(row.0.is_none()
-                        && row.4.is_none()
+                        && row.6.is_none()
                         && row.1.as_deref() == Some(self.session.as_str()))
                 });
                 (rows.len() < before, rows)
@@ -264,9 +309,15 @@ impl Leases {
         };
         let mut members = Vec::new();
         let mut owned = Vec::new();
-        for (node, session, process, leaving, shard) in rows {
+        for (node, session, process, leaving, queues, queue, shard) in rows {
             match (node, session, shard) {
-                (_, _, Some(shard)) => owned.push(shard as u32),
+                (_, _, Some(shard)) => {
+                    // A lease of a queue this session does not serve
+                    // cannot be: sessions are never reused.
+                    if let Some(index) = queue.and_then(|q| self.lanes.queue_index(&q)) {
+                        owned.push(self.lanes.lane_of(index, shard as u32));
+                    }
+                }
                 // This session's own membership row.
                 (Some(_), Some(session), None) if session == self.session => {}
                 (Some(node), Some(session), None) => members.push(Member {
@@ -274,6 +325,7 @@ impl Leases {
                     session,
                     process,
                     leaving: leaving.unwrap_or(0) != 0,
+                    queues: queues.unwrap_or_default(),
                 }),
                 _ => {
                     return Err(Error::from(sqlx::Error::Decode(
@@ -289,22 +341,24 @@ impl Leases {
         })
     }
 
-    /// Takes up to `want` free shards. Returns those taken, and how many of
-    /// them had an owner before (takeovers).
-    async fn take_free(&self, want: usize) -> Result<(Vec<u32>, u64), Error> {
+    /// Takes up to `want` free shards of the queue at `index`. Returns the
+    /// lanes taken, and how many of them had an owner before (takeovers).
+    async fn take_free(&self, index: usize, want: usize) -> Result<(Vec<u32>, u64), Error> {
         let free = self.free();
+        let queue: &str = &self.lanes.queues()[index];
         let shards = i64::from(self.shards);
         // Start each node's search at a different shard so nodes joining
         // together do not all race for the same rows.
         let offset = (fnv1a(self.session.as_bytes()) % u64::from(self.shards)) as i64;
         let candidates: Vec<(i64, Option<String>)> = with_pool!(&self.db, pool => {
             sqlx::query_as(&format!(
-                "SELECT shard, owner_session FROM ttw_leases WHERE {free} \
-                 ORDER BY (shard + $4) % $5 LIMIT $6"
+                "SELECT shard, owner_session FROM ttw_leases WHERE queue = $4 AND {free} \
+                 ORDER BY (shard + $5) % $6 LIMIT $7"
             ))
             .bind(&self.node)
             .bind(&self.session)
             .bind(self.ttl_ms)
+            .bind(queue)
             .bind(offset)
             .bind(shards)
             .bind(want as i64)
@@ -318,11 +372,15 @@ impl Leases {
         // shard only one gets it.
         let sql = format!(
             "UPDATE ttw_leases SET owner_node = $1, owner_session = $2, epoch = epoch + 1 \
-             WHERE {free} AND shard IN ({}) RETURNING shard",
-            placeholders(4, candidates.len())
+             WHERE queue = $4 AND {free} AND shard IN ({}) RETURNING shard",
+            placeholders(5, candidates.len())
         );
         let got: Vec<i64> = write_with_pool!(&self.db, Urgency::Urgent, pool => {
-            let mut query = sqlx::query(&sql).bind(&self.node).bind(&self.session).bind(self.ttl_ms);
+            let mut query = sqlx::query(&sql)
+                .bind(&self.node)
+                .bind(&self.session)
+                .bind(self.ttl_ms)
+                .bind(queue);
             for (shard, _) in &candidates {
                 query = query.bind(shard);
             }
@@ -337,29 +395,50 @@ impl Leases {
             .iter()
             .filter(|&&shard| candidates.iter().any(|c| c.0 == shard && c.1.is_some()))
             .count() as u64;
-        Ok((got.into_iter().map(|s| s as u32).collect(), takeovers))
+        let lanes = got
+            .into_iter()
+            .map(|shard| self.lanes.lane_of(index, shard as u32))
+            .collect();
+        Ok((lanes, takeovers))
     }
 
-    /// Gives back this session's leases (all of them, or `only` these) so
-    /// others can take them at once.
+    /// Gives back this session's leases (all of them, or `only` these
+    /// lanes) so others can take them at once.
     pub(crate) async fn release(&self, only: Option<&[u32]>) -> Result<(), Error> {
-        let sql = match only {
-            None => "UPDATE ttw_leases SET owner_node = NULL, owner_session = NULL \
-                     WHERE owner_session = $1"
-                .to_string(),
-            Some(list) => format!(
-                "UPDATE ttw_leases SET owner_node = NULL, owner_session = NULL \
-                 WHERE owner_session = $1 AND shard IN ({})",
-                placeholders(2, list.len())
-            ),
+        let Some(only) = only else {
+            write_with_pool!(&self.db, Urgency::Urgent, pool => {
+                sqlx::query(
+                    "UPDATE ttw_leases SET owner_node = NULL, owner_session = NULL WHERE owner_session = $1",
+                )
+                .bind(&self.session)
+                .execute(pool)
+                .await?;
+            });
+            return Ok(());
         };
-        write_with_pool!(&self.db, Urgency::Urgent, pool => {
-            let mut query = sqlx::query(&sql).bind(&self.session);
-            for &shard in only.into_iter().flatten() {
-                query = query.bind(i64::from(shard));
+        for (index, queue) in self.lanes.queues().iter().enumerate() {
+            let lanes = self.lanes.lanes_of(index);
+            let shards: Vec<i64> = only
+                .iter()
+                .filter(|l| lanes.contains(l))
+                .map(|&l| i64::from(self.lanes.shard_of(l)))
+                .collect();
+            if shards.is_empty() {
+                continue;
             }
-            query.execute(pool).await?;
-        });
+            let sql = format!(
+                "UPDATE ttw_leases SET owner_node = NULL, owner_session = NULL \
+                 WHERE owner_session = $1 AND queue = $2 AND shard IN ({})",
+                placeholders(3, shards.len())
+            );
+            write_with_pool!(&self.db, Urgency::Urgent, pool => {
+                let mut query = sqlx::query(&sql).bind(&self.session).bind(&**queue);
+                for shard in &shards {
+                    query = query.bind(shard);
+                }
+                query.execute(pool).await?;
+            });
+        }
         Ok(())
     }
 
@@ -407,8 +486,8 @@ impl Leases {
 fn pick_surplus(
     owned: &mut [u32],
     target: usize,
-    give_back: impl Fn(u32) -> bool,
-    drain: impl Fn(u32),
+    give_back: &impl Fn(u32) -> bool,
+    drain: &impl Fn(u32),
 ) -> (Vec<u32>, Vec<u32>) {
     let surplus = owned.len() - target;
     owned.sort_unstable();

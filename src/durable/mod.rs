@@ -142,6 +142,7 @@ mod node;
 mod notify;
 mod outcome;
 mod process;
+mod queue;
 mod recurring;
 mod report;
 mod scheduler;
@@ -158,6 +159,7 @@ pub use delivery::{Deliveries, Delivery, Task};
 pub use error::Error;
 pub use new_task::NewTask;
 pub use outcome::{Backoff, SchedulerStats};
+pub use queue::{DEFAULT_QUEUE, MAX_QUEUE_NAME};
 pub use recurring::{
     CatchUp, Recurring, RecurringInfo, Registered, MAX_CATCH_UP, MAX_RECURRING_NAME, MIN_INTERVAL,
 };

@@ -5,6 +5,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::db::{now_ms, to_ms};
+use super::queue::{check_queue, DEFAULT_QUEUE};
 use super::{Error, MAX_IDEMPOTENCY_KEY, MAX_PAYLOAD};
 
 /// One task of a batch for [`Store::schedule_batch`](super::Store::schedule_batch), with the options a
@@ -20,6 +21,8 @@ use super::{Error, MAX_IDEMPOTENCY_KEY, MAX_PAYLOAD};
 /// let task = NewTask::new(b"remind order 7".to_vec())
 ///     .delay(Duration::from_secs(600))
 ///     .idempotency_key("remind:7")
+///     .queue("reminders")
+///     .priority(2)
 ///     .max_attempts(3);
 /// # drop(task);
 /// ```
@@ -30,6 +33,10 @@ pub struct NewTask {
     pub(crate) at: Option<When>,
     pub(crate) idempotency_key: Option<String>,
     pub(crate) max_attempts: Option<u32>,
+    /// `None`: the default queue.
+    pub(crate) queue: Option<String>,
+    /// `None`: 0 (or, replacing a pending task, its priority).
+    pub(crate) priority: Option<i16>,
 }
 
 impl NewTask {
@@ -41,6 +48,8 @@ impl NewTask {
             at: None,
             idempotency_key: None,
             max_attempts: None,
+            queue: None,
+            priority: None,
         }
     }
 
@@ -70,6 +79,18 @@ impl NewTask {
         self.max_attempts = Some(n);
         self
     }
+
+    /// The queue, as [`Schedule::queue`](super::Schedule::queue).
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+
+    /// The priority, as [`Schedule::priority`](super::Schedule::priority).
+    pub fn priority(mut self, priority: i16) -> Self {
+        self.priority = Some(priority);
+        self
+    }
 }
 
 /// When a task is due, as asked.
@@ -88,18 +109,31 @@ pub(crate) struct NewRow {
     pub(crate) payload: Vec<u8>,
     pub(crate) idempotency_key: Option<String>,
     pub(crate) max_attempts: Option<i64>,
+    pub(crate) queue: String,
+    /// As given (a replacement keeps the pending task's when it was not).
+    pub(crate) priority: Option<i64>,
 }
 
 impl NewRow {
+    /// The priority to insert with.
+    pub(crate) fn priority_or_default(&self) -> i64 {
+        self.priority.unwrap_or(0)
+    }
+
     /// Checks a task to schedule: the payload's size, the key's length,
-    /// the attempt limit, and a due time the store can hold.
+    /// the queue's name, the attempt limit, and a due time the store can
+    /// hold.
     pub(crate) fn check(task: NewTask) -> Result<NewRow, Error> {
         let NewTask {
             payload,
             at,
             idempotency_key,
             max_attempts,
+            queue,
+            priority,
         } = task;
+        let queue = queue.unwrap_or_else(|| DEFAULT_QUEUE.to_string());
+        check_queue(&queue)?;
         if payload.len() > MAX_PAYLOAD {
             return Err(Error::payload_too_large(payload.len()));
         }
@@ -129,6 +163,8 @@ impl NewRow {
             payload,
             idempotency_key,
             max_attempts: max_attempts.map(i64::from),
+            queue,
+            priority: priority.map(i64::from),
         })
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::claims::{Claims, Due};
+use super::claims::Claims;
 use super::config::Config;
 use super::db::{ms, now_ms};
 use super::faults::Faults;
@@ -40,6 +40,9 @@ pub(crate) struct Node {
     pub(crate) outcomes: Arc<Outcomes>,
     /// One permit per delivery in flight, up to `max_concurrency`.
     pub(crate) semaphore: Arc<Semaphore>,
+    /// One permit per delivery in flight in each queue with a limit of its
+    /// own, by queue index (see [`Lanes`](super::queue::Lanes)).
+    pub(crate) queue_limits: Vec<Option<Arc<Semaphore>>>,
     /// A graceful shutdown began: dispatch takes no more fired tasks.
     pub(crate) stopping: Notify,
     /// Load the window now (shards were taken, or announcements missed).
@@ -93,8 +96,20 @@ impl Node {
             config.max_attempts,
             node_id.clone(),
         ));
+        let queue_limits = window
+            .lanes
+            .queues()
+            .iter()
+            .map(|queue| {
+                config
+                    .queue_concurrency
+                    .get(&**queue)
+                    .map(|&n| Arc::new(Semaphore::new(n)))
+            })
+            .collect();
         Node {
             semaphore: Arc::new(Semaphore::new(config.max_concurrency)),
+            queue_limits,
             node_id,
             config,
             window,
@@ -161,6 +176,7 @@ impl Node {
     /// Joins, takes this node's shards and loads their window: what
     /// `start` does before it returns.
     pub(crate) async fn join(&self) -> Result<(), Error> {
+        self.leases.add_lease_rows().await?;
         self.beat().await?;
         self.load_window().await?;
         // The first heartbeat asked for a window load, which just happened.
@@ -270,13 +286,9 @@ impl Node {
             Counters::bump(&self.counters().reclaimed);
             if task.dead {
                 Counters::bump(&self.counters().dead);
-            } else {
-                self.window
-                    .arm(Due {
-                        id: task.id,
-                        run_at: task.run_at,
-                    })
-                    .await;
+            }
+            if let Some(due) = task.due {
+                self.window.arm(due).await;
             }
         }
         Ok(())
@@ -425,7 +437,7 @@ impl Node {
     pub(crate) async fn listen(self: Arc<Self>, mut listener: Listener) {
         loop {
             match listener.next().await {
-                Heard::Due(due) => self.window.arm(due).await,
+                Heard::Due(task) => self.window.arm_announced(&task).await,
                 Heard::Missed => {
                     self.reload.notify_one();
                     self.recurring_wake.notify_one();

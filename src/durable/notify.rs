@@ -22,9 +22,41 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 
-use super::claims::{Claims, Due};
+use super::claims::{priority_from_sql, Claims, Due};
 use super::db::fnv1a;
 use super::Error;
+
+/// The columns a statement that makes tasks due returns, for
+/// [`Announced::read`] (and, on PostgreSQL, its `NOTIFY`).
+pub(crate) const ANNOUNCED: &str = "id, run_at, queue, priority";
+
+/// A task made due, as announced to schedulers: its queue by name, which
+/// each scheduler maps to a lane of its own if it serves the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Announced {
+    pub(crate) id: i64,
+    pub(crate) run_at: i64,
+    pub(crate) queue: Arc<str>,
+    pub(crate) priority: i16,
+}
+
+impl Announced {
+    /// Reads the [`ANNOUNCED`] columns of a row.
+    pub(crate) fn read<'r, R>(row: &'r R) -> Result<Announced, sqlx::Error>
+    where
+        R: sqlx::Row,
+        &'r str: sqlx::ColumnIndex<R>,
+        i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    {
+        Ok(Announced {
+            id: row.try_get("id")?,
+            run_at: row.try_get("run_at")?,
+            queue: Arc::from(row.try_get::<String, _>("queue")?),
+            priority: priority_from_sql(row.try_get("priority")?),
+        })
+    }
+}
 
 /// Schedules within this process the broadcast holds before a slow
 /// listener lags (and reloads its window instead).
@@ -39,7 +71,7 @@ const PG_IDENTIFIER: usize = 63;
 
 /// The sending side, one per store.
 pub(crate) struct Notifier {
-    local: broadcast::Sender<Due>,
+    local: broadcast::Sender<Announced>,
     /// Bumped when a recurring schedule is registered, changed or resumed
     /// in this process: the schedulers make its occurrences tasks at once.
     recurring: watch::Sender<u64>,
@@ -61,7 +93,7 @@ impl Notifier {
     }
 
     /// `change`, a statement that makes tasks due and ends in
-    /// `RETURNING id, run_at` (and any other columns), made to announce them to the schedulers of
+    /// `RETURNING` [`ANNOUNCED`] (and any other columns), made to announce them to the schedulers of
     /// other processes: on PostgreSQL it sends a `NOTIFY` per row it
     /// returns, in its own transaction, so the notifications go out if and
     /// only if the change commits, with no round trip of their own. On
@@ -73,17 +105,18 @@ impl Notifier {
             // to write as a literal.
             Some((_, channel)) => format!(
                 "WITH changed AS ({change}) SELECT changed.* FROM changed, \
-                 pg_notify('{channel}', changed.id || ':' || changed.run_at)"
+                 pg_notify('{channel}', changed.id || ':' || changed.run_at || ':' || changed.priority \
+                 || ':' || changed.queue)"
             ),
             None => change.to_string(),
         }
     }
 
-    /// Tells this process's schedulers that a task is due at `run_at`, once
-    /// the change has committed (those of other processes heard of it from
-    /// the statement made by [`announcing`](Self::announcing)).
-    pub(crate) fn announce(&self, id: i64, run_at: i64) {
-        let _ = self.local.send(Due { id, run_at });
+    /// Tells this process's schedulers that a task is due, once the change
+    /// has committed (those of other processes heard of it from the
+    /// statement made by [`announcing`](Self::announcing)).
+    pub(crate) fn announce(&self, task: Announced) {
+        let _ = self.local.send(task);
     }
 
     /// Tells this process's schedulers that a recurring schedule was
@@ -137,10 +170,10 @@ fn channel(schema: Option<&str>) -> String {
 }
 
 /// What a [`Listener`] heard.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Heard {
-    /// A task is due at this time.
-    Due(Due),
+    /// A task is due.
+    Due(Announced),
     /// Announcements were missed (the listener fell behind, or its
     /// `LISTEN` connection has just opened): load the window again.
     Missed,
@@ -156,7 +189,7 @@ const RECURRING: &str = "recurring";
 
 /// The hearing side, one per scheduler.
 pub(crate) struct Listener {
-    local: broadcast::Receiver<Due>,
+    local: broadcast::Receiver<Announced>,
     /// On PostgreSQL: the options and channel a `LISTEN` connection opens
     /// with.
     connect: Option<(PgConnectOptions, String)>,
@@ -280,12 +313,14 @@ async fn open(options: PgConnectOptions, channel: &str) -> Option<PgListener> {
     }
 }
 
-/// A `NOTIFY` payload, `<id>:<run_at>`.
-fn parse(payload: &str) -> Option<Due> {
-    let (id, run_at) = payload.split_once(':')?;
-    Some(Due {
-        id: id.parse().ok()?,
-        run_at: run_at.parse().ok()?,
+/// A `NOTIFY` payload, `<id>:<run_at>:<priority>:<queue>`.
+fn parse(payload: &str) -> Option<Announced> {
+    let mut parts = payload.splitn(4, ':');
+    Some(Announced {
+        id: parts.next()?.parse().ok()?,
+        run_at: parts.next()?.parse().ok()?,
+        priority: parts.next()?.parse().ok()?,
+        queue: Arc::from(parts.next()?),
     })
 }
 
@@ -348,13 +383,17 @@ mod tests {
     #[test]
     fn payloads_parse_or_are_ignored() {
         assert_eq!(
-            parse("7:1000"),
-            Some(Due {
+            parse("7:1000:-3:tenant:42"),
+            Some(Announced {
                 id: 7,
-                run_at: 1000
+                run_at: 1000,
+                priority: -3,
+                queue: Arc::from("tenant:42"),
             })
         );
+        assert_eq!(parse("7:1000"), None);
         assert_eq!(parse("7"), None);
-        assert_eq!(parse("x:1"), None);
+        assert_eq!(parse("x:1:0:default"), None);
+        assert_eq!(parse(RECURRING), None);
     }
 }

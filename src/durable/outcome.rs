@@ -159,6 +159,8 @@ impl Outcomes {
                     .arm(Due {
                         id: attempt.id,
                         run_at,
+                        lane: attempt.lane,
+                        priority: attempt.priority,
                     })
                     .await;
                 Ok(())

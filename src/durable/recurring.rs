@@ -23,7 +23,10 @@ use croner::parser::{CronParser, Seconds, Year};
 use croner::Cron;
 use sqlx::Row;
 
+use super::claims::priority_from_sql;
 use super::db::{fnv1a, from_ms, ms, now_ms, placeholders, with_pool, Urgency};
+use super::notify::{Announced, ANNOUNCED};
+use super::queue::{check_queue, DEFAULT_QUEUE};
 use super::store::Store;
 use super::Error;
 
@@ -120,6 +123,8 @@ pub struct Recurring {
     time_zone: Option<String>,
     payload: Vec<u8>,
     max_attempts: Option<u32>,
+    queue: String,
+    priority: i16,
     catch_up: CatchUp,
     missed_after: Duration,
 }
@@ -137,6 +142,8 @@ impl fmt::Debug for Recurring {
             .field("when", &self.when)
             .field("time_zone", &self.time_zone)
             .field("payload_len", &self.payload.len())
+            .field("queue", &self.queue)
+            .field("priority", &self.priority)
             .field("catch_up", &self.catch_up)
             .finish()
     }
@@ -150,6 +157,8 @@ impl Recurring {
             time_zone: None,
             payload: Vec::new(),
             max_attempts: None,
+            queue: DEFAULT_QUEUE.to_string(),
+            priority: 0,
             catch_up: CatchUp::default(),
             missed_after: DEFAULT_MISSED_AFTER,
         }
@@ -199,6 +208,22 @@ impl Recurring {
         self
     }
 
+    /// The queue of every occurrence's task (default
+    /// [`DEFAULT_QUEUE`]). The schedule is kept by the nodes that serve
+    /// this queue: while none does, no occurrence is made a task, and when
+    /// one comes the [`CatchUp`] policy decides about those missed.
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = queue.into();
+        self
+    }
+
+    /// The priority of every occurrence's task within its queue (default 0;
+    /// see [`Schedule::priority`](super::Schedule::priority)).
+    pub fn priority(mut self, priority: i16) -> Self {
+        self.priority = priority;
+        self
+    }
+
     /// What runs of the occurrences missed during a downtime (default
     /// [`CatchUp::Skip`]).
     pub fn catch_up(mut self, policy: CatchUp) -> Self {
@@ -220,6 +245,7 @@ impl Recurring {
     /// fails.
     fn check(&self) -> Result<Rule, Error> {
         check_name(&self.name)?;
+        check_queue(&self.queue)?;
         if self.payload.len() > super::MAX_PAYLOAD {
             return Err(Error::payload_too_large(self.payload.len()));
         }
@@ -463,11 +489,15 @@ pub struct RecurringInfo {
     pub payload: Vec<u8>,
     /// The attempt limit of its occurrences' tasks, if it has its own.
     pub max_attempts: Option<u32>,
+    /// The queue of its occurrences' tasks.
+    pub queue: String,
+    /// The priority of its occurrences' tasks.
+    pub priority: i16,
 }
 
 /// The columns a schedule's row is read with.
 const COLUMNS: &str = "name, cron, time_zone, every_ms, catch_up, missed_after_ms, payload, \
-                       max_attempts, paused, next_at, version";
+                       max_attempts, queue, priority, paused, next_at, version";
 
 /// A schedule's row.
 struct StoredRow {
@@ -502,6 +532,8 @@ impl StoredRow {
                 next_at: from_ms(next_at),
                 payload: row.try_get("payload")?,
                 max_attempts: max_attempts.map(super::db::clamp_u32),
+                queue: row.try_get("queue")?,
+                priority: priority_from_sql(row.try_get("priority")?),
             },
             next_at,
             version: row.try_get("version")?,
@@ -521,6 +553,8 @@ impl StoredRow {
             time_zone: i.time_zone.clone(),
             payload: i.payload.clone(),
             max_attempts: i.max_attempts,
+            queue: i.queue.clone(),
+            priority: i.priority,
             catch_up: i.catch_up,
             missed_after: i.missed_after,
         }
@@ -585,9 +619,9 @@ impl Store {
         let next_at = rule.first(now)?;
         let insert = format!(
             "INSERT INTO ttw_recurring (name, shard, cron, time_zone, every_ms, catch_up, missed_after_ms, \
-             payload, max_attempts, next_at, created_at, updated_at) \
-             VALUES ({}, $11) ON CONFLICT (name) DO NOTHING",
-            placeholders(1, 11)
+             payload, max_attempts, queue, priority, next_at, created_at, updated_at) \
+             VALUES ({}, $13) ON CONFLICT (name) DO NOTHING",
+            placeholders(1, 13)
         );
         let look = format!("SELECT {COLUMNS} FROM ttw_recurring WHERE name = $1");
         let turn = self.db().write_turn(Urgency::Ordinary).await;
@@ -603,6 +637,8 @@ impl Store {
                 .bind(ms(schedule.missed_after))
                 .bind(&schedule.payload)
                 .bind(schedule.max_attempts.map(i64::from))
+                .bind(&schedule.queue)
+                .bind(i64::from(schedule.priority))
                 .bind(next_at)
                 .bind(now)
                 .execute(&mut *tx)
@@ -670,7 +706,7 @@ impl Store {
         let update =
             "UPDATE ttw_recurring SET cron = $2, time_zone = $3, every_ms = $4, catch_up = $5, \
              missed_after_ms = $6, payload = $7, max_attempts = $8, next_at = $9, \
-             version = version + 1, updated_at = $10 WHERE name = $1";
+             version = version + 1, updated_at = $10, queue = $11, priority = $12 WHERE name = $1";
         let values = vec![
             Value::Text(schedule.cron_text().map(str::to_string)),
             Value::Text(schedule.time_zone.clone()),
@@ -681,6 +717,8 @@ impl Store {
             Value::Int(schedule.max_attempts.map(i64::from)),
             Value::Int(Some(next_at)),
             Value::Int(Some(now)),
+            Value::Text(Some(schedule.queue.clone())),
+            Value::Int(Some(i64::from(schedule.priority))),
         ];
         self.change_recurring(&schedule.name, update, values, false, true)
             .await
@@ -851,7 +889,8 @@ impl Store {
     ) -> Result<Option<i64>, Error> {
         let sql = format!(
             "SELECT {COLUMNS} FROM ttw_recurring r WHERE paused = 0 AND EXISTS \
-             (SELECT 1 FROM ttw_leases l WHERE l.shard = r.shard AND l.owner_session = $1)"
+             (SELECT 1 FROM ttw_leases l WHERE l.queue = r.queue AND l.shard = r.shard \
+             AND l.owner_session = $1)"
         );
         let rows = with_pool!(self.db(), pool => {
             let mut out = Vec::new();
@@ -911,14 +950,15 @@ impl Store {
         let clock = self.db().clock_sql();
         let values = (0..times.len())
             .map(|i| {
-                let base = 5 + 2 * i;
-                format!("(${base}, $1, ${}, $2, $3, $4, {clock})", base + 1)
+                let base = 7 + 2 * i;
+                format!("(${base}, $1, ${}, $2, $3, $4, $5, $6, {clock})", base + 1)
             })
             .collect::<Vec<_>>()
             .join(", ");
         let insert = self.notifier().announcing(&format!(
-            "INSERT INTO {tasks} (run_at, payload, idempotency_key, max_attempts, recurring, created_at, updated_at) \
-             VALUES {values} ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, run_at"
+            "INSERT INTO {tasks} (run_at, payload, idempotency_key, max_attempts, recurring, queue, priority, \
+             created_at, updated_at) \
+             VALUES {values} ON CONFLICT (idempotency_key) DO NOTHING RETURNING {ANNOUNCED}"
         ));
         let fence = "UPDATE ttw_recurring SET next_at = $1, updated_at = $2 \
                      WHERE name = $3 AND next_at = $4 AND version = $5 AND paused = 0";
@@ -931,13 +971,15 @@ impl Store {
                     .bind(&info.payload)
                     .bind(info.max_attempts.map(i64::from))
                     .bind(&info.name)
+                    .bind(&info.queue)
+                    .bind(i64::from(info.priority))
                     .bind(now);
                 for &t in &times {
                     query = query.bind(t).bind(occurrence_key(&info.name, t));
                 }
                 // Read to its end (see the notes of `db`).
                 for r in query.fetch_all(&mut *tx).await? {
-                    created.push((r.try_get::<i64, _>("id")?, r.try_get::<i64, _>("run_at")?));
+                    created.push(Announced::read(&r)?);
                 }
             }
             let moved = sqlx::query(fence)
@@ -962,8 +1004,8 @@ impl Store {
         drop(turn);
         match created {
             Some(created) => {
-                for (id, run_at) in created {
-                    self.notifier().announce(id, run_at);
+                for task in created {
+                    self.notifier().announce(task);
                 }
                 Ok(next)
             }

@@ -13,7 +13,7 @@ use futures::FutureExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::claims::Claims;
+use super::claims::{Claims, Due};
 use super::config::Config;
 use super::db::ms;
 use super::delivery::{Deliveries, Task};
@@ -21,6 +21,7 @@ use super::dispatch::{dispatch, Handler, Mode};
 use super::lease::Leases;
 use super::node::Node;
 use super::outcome::{Backoff, SchedulerStats};
+use super::queue::{Lanes, DEFAULT_QUEUE};
 use super::store::Store;
 use super::window::Window;
 use super::Error;
@@ -58,10 +59,28 @@ use crate::TimingWheel;
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct SchedulerBuilder {
     store: Store,
     config: Config,
+    /// The handlers given with [`handle`](Self::handle), in order.
+    handlers: Vec<(String, Handler)>,
+    /// The queues a stream serves, if named.
+    stream_queues: Option<Vec<String>>,
+}
+
+impl fmt::Debug for SchedulerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SchedulerBuilder")
+            .field("store", &self.store)
+            .field("config", &self.config)
+            .field(
+                "handlers",
+                &self.handlers.iter().map(|(q, _)| q).collect::<Vec<_>>(),
+            )
+            .field("stream_queues", &self.stream_queues)
+            .finish()
+    }
 }
 
 impl SchedulerBuilder {
@@ -113,9 +132,103 @@ impl SchedulerBuilder {
         self
     }
 
-    /// The most deliveries in flight at once (default 1024).
+    /// The most deliveries in flight at once on this node, across its
+    /// queues (default 1024).
     pub fn max_concurrency(mut self, n: usize) -> Self {
         self.config.max_concurrency = n;
+        self
+    }
+
+    /// The most deliveries of `queue` in flight at once on this node
+    /// (default: only the node's `max_concurrency` applies). Tasks of the
+    /// queue due while it is full wait, still scheduled, and are claimed
+    /// as room comes: lowest [priority](super::Schedule::priority) number
+    /// first, then earliest due. The limit is per node: with `n` nodes
+    /// serving the queue, up to `n` times this many run at once.
+    ///
+    /// `start` refuses a limit of zero, and a limit on a queue the
+    /// scheduler does not serve (a misspelt name), with [`Error::is_config`].
+    pub fn queue_concurrency(mut self, queue: impl Into<String>, n: usize) -> Self {
+        self.config.queue_concurrency.insert(queue.into(), n);
+        self
+    }
+
+    /// Serves `queue` with `handler`, run for each delivery of the queue's
+    /// tasks under `callback_timeout`, the node's `max_concurrency` and the
+    /// queue's own limit ([`queue_concurrency`](Self::queue_concurrency)).
+    /// Start with [`start`](Self::start), which adds a handler for the
+    /// default queue, or with [`start_queues`](Self::start_queues) to serve
+    /// only the queues given here.
+    ///
+    /// Each queue's shards are shared among the nodes that serve it, so
+    /// nodes may serve different queues (a node of its own for slow
+    /// reports, say). A task whose queue no node serves waits, scheduled,
+    /// until one does: it is counted in [`Store::queue_counts`], and never
+    /// marked dead for it.
+    ///
+    /// `start` refuses a queue name that is invalid ([`Error::is_invalid_queue`])
+    /// or given two handlers ([`Error::is_config`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use tokio::sync::mpsc;
+    /// use tokio_timing_wheel::durable::{Scheduler, Store};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tokio_timing_wheel::durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// let (tx, mut rx) = mpsc::unbounded_channel();
+    /// let mails = tx.clone();
+    /// let scheduler = Scheduler::builder(store.clone())
+    ///     .handle("emails", move |task| {
+    ///         let tx = mails.clone();
+    ///         async move { tx.send(format!("mail {}", task.priority())).map_err(|_| "gone") }
+    ///     })
+    ///     .queue_concurrency("emails", 4)
+    ///     .start(move |task| {
+    ///         let tx = tx.clone();
+    ///         async move {
+    ///             tx.send(format!("{} task", task.queue())).ok();
+    ///             Ok::<_, Infallible>(())
+    ///         }
+    ///     })
+    ///     .await?;
+    ///
+    /// store.schedule(b"hi".to_vec()).queue("emails").priority(-1).await?;
+    /// assert_eq!(rx.recv().await.unwrap(), "mail -1");
+    /// store.schedule(b"x".to_vec()).delay(Duration::from_millis(10)).await?;
+    /// assert_eq!(rx.recv().await.unwrap(), "default task");
+    /// scheduler.shutdown().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn handle<F, Fut, E>(mut self, queue: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(Task) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: fmt::Display,
+    {
+        let handler: Handler = Arc::new(move |task| {
+            let fut = handler(task);
+            async move { fut.await.map_err(|e| e.to_string()) }.boxed()
+        });
+        self.handlers.push((queue.into(), handler));
+        self
+    }
+
+    /// The queues a scheduler started with
+    /// [`start_stream`](Self::start_stream) serves (default: the default
+    /// queue alone). Each delivery tells its queue
+    /// ([`Task::queue`](super::Task::queue)).
+    pub fn stream_queues<I, Q>(mut self, queues: I) -> Self
+    where
+        I: IntoIterator<Item = Q>,
+        Q: Into<String>,
+    {
+        self.stream_queues = Some(queues.into_iter().map(Into::into).collect());
         self
     }
 
@@ -167,8 +280,10 @@ impl SchedulerBuilder {
         self
     }
 
-    /// Starts the scheduler with a handler run for each delivery, under
-    /// `callback_timeout` and `max_concurrency`. `Ok` marks the task done;
+    /// Starts the scheduler with a handler run for each delivery of the
+    /// default queue (and the handlers given with [`handle`](Self::handle)
+    /// for theirs), under `callback_timeout` and `max_concurrency`. `Ok`
+    /// marks the task done;
     /// `Err`, a panic or the timeout count as a failed attempt (a retry
     /// after the backoff, or dead when out of attempts). A slow, hung or
     /// panicking handler never holds up other tasks or the wheel.
@@ -178,19 +293,43 @@ impl SchedulerBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::is_config`] for invalid settings, [`Error::is_database`] if
-    /// the first heartbeat or window load fails.
+    /// [`Error::is_config`] for invalid settings, [`Error::is_invalid_queue`]
+    /// for a bad queue name, [`Error::is_database`] if the first heartbeat
+    /// or window load fails.
     pub async fn start<F, Fut, E>(self, handler: F) -> Result<Scheduler, Error>
     where
         F: Fn(Task) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), E>> + Send + 'static,
         E: fmt::Display,
     {
-        let handler: Handler = Arc::new(move |task| {
-            let fut = handler(task);
-            async move { fut.await.map_err(|e| e.to_string()) }.boxed()
-        });
-        self.start_inner(Mode::Handler(handler)).await
+        self.handle(DEFAULT_QUEUE, handler).start_queues().await
+    }
+
+    /// Starts the scheduler serving only the queues given with
+    /// [`handle`](Self::handle), each with its handler; otherwise as
+    /// [`start`](Self::start).
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start); [`Error::is_config`] if no queue was given.
+    pub async fn start_queues(mut self) -> Result<Scheduler, Error> {
+        if self.stream_queues.is_some() {
+            return Err(Error::config(
+                "stream_queues is for start_stream; give handlers with handle",
+            ));
+        }
+        let mut handlers = std::mem::take(&mut self.handlers);
+        handlers.sort_by(|a, b| a.0.cmp(&b.0));
+        if let Some(pair) = handlers.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(Error::config(format!(
+                "queue '{}' was given two handlers",
+                pair[0].0
+            )));
+        }
+        let queues = handlers.iter().map(|(q, _)| q.clone()).collect();
+        // Sorted as `Lanes` sorts them: a handler's index is its queue's.
+        let handlers: Arc<[Handler]> = handlers.into_iter().map(|(_, h)| h).collect();
+        self.start_inner(queues, Mode::Handlers(handlers)).await
     }
 
     /// Starts the scheduler delivering on a stream instead: the consumer
@@ -200,25 +339,45 @@ impl SchedulerBuilder {
     /// # Errors
     ///
     /// As [`SchedulerBuilder::start`].
-    pub async fn start_stream(self) -> Result<(Scheduler, Deliveries), Error> {
+    pub async fn start_stream(mut self) -> Result<(Scheduler, Deliveries), Error> {
+        if !self.handlers.is_empty() {
+            return Err(Error::config(
+                "a scheduler delivers to handlers or on a stream, not both",
+            ));
+        }
+        let queues = self
+            .stream_queues
+            .take()
+            .unwrap_or_else(|| vec![DEFAULT_QUEUE.to_string()]);
         let (tx, rx) = mpsc::channel(self.config.max_concurrency.min(1 << 16));
-        let scheduler = self.start_inner(Mode::Stream(tx)).await?;
+        let scheduler = self.start_inner(queues, Mode::Stream(tx)).await?;
         Ok((scheduler, Deliveries { rx }))
     }
 
-    async fn start_inner(self, mode: Mode) -> Result<Scheduler, Error> {
+    async fn start_inner(self, queues: Vec<String>, mode: Mode) -> Result<Scheduler, Error> {
         let config = self.config.settle()?;
         let store = self.store;
+        let shards = store.shards();
+        let lanes = Arc::new(Lanes::new(queues, shards)?);
+        if let Some(queue) = config
+            .queue_concurrency
+            .keys()
+            .find(|q| lanes.queue_index(q).is_none())
+        {
+            return Err(Error::config(format!(
+                "queue_concurrency names queue '{queue}', which this scheduler does not serve"
+            )));
+        }
         let node_id = config
             .node_id
             .clone()
             .unwrap_or_else(|| format!("node-{:08x}", random_u64() as u32));
         let session = format!("{node_id}/{:016x}", random_u64());
-        let (wheel, expirations) = TimingWheel::builder().build::<i64, i64>();
-        let shards = store.shards();
+        let (wheel, expirations) = TimingWheel::builder().build::<i64, Due>();
         let db = store.db().clone();
         let leases = Leases::new(
             db.clone(),
+            lanes.clone(),
             shards,
             node_id.clone(),
             session.clone(),
@@ -227,8 +386,8 @@ impl SchedulerBuilder {
         let node = Arc::new(Node::new(
             config,
             node_id,
-            Arc::new(Window::new(wheel, shards)),
-            Claims::new(db, shards, session),
+            Arc::new(Window::new(wheel, lanes.clone())),
+            Claims::new(db, lanes, shards, session),
             leases,
             store.clone(),
         ));
@@ -302,6 +461,8 @@ impl Scheduler {
         SchedulerBuilder {
             store,
             config: Config::default(),
+            handlers: Vec::new(),
+            stream_queues: None,
         }
     }
 

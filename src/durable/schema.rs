@@ -1,10 +1,12 @@
 //! The schema: embedded migrations for each backend, and the rows created
-//! once with it (the shard count and one lease row per shard).
+//! once with it (the shard count and one lease row per shard of the
+//! default queue; a queue's other rows come with the first node serving it).
 
 use sqlx::migrate::Migrator;
 use sqlx::Row;
 
-use super::db::{with_pool, Db};
+use super::db::{with_pool, write_with_pool, Db, Urgency};
+use super::queue::DEFAULT_QUEUE;
 use super::Error;
 
 /// The SQLite migrations, embedded at compile time.
@@ -51,21 +53,32 @@ pub(crate) async fn prepare(db: &Db, requested: Option<u32>) -> Result<u32, Erro
         .ok()
         .filter(|&n| n > 0)
         .ok_or_else(|| Error::config(format!("the schema holds a shard count of {shards}")))?;
-    // One lease row per shard; a re-run (or a concurrent first open) adds
-    // nothing.
-    with_pool!(db, pool => {
-        let (have,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM ttw_leases")
+    // One lease row per shard of the default queue; a re-run (or a
+    // concurrent first open) adds nothing.
+    add_lease_rows(db, DEFAULT_QUEUE, shards).await?;
+    Ok(shards)
+}
+
+/// Adds the lease rows of `queue`, one per shard, that are missing.
+pub(crate) async fn add_lease_rows(db: &Db, queue: &str, shards: u32) -> Result<(), Error> {
+    let (have,): (i64,) = with_pool!(db, pool => {
+        sqlx::query_as("SELECT COUNT(*) FROM ttw_leases WHERE queue = $1")
+            .bind(queue)
             .fetch_one(pool)
-            .await?;
-        if have < i64::from(shards) {
+            .await?
+    });
+    if have < i64::from(shards) {
+        write_with_pool!(db, Urgency::Urgent, pool => {
             sqlx::query(
                 "WITH RECURSIVE s(n) AS (SELECT CAST(0 AS BIGINT) UNION ALL SELECT n + 1 FROM s WHERE n + 1 < $1) \
-                 INSERT INTO ttw_leases (shard) SELECT n FROM s WHERE true ON CONFLICT (shard) DO NOTHING",
+                 INSERT INTO ttw_leases (queue, shard) SELECT $2, n FROM s WHERE true \
+                 ON CONFLICT (queue, shard) DO NOTHING",
             )
             .bind(i64::from(shards))
+            .bind(queue)
             .execute(pool)
             .await?;
-        }
-    });
-    Ok(shards)
+        });
+    }
+    Ok(())
 }

@@ -2,6 +2,7 @@
 //! schedules, moves, cancels, reads and redrives tasks; [`Schedule`] is one
 //! task being scheduled.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::{Future, IntoFuture};
 use std::path::Path;
@@ -11,12 +12,13 @@ use std::time::{Duration, SystemTime};
 
 use sqlx::Row;
 
+use super::claims::priority_from_sql;
 use super::db::{
     clamp_u32, from_ms, now_ms, to_ms, with_pool, write_with_pool, Db, PoolSettings, Urgency,
     SQLITE_MIN_SIZE,
 };
 use super::new_task::{NewRow, NewTask};
-use super::notify::Notifier;
+use super::notify::{Announced, Notifier, ANNOUNCED};
 use super::schema;
 use super::task::{StateCounts, TaskId, TaskInfo, TaskState};
 use super::Error;
@@ -327,45 +329,42 @@ impl Store {
     }
 
     async fn insert(&self, task: NewTask) -> Result<Scheduled, Error> {
-        let NewRow {
-            run_at,
-            payload,
-            idempotency_key,
-            max_attempts,
-            ..
-        } = NewRow::check(task)?;
+        let row = NewRow::check(task)?;
         let now = now_ms();
         let db = self.db();
         // Two tries: a conflicting task could be deleted (its retention
         // ran out) between the insert and the lookup.
         let sql = self.inner.notifier.announcing(&format!(
-            "INSERT INTO ttw_tasks (run_at, payload, idempotency_key, max_attempts, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, {}) ON CONFLICT (idempotency_key) DO NOTHING RETURNING id, run_at",
+            "INSERT INTO ttw_tasks (run_at, payload, idempotency_key, max_attempts, queue, priority, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, {}) ON CONFLICT (idempotency_key) DO NOTHING RETURNING {ANNOUNCED}",
             db.clock_sql()
         ));
         for _ in 0..2 {
             // Read to its end, so that a commit that failed is an error
             // here and never an id (see the module's notes).
-            let inserted: Option<i64> = write_with_pool!(db, Urgency::Ordinary, pool => {
+            let inserted: Option<Announced> = write_with_pool!(db, Urgency::Ordinary, pool => {
                 sqlx::query(&sql)
-                .bind(run_at)
-                .bind(&payload)
-                .bind(&idempotency_key)
-                .bind(max_attempts)
+                .bind(row.run_at)
+                .bind(&row.payload)
+                .bind(&row.idempotency_key)
+                .bind(row.max_attempts)
+                .bind(&row.queue)
+                .bind(row.priority_or_default())
                 .bind(now)
                 .fetch_all(pool)
                 .await?
                 .first()
-                .map(|row| row.try_get::<i64, _>("id"))
+                .map(Announced::read)
                 .transpose()?
             });
-            if let Some(id) = inserted {
-                self.inner.notifier.announce(id, run_at);
+            if let Some(task) = inserted {
+                let id = task.id;
+                self.inner.notifier.announce(task);
                 return Ok(Scheduled::Created(TaskId(id)));
             }
             let existing: Option<i64> = with_pool!(db, pool => {
                 sqlx::query("SELECT id FROM ttw_tasks WHERE idempotency_key = $1")
-                    .bind(&idempotency_key)
+                    .bind(&row.idempotency_key)
                     .fetch_optional(pool)
                     .await?
                     .map(|row| row.try_get::<i64, _>("id"))
@@ -453,27 +452,28 @@ impl Store {
     ) -> Result<bool, Error> {
         let sql = self.inner.notifier.announcing(&format!(
             "UPDATE ttw_tasks SET state = 'scheduled', run_at = $2, updated_at = {}{also} \
-             WHERE {} = $1 AND state = $3 RETURNING id, run_at",
+             WHERE {} = $1 AND state = $3 RETURNING {ANNOUNCED}",
             self.db().clock_sql(),
             target.column()
         ));
         // Read to its end (see the notes of `db`).
-        let changed: Vec<i64> = write_with_pool!(self.db(), Urgency::Ordinary, pool => {
+        let changed: Vec<Announced> = write_with_pool!(self.db(), Urgency::Ordinary, pool => {
             let query = sqlx::query(&sql);
             let query = match target {
                 Target::Id(id) => query.bind(id),
                 Target::Key(key) => query.bind(key),
             };
-            let mut ids = Vec::new();
+            let mut changed = Vec::new();
             for row in query.bind(run_at).bind(from.as_sql()).fetch_all(pool).await? {
-                ids.push(row.try_get("id")?);
+                changed.push(Announced::read(&row)?);
             }
-            ids
+            changed
         });
-        for &id in &changed {
-            self.inner.notifier.announce(id, run_at);
+        let any = !changed.is_empty();
+        for task in changed {
+            self.inner.notifier.announce(task);
         }
-        Ok(!changed.is_empty())
+        Ok(any)
     }
 
     /// A task's state, attempts, last error and payload, or `None` if there
@@ -489,8 +489,8 @@ impl Store {
     /// The task `target` names, or `None`.
     pub(crate) async fn get_where(&self, target: Target<'_>) -> Result<Option<TaskInfo>, Error> {
         let sql = format!(
-            "SELECT id, state, run_at, attempts, max_attempts, last_error, idempotency_key, payload \
-             FROM ttw_tasks WHERE {} = $1",
+            "SELECT id, state, run_at, attempts, max_attempts, last_error, idempotency_key, payload, \
+             queue, priority FROM ttw_tasks WHERE {} = $1",
             target.column()
         );
         let info = with_pool!(self.db(), pool => {
@@ -510,6 +510,8 @@ impl Store {
                     last_error: row.try_get("last_error")?,
                     idempotency_key: row.try_get("idempotency_key")?,
                     payload: row.try_get("payload")?,
+                    queue: row.try_get("queue")?,
+                    priority: priority_from_sql(row.try_get("priority")?),
                 }),
             }
         });
@@ -531,6 +533,46 @@ impl Store {
         let mut counts = StateCounts::default();
         for (state, n) in rows {
             *counts.slot(TaskState::from_sql(&state)?) = u64::try_from(n).unwrap_or(0);
+        }
+        Ok(counts)
+    }
+
+    /// How many tasks each queue holds in each state, by queue name; a
+    /// queue appears once it has a task. Tasks of a queue that no node
+    /// serves wait in `scheduled`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tokio_timing_wheel::durable::Store;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tokio_timing_wheel::durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// store.schedule("a").queue("emails").await?;
+    /// store.schedule("b").await?;
+    /// let counts = store.queue_counts().await?;
+    /// assert_eq!(counts["emails"].scheduled, 1);
+    /// assert_eq!(counts["default"].scheduled, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn queue_counts(&self) -> Result<BTreeMap<String, StateCounts>, Error> {
+        let rows: Vec<(String, String, i64)> = with_pool!(self.db(), pool => {
+            sqlx::query_as("SELECT queue, state, COUNT(*) FROM ttw_tasks GROUP BY queue, state")
+                .fetch_all(pool)
+                .await?
+        });
+        let mut counts: BTreeMap<String, StateCounts> = BTreeMap::new();
+        for (queue, state, n) in rows {
+            *counts
+                .entry(queue)
+                .or_default()
+                .slot(TaskState::from_sql(&state)?) = u64::try_from(n).unwrap_or(0);
         }
         Ok(counts)
     }
@@ -612,6 +654,32 @@ impl Schedule<'_> {
     /// does.
     pub fn max_attempts(mut self, n: u32) -> Self {
         self.task = self.task.max_attempts(n);
+        self
+    }
+
+    /// The queue the task belongs to (default
+    /// [`DEFAULT_QUEUE`](super::DEFAULT_QUEUE)): it is delivered by the
+    /// nodes serving that queue, to its handler
+    /// ([`SchedulerBuilder::handle`](super::SchedulerBuilder::handle)), and
+    /// waits, scheduled, while no node serves it. A name is 1 to
+    /// [`MAX_QUEUE_NAME`](super::MAX_QUEUE_NAME) bytes of ASCII letters,
+    /// digits, `_`, `-`, `.` and `:`; any other fails with
+    /// [`Error::is_invalid_queue`]. A task's queue never changes: a
+    /// [replacement](Self::replace_pending) keeps it.
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.task = self.task.queue(queue);
+        self
+    }
+
+    /// The task's priority within its queue (default 0). Priority orders
+    /// tasks that are due and wait for room under the node's or the
+    /// queue's concurrency limit: the lowest number is claimed first, then
+    /// the earliest due, then the first scheduled. It never makes a task
+    /// run before its time, and a node with room runs every due task at
+    /// once whatever its priority. A [replacement](Self::replace_pending)
+    /// takes it if given.
+    pub fn priority(mut self, priority: i16) -> Self {
+        self.task = self.task.priority(priority);
         self
     }
 

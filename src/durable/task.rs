@@ -99,6 +99,10 @@ pub struct TaskInfo {
     pub idempotency_key: Option<String>,
     /// The payload.
     pub payload: Vec<u8>,
+    /// Its queue.
+    pub queue: String,
+    /// Its priority within its queue.
+    pub priority: i16,
 }
 
 /// How many tasks are in each state, from

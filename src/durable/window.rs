@@ -5,12 +5,15 @@
 //! is a [`Retry`].
 
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
 
 use super::claims::Due;
 use super::db::now_ms;
+use super::notify::Announced;
+use super::queue::Lanes;
 use super::shards::ShardTable;
 use crate::TimingWheel;
 
@@ -42,38 +45,33 @@ impl Retry {
 
 /// The wheel of one node and what decides what belongs in it.
 pub(crate) struct Window {
-    wheel: TimingWheel<i64, i64>,
+    wheel: TimingWheel<i64, Due>,
     /// Tasks due before this time (ms) belong in the wheel.
     horizon: AtomicI64,
-    /// Which shards this node believes it holds, their deliveries in
-    /// flight, and which are being given back.
+    /// Which lanes (queue and shard) this node believes it holds, their
+    /// deliveries in flight, and which are being given back.
     pub(crate) shards: ShardTable,
-    shard_count: i64,
+    pub(crate) lanes: Arc<Lanes>,
     /// A shard being given back has nothing in flight any more: the
     /// heartbeat gives it back now rather than leave its tasks waiting.
     pub(crate) drained: Notify,
 }
 
 impl Window {
-    /// An empty window over `wheel` for a store of `shards` shards.
-    pub(crate) fn new(wheel: TimingWheel<i64, i64>, shards: u32) -> Window {
+    /// An empty window over `wheel` for the lanes of `lanes`.
+    pub(crate) fn new(wheel: TimingWheel<i64, Due>, lanes: Arc<Lanes>) -> Window {
         Window {
             wheel,
             horizon: AtomicI64::new(0),
-            shards: ShardTable::new(shards),
-            shard_count: i64::from(shards),
+            shards: ShardTable::new(lanes.count() as u32),
+            lanes,
             drained: Notify::new(),
         }
     }
 
     /// The wheel, for its stats and to stop it.
-    pub(crate) fn wheel(&self) -> &TimingWheel<i64, i64> {
+    pub(crate) fn wheel(&self) -> &TimingWheel<i64, Due> {
         &self.wheel
-    }
-
-    /// The shard of task `id`.
-    pub(crate) fn shard_of(&self, id: i64) -> usize {
-        id.rem_euclid(self.shard_count) as usize
     }
 
     /// The horizon: tasks due before it belong in the wheel.
@@ -86,10 +84,24 @@ impl Window {
         self.horizon.fetch_max(horizon, Ordering::AcqRel);
     }
 
+    /// Puts an announced task into the wheel, as [`arm`](Self::arm) does,
+    /// if this node serves its queue.
+    pub(crate) async fn arm_announced(&self, task: &Announced) {
+        if let Some(lane) = self.lanes.lane(&task.queue, task.id) {
+            self.arm(Due {
+                id: task.id,
+                run_at: task.run_at,
+                lane,
+                priority: task.priority,
+            })
+            .await;
+        }
+    }
+
     /// Puts a task into the wheel at its `run_at`, if it is due inside the
-    /// window and in a shard this node holds.
+    /// window and in a lane this node holds.
     pub(crate) async fn arm(&self, due: Due) {
-        if due.run_at >= self.horizon() || !self.shards.owns(self.shard_of(due.id)) {
+        if due.run_at >= self.horizon() || !self.shards.owns(due.lane as usize) {
             return;
         }
         let delay = Duration::from_millis(u64::try_from(due.run_at - now_ms()).unwrap_or(0));
@@ -103,14 +115,14 @@ impl Window {
 
     async fn put(&self, due: Due, delay: Duration) {
         // Fails only once the scheduler is stopping.
-        let _ = self.wheel.set_timer(due.id, due.run_at, delay).await;
+        let _ = self.wheel.set_timer(due.id, due, delay).await;
     }
 
-    /// Ends the registration of one delivery in `shard` (its claim took
+    /// Ends the registration of one delivery in `lane` (its claim took
     /// nothing, or its outcome is recorded), waking the heartbeat if that
-    /// left a shard being given back idle.
-    pub(crate) fn exit(&self, shard: usize) {
-        if self.shards.exit(shard) {
+    /// left a lane being given back idle.
+    pub(crate) fn exit(&self, lane: u32) {
+        if self.shards.exit(lane as usize) {
             self.drained.notify_one();
         }
     }
