@@ -249,58 +249,13 @@ on_both! {
     }
 }
 
-/// The crate's migrations up to (not including) recurring schedules,
-/// copied to a directory of their own: the schema the previous version
-/// left.
-fn previous_migrations(backend: Backend) -> tempdir::Dir {
-    let from = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("migrations")
-        .join(match backend {
-            Backend::Sqlite => "sqlite",
-            Backend::Postgres => "postgres",
-        });
-    let dir = tempdir::Dir::new("ttw-old-migrations");
-    for entry in std::fs::read_dir(&from).unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_string_lossy().to_string();
-        if name.as_str() < "0004" {
-            std::fs::copy(&path, dir.0.join(&name)).unwrap();
-        }
-    }
-    dir
-}
-
-mod tempdir {
-    /// A directory removed when dropped.
-    pub struct Dir(pub std::path::PathBuf);
-
-    impl Dir {
-        pub fn new(prefix: &str) -> Dir {
-            let path = std::env::temp_dir().join(format!(
-                "{prefix}-{}-{:?}",
-                std::process::id(),
-                std::thread::current().id()
-            ));
-            std::fs::create_dir_all(&path).unwrap();
-            Dir(path)
-        }
-    }
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
 on_both! {
     /// A database written before recurring schedules (its schema made by
     /// the earlier migrations, its rows as the earlier code wrote them) is
     /// brought up to date on open: every task is still there as it was,
     /// keys still hold, and the new features work on it.
     async fn a_database_from_before_recurring_schedules_upgrades_with_nothing_lost(db: Db) {
-        let old = previous_migrations(db.backend);
-        db.migrate_with(&old.0).await;
+        db.migrate_before("0004").await;
         let now = ms(SystemTime::now());
         db.exec("INSERT INTO ttw_meta (key, value) VALUES ('shards', 16)").await;
         db.exec(&format!(

@@ -177,6 +177,29 @@ impl Db {
         }
     }
 
+    /// Brings the test's database to the schema the crate's migrations
+    /// before `version` (say `"0004"`) make: as an older version of the
+    /// crate left it.
+    pub async fn migrate_before(&self, version: &str) {
+        let from = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("migrations")
+            .join(match self.backend {
+                Backend::Sqlite => "sqlite",
+                Backend::Postgres => "postgres",
+            });
+        let dir = std::env::temp_dir().join(unique(&format!("old_migrations_{version}")));
+        std::fs::create_dir_all(&dir).unwrap();
+        for entry in std::fs::read_dir(&from).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            if name.as_str() < version {
+                std::fs::copy(&path, dir.join(&name)).unwrap();
+            }
+        }
+        self.migrate_with(&dir).await;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// Runs one statement on the test's tables, outside the crate (fault
     /// injection and checks).
     pub async fn exec(&self, sql: &str) {
