@@ -107,9 +107,21 @@ impl Store {
              VALUES {{rows}} ON CONFLICT (idempotency_key) DO NOTHING RETURNING {ANNOUNCED}, idempotency_key",
         ));
         let clock = self.db().clock_sql();
+        // On SQLite each row's parameters are `?`, bound in order: binding
+        // a statement's numbered parameters looks each name up along a list
+        // of them all, which over the thousands of parameters of a batch
+        // statement cost more than the insert itself.
+        let sqlite = !self.is_postgres();
         let statement = |n: usize| {
             let values = (0..n)
-                .map(|i| format!("({}, {clock})", placeholders(1 + 7 * i, 7)))
+                .map(|i| {
+                    let params = if sqlite {
+                        "?, ?, ?, ?, ?, ?, ?".to_string()
+                    } else {
+                        placeholders(1 + 7 * i, 7)
+                    };
+                    format!("({params}, {clock})")
+                })
                 .collect::<Vec<_>>()
                 .join(", ");
             insert.replace("{rows}", &values)
