@@ -45,6 +45,14 @@
 //!   again returns the first task's id and creates nothing), and an attempt
 //!   count. Times are milliseconds since the Unix epoch, by the scheduling
 //!   process's clock.
+//! - **Queues**: every task belongs to a named queue ([`DEFAULT_QUEUE`]
+//!   unless [`Schedule::queue`] says otherwise) and has a priority. A
+//!   scheduler serves the queues it has handlers for
+//!   ([`SchedulerBuilder::handle`]); leases are held per queue and shard,
+//!   so each queue's shards are shared among the nodes that serve it, and
+//!   the tasks of a queue no node serves wait. Due tasks wait for room
+//!   under `max_concurrency` and the queue's own limit unclaimed, and are
+//!   claimed lowest priority number first.
 //! - **Window**: each [`Scheduler`] loads the scheduled tasks of its shards
 //!   due within the next `window` (default 60 s) into its wheel, and
 //!   reloads every half window. A task scheduled inside the loaded window

@@ -17,7 +17,9 @@ use super::Error;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SchedulerStats {
-    /// Shards whose lease this node holds.
+    /// Shard leases this node holds, over all the queues it serves (leases
+    /// are per queue and shard: a node serving one queue holds at most the
+    /// store's shard count).
     pub shards_owned: u32,
     /// Leases this node took over from another owner (a dead, paused or
     /// departed node, or its own previous run).
