@@ -138,6 +138,7 @@ mod batch;
 mod claims;
 mod config;
 mod connection;
+mod counts;
 mod db;
 mod delivery;
 mod dispatch;

@@ -2,7 +2,6 @@
 //! schedules, moves, cancels, reads and redrives tasks; [`Schedule`] is one
 //! task being scheduled.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::future::{Future, IntoFuture};
 use std::path::Path;
@@ -20,7 +19,7 @@ use super::db::{
 use super::new_task::{NewRow, NewTask};
 use super::notify::{Announced, Notifier, ANNOUNCED};
 use super::schema;
-use super::task::{StateCounts, TaskId, TaskInfo, TaskState};
+use super::task::{TaskId, TaskInfo, TaskState};
 use super::Error;
 
 /// A durable task store on SQLite or PostgreSQL: the client that schedules
@@ -516,65 +515,6 @@ impl Store {
             }
         });
         Ok(info)
-    }
-
-    /// How many tasks are in each state, as `(scheduled, running, done,
-    /// dead, cancelled)`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::is_database`].
-    pub async fn counts(&self) -> Result<StateCounts, Error> {
-        let rows: Vec<(String, i64)> = with_pool!(self.db(), pool => {
-            sqlx::query_as("SELECT state, COUNT(*) FROM ttw_tasks GROUP BY state")
-                .fetch_all(pool)
-                .await?
-        });
-        let mut counts = StateCounts::default();
-        for (state, n) in rows {
-            *counts.slot(TaskState::from_sql(&state)?) = u64::try_from(n).unwrap_or(0);
-        }
-        Ok(counts)
-    }
-
-    /// How many tasks each queue holds in each state, by queue name; a
-    /// queue appears once it has a task. Tasks of a queue that no node
-    /// serves wait in `scheduled`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::is_database`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use tokio_timing_wheel::durable::Store;
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), tokio_timing_wheel::durable::Error> {
-    /// let store = Store::sqlite_in_memory().await?;
-    /// store.schedule("a").queue("emails").await?;
-    /// store.schedule("b").await?;
-    /// let counts = store.queue_counts().await?;
-    /// assert_eq!(counts["emails"].scheduled, 1);
-    /// assert_eq!(counts["default"].scheduled, 1);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn queue_counts(&self) -> Result<BTreeMap<String, StateCounts>, Error> {
-        let rows: Vec<(String, String, i64)> = with_pool!(self.db(), pool => {
-            sqlx::query_as("SELECT queue, state, COUNT(*) FROM ttw_tasks GROUP BY queue, state")
-                .fetch_all(pool)
-                .await?
-        });
-        let mut counts: BTreeMap<String, StateCounts> = BTreeMap::new();
-        for (queue, state, n) in rows {
-            *counts
-                .entry(queue)
-                .or_default()
-                .slot(TaskState::from_sql(&state)?) = u64::try_from(n).unwrap_or(0);
-        }
-        Ok(counts)
     }
 }
 
