@@ -110,9 +110,10 @@
 //! # Shards and nodes
 //!
 //! Tasks belong to a fixed number of logical shards (`id % shards`, default
-//! 256, set when the schema is created). Each shard has a lease row; a
-//! scheduler is a node that heartbeats (one small write, which keeps all its
-//! leases), holds the leases of its fair share of shards, and serves only
+//! 256, set when the schema is created). Each shard of each queue has a
+//! lease row; a scheduler is a node that heartbeats (one small write, which
+//! keeps all its leases), holds the leases of its fair share of each queue
+//! it serves (shared among the nodes serving that queue), and serves only
 //! those. One scheduler alone holds them all. A dead node's shards are free
 //! after `lease_ttl`, or at once where its death can be proven: an earlier
 //! session of the same node id, or (on Linux) a process on the same machine
