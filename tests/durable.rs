@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime};
 
 use backends::{Backend, Db};
 use futures::StreamExt;
-use settings::fast;
+use settings::{fast, wait_state};
 use tokio_timing_wheel::durable::{
     Backoff, NewTask, Scheduled, Scheduler, SchedulerBuilder, Store, TaskId, TaskState,
     MAX_IDEMPOTENCY_KEY, MAX_PAYLOAD, MAX_RUN_AT,
@@ -88,24 +88,6 @@ async fn start_logging(builder: SchedulerBuilder, log: &Log) -> Scheduler {
         })
         .await
         .unwrap()
-}
-
-async fn wait_state(store: &Store, id: TaskId, state: TaskState, within: Duration) {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let info = store.get(id).await.unwrap().unwrap();
-        if info.state == state {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "task {id} is {:?} after {} attempts ({:?}), not {state:?}",
-            info.state,
-            info.attempts,
-            info.last_error
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 on_both! {

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use backends::{Backend, Db};
-use settings::fast;
+use settings::{fast, wait_state};
 use sqlx::Connection;
 use tokio::sync::Notify;
 use tokio_timing_wheel::durable::{
@@ -64,21 +64,6 @@ async fn start_logging(builder: SchedulerBuilder, log: &Log) -> Scheduler {
         })
         .await
         .unwrap()
-}
-
-async fn wait_state(store: &Store, id: TaskId, state: TaskState, within: Duration) {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let now = store.get(id).await.unwrap().unwrap().state;
-        if now == state {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "task {id} is {now:?}, not {state:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 on_both! {

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use backends::{Backend, Db};
-use settings::fast;
+use settings::{fast, wait_state};
 use tokio::sync::Notify;
 use tokio_timing_wheel::durable::{
     NewTask, Recurring, Scheduler, SchedulerBuilder, TaskId, TaskState, MAX_QUEUE_NAME,
@@ -137,7 +137,8 @@ on_both! {
         assert!(by_b.iter().any(|s| s.2 == b"r"), "{by_b:?}");
         assert!(by_b.iter().any(|s| s.2 == b"tick"), "{by_b:?}");
         assert!(seen.all().iter().filter(|s| s.0 == "a").all(|s| s.1 != "reports"));
-        assert_eq!(store.get(report).await.unwrap().unwrap().state, TaskState::Done);
+        // The handler has run; its outcome is written just after.
+        wait_state(&store, report, TaskState::Done, Duration::from_secs(10)).await;
         b.shutdown().await.unwrap();
         a.shutdown().await.unwrap();
     }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use tokio_timing_wheel::durable::{Backoff, Scheduler, SchedulerBuilder, Store};
+use tokio_timing_wheel::durable::{Backoff, Scheduler, SchedulerBuilder, Store, TaskId, TaskState};
 
 /// Quick settings for tests.
 pub fn fast(store: &Store) -> SchedulerBuilder {
@@ -19,4 +19,29 @@ pub fn fast(store: &Store) -> SchedulerBuilder {
             Duration::from_millis(50),
             Duration::from_millis(200),
         ))
+}
+
+/// Waits until task `id` is in `state`, polling the store; fails the test
+/// with the task's state, attempts and last error after `within`.
+///
+/// A handler's return and the write of its outcome are not one step, so a
+/// test that saw a handler run polls for the outcome rather than reading it
+/// once.
+#[allow(dead_code)] // not every test file that includes this module uses it
+pub async fn wait_state(store: &Store, id: TaskId, state: TaskState, within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let info = store.get(id).await.unwrap().unwrap();
+        if info.state == state {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "task {id} is {:?} after {} attempts ({:?}), not {state:?}",
+            info.state,
+            info.attempts,
+            info.last_error
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
