@@ -20,7 +20,7 @@ use settings::{fast, wait_state};
 use sqlx::Connection;
 use tokio::sync::Notify;
 use tokio_timing_wheel::durable::{
-    NewTask, Scheduled, Scheduler, SchedulerBuilder, Store, TaskId, TaskState,
+    NewTask, Scheduled, Scheduler, SchedulerBuilder, TaskId, TaskState,
 };
 
 /// What the handler saw: task, payload, when it ran, when it was due.

@@ -82,6 +82,7 @@ impl Store {
         });
         drop(turn);
         for task in created {
+            super::telemetry::scheduled(&task.queue, 1);
             self.notifier().announce(task);
         }
         Ok(outcomes)

@@ -67,4 +67,44 @@ impl Store {
         }
         Ok(counts)
     }
+
+    /// Sets the `ttw_tasks{queue, state}` gauge of the installed
+    /// [`metrics`] recorder from [`Store::queue_counts`], and returns the
+    /// counts. One `GROUP BY` over the tasks: call it every few seconds,
+    /// from one process (the `ttw serve` command does), not per task.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tokio_timing_wheel::durable::Store;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tokio_timing_wheel::durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// store.schedule("a").await?;
+    /// let counts = store.publish_task_counts().await?;
+    /// assert_eq!(counts["default"].scheduled, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn publish_task_counts(&self) -> Result<BTreeMap<String, StateCounts>, Error> {
+        let counts = self.queue_counts().await?;
+        for (queue, c) in &counts {
+            for (state, n) in [
+                (TaskState::Scheduled, c.scheduled),
+                (TaskState::Running, c.running),
+                (TaskState::Done, c.done),
+                (TaskState::Dead, c.dead),
+                (TaskState::Cancelled, c.cancelled),
+            ] {
+                metrics::gauge!("ttw_tasks", "queue" => queue.clone(), "state" => state.as_sql())
+                    .set(n as f64);
+            }
+        }
+        Ok(counts)
+    }
 }

@@ -12,6 +12,7 @@ use futures::{FutureExt, StreamExt};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::claims::Due;
 use super::db::{ms, now_ms};
@@ -216,6 +217,7 @@ async fn claim_and_run(
             return Err(err);
         }
     };
+    let claimed_at = now_ms();
     let mut permits: Vec<Option<Permits>> = entered.into_iter().map(|(_, p)| Some(p)).collect();
     let mut taken = vec![false; dues.len()];
     for c in claimed {
@@ -227,14 +229,21 @@ async fn claim_and_run(
             continue;
         };
         Counters::bump(&node.counters().delivered);
+        let lateness_ms = claimed_at.saturating_sub(c.run_at).max(0);
+        let metrics = node.outcomes.queue_metrics(&c.attempt);
+        metrics.delivered.increment(1);
+        metrics.lateness.record(lateness_ms as f64 / 1000.0);
         let task = Task::from_claimed(c, window.lanes.queue_of(dues[at].lane).clone());
-        running.spawn(supervise(
-            node.clone(),
-            task,
-            mode.clone(),
-            permit,
-            deadline,
-        ));
+        // The handler, its outcome and whatever they log run in this span.
+        let span = tracing::info_span!(
+            "ttw_delivery",
+            task_id = task.attempt.id,
+            queue = %task.queue,
+            attempt = task.attempt.number,
+            lateness_ms,
+        );
+        running
+            .spawn(supervise(node.clone(), task, mode.clone(), permit, deadline).instrument(span));
     }
     // The claimed ids stay registered until their outcome is recorded.
     let missing: Vec<Due> = dues
@@ -281,6 +290,7 @@ async fn explain_unclaimed(node: &Node, missing: &[Due]) -> Result<(), Error> {
         // claimed the task by now or not.
         if !task.held {
             Counters::bump(&node.counters().claims_lost);
+            node.outcomes.metrics.claims_lost.increment(1);
             continue;
         }
         if task.state != TaskState::Scheduled {
@@ -306,6 +316,7 @@ async fn explain_unclaimed(node: &Node, missing: &[Due]) -> Result<(), Error> {
 async fn supervise(node: Arc<Node>, task: Task, mode: Mode, permits: Permits, deadline: Instant) {
     let outcomes = &node.outcomes;
     let timeout = node.config.callback_timeout;
+    let started = Instant::now();
     let failed: Option<String> = match mode {
         // A runtime too busy to start the delivery before its deadline:
         // starting it now could overlap a redelivery after the lock ran
@@ -361,6 +372,10 @@ async fn supervise(node: Arc<Node>, task: Task, mode: Mode, permits: Permits, de
             node.report(Failing::Outcome, &err);
         }
     }
+    outcomes
+        .queue_metrics(&task.attempt)
+        .handler
+        .record(started.elapsed().as_secs_f64());
     node.window.exit(task.attempt.lane);
     drop(permits);
 }

@@ -132,6 +132,9 @@ impl Store {
         };
         drop(turn);
         if let Some(task) = changed {
+            if matches!(outcome, Scheduled::Created(_)) {
+                super::telemetry::scheduled(&task.queue, 1);
+            }
             self.notifier().announce(task);
         }
         Ok(outcome)

@@ -145,6 +145,7 @@ mod delivery;
 mod dispatch;
 mod error;
 mod faults;
+mod inspect;
 mod keys;
 mod lease;
 mod new_task;
@@ -160,6 +161,7 @@ mod schema;
 mod shards;
 mod store;
 mod task;
+mod telemetry;
 mod window;
 
 use std::time::Duration;
@@ -167,6 +169,7 @@ use std::time::Duration;
 pub use connection::CallerConnection;
 pub use delivery::{Deliveries, Delivery, Task};
 pub use error::Error;
+pub use inspect::{DueTimeline, NodeInfo, Redrive, TaskQuery, MAX_PAGE, REDRIVE_GROUP};
 pub use new_task::NewTask;
 pub use outcome::{Backoff, SchedulerStats};
 pub use queue::{DEFAULT_QUEUE, MAX_QUEUE_NAME};
@@ -177,6 +180,7 @@ pub use scheduler::{Scheduler, SchedulerBuilder};
 pub use schema::DEFAULT_SHARDS;
 pub use store::{Schedule, Scheduled, Store, StoreBuilder};
 pub use task::{StateCounts, TaskId, TaskInfo, TaskState};
+pub use telemetry::describe_metrics;
 
 /// The largest payload a task may carry: 1 MiB.
 pub const MAX_PAYLOAD: usize = 1 << 20;

@@ -149,6 +149,7 @@ impl Node {
     /// watch for it (see [`Node::watch_locks`]).
     pub(crate) fn report(&self, kind: Failing, err: &Error) {
         if !err.is_lost() && !err.is_closed() {
+            super::telemetry::database_error(kind.label());
             self.reports.failed(&self.node_id, kind, err);
             if matches!(kind, Failing::Claim | Failing::Outcome) {
                 self.watch_locks();
@@ -240,6 +241,12 @@ impl Node {
         self.counters()
             .takeovers
             .fetch_add(beat.takeovers, Ordering::Relaxed);
+        let metrics = &self.outcomes.metrics;
+        metrics.takeovers.increment(beat.takeovers);
+        metrics.shards_owned.set(f64::from(shards.owned_count()));
+        if let Ok(wheel) = self.window.wheel().stats().await {
+            metrics.window_tasks.set(wheel.pending as f64);
+        }
         if !beat.acquired.is_empty() {
             tracing::debug!(node = %self.node_id, acquired = beat.acquired.len(), takeovers = beat.takeovers, "took shards");
             self.reload.notify_one();

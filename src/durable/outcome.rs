@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use super::claims::{Attempt, Claims, Due, Failed};
 use super::db::{ms, now_ms};
+use super::telemetry::NodeMetrics;
 use super::window::Window;
 use super::Error;
 
@@ -96,6 +97,8 @@ pub(crate) struct Outcomes {
     default_max: i64,
     node_id: String,
     pub(crate) counters: Counters,
+    /// The node's metric handles.
+    pub(crate) metrics: NodeMetrics,
     /// The node was aborted: outcomes are no longer written.
     aborted: AtomicBool,
 }
@@ -108,7 +111,9 @@ impl Outcomes {
         max_attempts: u32,
         node_id: String,
     ) -> Outcomes {
+        let metrics = NodeMetrics::new(&node_id, window.lanes.queues());
         Outcomes {
+            metrics,
             claims,
             window,
             backoff,
@@ -132,14 +137,21 @@ impl Outcomes {
         Ok(())
     }
 
+    /// The metrics of `attempt`'s queue.
+    pub(crate) fn queue_metrics(&self, attempt: &Attempt) -> &super::telemetry::QueueMetrics {
+        self.metrics.queue(self.window.lanes.index_of(attempt.lane))
+    }
+
     /// Records a successful attempt.
     pub(crate) async fn succeed(&self, attempt: &Attempt) -> Result<(), Error> {
         self.check_open()?;
         if self.claims.complete(attempt).await? {
             Counters::bump(&self.counters.succeeded);
+            self.queue_metrics(attempt).succeeded.increment(1);
             Ok(())
         } else {
             Counters::bump(&self.counters.completions_lost);
+            self.metrics.completions_lost.increment(1);
             Err(Error::lost())
         }
     }
@@ -157,6 +169,9 @@ impl Outcomes {
             Some(Failed::Retry(run_at)) => {
                 Counters::bump(&self.counters.failed);
                 Counters::bump(&self.counters.retried);
+                let metrics = self.queue_metrics(attempt);
+                metrics.failed.increment(1);
+                metrics.retried.increment(1);
                 self.window
                     .arm(Due {
                         id: attempt.id,
@@ -170,11 +185,15 @@ impl Outcomes {
             Some(Failed::Dead) => {
                 Counters::bump(&self.counters.failed);
                 Counters::bump(&self.counters.dead);
+                let metrics = self.queue_metrics(attempt);
+                metrics.failed.increment(1);
+                metrics.dead.increment(1);
                 tracing::warn!(node = %self.node_id, id = attempt.id, error, "task is dead: out of attempts");
                 Ok(())
             }
             None => {
                 Counters::bump(&self.counters.completions_lost);
+                self.metrics.completions_lost.increment(1);
                 Err(Error::lost())
             }
         }

@@ -30,6 +30,16 @@ impl Failing {
         self as usize
     }
 
+    /// The kind as the `kind` label of `ttw_database_errors_total`.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Failing::Heartbeat => "heartbeat",
+            Failing::Control => "control",
+            Failing::Claim => "claim",
+            Failing::Outcome => "outcome",
+        }
+    }
+
     fn what(self) -> &'static str {
         match self {
             Failing::Heartbeat => "heartbeat failed; retrying at the next one",

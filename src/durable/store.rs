@@ -11,10 +11,8 @@ use std::time::{Duration, SystemTime};
 
 use sqlx::Row;
 
-use super::claims::priority_from_sql;
 use super::db::{
-    clamp_u32, from_ms, now_ms, to_ms, with_pool, write_with_pool, Db, PoolSettings, Urgency,
-    SQLITE_MIN_SIZE,
+    now_ms, to_ms, with_pool, write_with_pool, Db, PoolSettings, Urgency, SQLITE_MIN_SIZE,
 };
 use super::new_task::{NewRow, NewTask};
 use super::notify::{Announced, Notifier, ANNOUNCED};
@@ -358,6 +356,7 @@ impl Store {
             });
             if let Some(task) = inserted {
                 let id = task.id;
+                super::telemetry::scheduled(&task.queue, 1);
                 self.inner.notifier.announce(task);
                 return Ok(Scheduled::Created(TaskId(id)));
             }
@@ -488,8 +487,7 @@ impl Store {
     /// The task `target` names, or `None`.
     pub(crate) async fn get_where(&self, target: Target<'_>) -> Result<Option<TaskInfo>, Error> {
         let sql = format!(
-            "SELECT id, state, run_at, attempts, max_attempts, last_error, idempotency_key, payload, \
-             queue, priority FROM ttw_tasks WHERE {} = $1",
+            "SELECT {TASK_INFO_COLUMNS} FROM ttw_tasks WHERE {} = $1",
             target.column()
         );
         let info = with_pool!(self.db(), pool => {
@@ -500,23 +498,40 @@ impl Store {
             };
             match query.fetch_optional(pool).await? {
                 None => None,
-                Some(row) => Some(TaskInfo {
-                    id: TaskId(row.try_get("id")?),
-                    state: TaskState::from_sql(row.try_get("state")?)?,
-                    run_at: from_ms(row.try_get("run_at")?),
-                    attempts: clamp_u32(row.try_get("attempts")?),
-                    max_attempts: row.try_get::<Option<i64>, _>("max_attempts")?.map(clamp_u32),
-                    last_error: row.try_get("last_error")?,
-                    idempotency_key: row.try_get("idempotency_key")?,
-                    payload: row.try_get("payload")?,
-                    queue: row.try_get("queue")?,
-                    priority: priority_from_sql(row.try_get("priority")?),
-                }),
+                Some(row) => Some(read_task_info!(row)),
             }
         });
         Ok(info)
     }
 }
+
+/// The columns a [`TaskInfo`] is read from, by [`read_task_info`].
+pub(crate) const TASK_INFO_COLUMNS: &str =
+    "id, state, run_at, attempts, max_attempts, last_error, \
+     idempotency_key, payload, queue, priority";
+
+/// A [`TaskInfo`] from a row of [`TASK_INFO_COLUMNS`] (a macro: the rows of
+/// the two backends are different types); `?` on the enclosing function.
+macro_rules! read_task_info {
+    ($row:expr) => {{
+        let row = &$row;
+        $crate::durable::task::TaskInfo {
+            id: $crate::durable::task::TaskId(row.try_get("id")?),
+            state: $crate::durable::task::TaskState::from_sql(row.try_get("state")?)?,
+            run_at: $crate::durable::db::from_ms(row.try_get("run_at")?),
+            attempts: $crate::durable::db::clamp_u32(row.try_get("attempts")?),
+            max_attempts: row
+                .try_get::<Option<i64>, _>("max_attempts")?
+                .map($crate::durable::db::clamp_u32),
+            last_error: row.try_get("last_error")?,
+            idempotency_key: row.try_get("idempotency_key")?,
+            payload: row.try_get("payload")?,
+            queue: row.try_get("queue")?,
+            priority: $crate::durable::claims::priority_from_sql(row.try_get("priority")?),
+        }
+    }};
+}
+pub(crate) use read_task_info;
 
 /// Which task a statement is about: by id, or by idempotency key.
 #[derive(Debug, Clone, Copy)]

@@ -140,6 +140,7 @@ impl Store {
         match created {
             Some(created) => {
                 for task in created {
+                    crate::durable::telemetry::scheduled(&task.queue, 1);
                     self.notifier().announce(task);
                 }
                 Ok(next)
