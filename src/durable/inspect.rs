@@ -128,11 +128,16 @@ pub struct NodeInfo {
     pub heartbeat_at: SystemTime,
     /// It is shutting down, giving its shards back.
     pub leaving: bool,
-    /// The (queue, shard) leases it holds that have not run out.
+    /// The (queue, shard) leases its session holds.
     pub leases: u32,
-    /// When the first of those runs out unless renewed (by the database's
-    /// clock), or `None` if it holds none.
+    /// When its leases run out unless it heartbeats again: its last
+    /// heartbeat plus its lease TTL, by the database's clock. `None` if it
+    /// holds none, or it is of a version that did not record its TTL.
     pub lease_expires_at: Option<SystemTime>,
+    /// Its leases are still live by the database's clock (the expiry is
+    /// ahead); a node that died keeps its row until another node's
+    /// heartbeat clears it, with this `false`.
+    pub live: bool,
 }
 
 /// What comes due soon, from [`Store::due_timeline`].
@@ -225,7 +230,7 @@ fn state_and_queue(state: Option<TaskState>, queue: Option<&str>) -> (String, Ve
 
 impl Store {
     /// The newest schema migration applied to the database (the store
-    /// applies what is missing when it opens): 5 for this version of the
+    /// applies what is missing when it opens): 6 for this version of the
     /// crate.
     ///
     /// # Errors
@@ -240,7 +245,7 @@ impl Store {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), tokio_timing_wheel::durable::Error> {
     /// let store = Store::sqlite_in_memory().await?;
-    /// assert_eq!(store.schema_version().await?, 5);
+    /// assert_eq!(store.schema_version().await?, 6);
     /// # Ok(())
     /// # }
     /// ```
@@ -335,9 +340,9 @@ impl Store {
     /// ```
     pub async fn nodes(&self) -> Result<Vec<NodeInfo>, Error> {
         let sql = format!(
-            "SELECT n.node_id, n.queues, n.heartbeat_at, n.leaving, \
-             (SELECT COUNT(*) FROM ttw_leases l WHERE l.owner_session = n.session AND l.expires_at > {now}) AS leases, \
-             (SELECT MIN(l.expires_at) FROM ttw_leases l WHERE l.owner_session = n.session AND l.expires_at > {now}) AS expires \
+            "SELECT n.node_id, n.queues, n.heartbeat_at, n.leaving, n.heartbeat_at + n.lease_ttl_ms AS expires, \
+             {now} AS now, \
+             (SELECT COUNT(*) FROM ttw_leases l WHERE l.owner_session = n.session) AS leases \
              FROM ttw_nodes n ORDER BY n.node_id",
             now = self.db().clock_sql()
         );
@@ -345,13 +350,17 @@ impl Store {
             let mut nodes = Vec::new();
             for row in sqlx::query(&sql).fetch_all(pool).await? {
                 let queues: String = row.try_get("queues")?;
+                let leases = u32::try_from(row.try_get::<i64, _>("leases")?).unwrap_or(u32::MAX);
+                let expires: Option<i64> = row.try_get("expires")?;
+                let now: i64 = row.try_get("now")?;
                 nodes.push(NodeInfo {
                     node_id: row.try_get("node_id")?,
                     queues: queues.split(',').filter(|q| !q.is_empty()).map(str::to_string).collect(),
                     heartbeat_at: from_ms(row.try_get("heartbeat_at")?),
                     leaving: row.try_get::<i64, _>("leaving")? != 0,
-                    leases: u32::try_from(row.try_get::<i64, _>("leases")?).unwrap_or(u32::MAX),
-                    lease_expires_at: row.try_get::<Option<i64>, _>("expires")?.map(from_ms),
+                    leases,
+                    lease_expires_at: expires.filter(|_| leases > 0).map(from_ms),
+                    live: expires.is_some_and(|at| at > now),
                 });
             }
             nodes

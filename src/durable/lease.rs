@@ -233,10 +233,10 @@ impl Leases {
     /// id take it from each other in turn; ids must be unique).
     async fn join(&self) -> Result<(), Error> {
         let sql = format!(
-            "INSERT INTO ttw_nodes (node_id, session, heartbeat_at, process, leaving, queues) \
-             VALUES ($1, $2, {}, $3, 0, $4) \
+            "INSERT INTO ttw_nodes (node_id, session, heartbeat_at, process, leaving, queues, lease_ttl_ms) \
+             VALUES ($1, $2, {}, $3, 0, $4, $5) \
              ON CONFLICT (node_id) DO UPDATE SET session = excluded.session, heartbeat_at = excluded.heartbeat_at, \
-             process = excluded.process, leaving = 0, queues = excluded.queues",
+             process = excluded.process, leaving = 0, queues = excluded.queues, lease_ttl_ms = excluded.lease_ttl_ms",
             self.db.clock_sql()
         );
         write_with_pool!(&self.db, Urgency::Urgent, pool => {
@@ -245,6 +245,7 @@ impl Leases {
                 .bind(&self.session)
                 .bind(process::identity())
                 .bind(self.lanes.joined())
+                .bind(self.ttl_ms)
                 .execute(pool)
                 .await?;
         });

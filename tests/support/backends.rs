@@ -96,6 +96,20 @@ impl Db {
         }
     }
 
+    /// Where this database is, as arguments of the `ttw` tool.
+    pub fn cli_args(&self) -> Vec<String> {
+        match (&self.sqlite, &self.postgres) {
+            (Some(path), _) => vec!["--database".into(), path.display().to_string()],
+            (_, Some((url, schema))) => vec![
+                "--database".into(),
+                url.clone(),
+                "--schema".into(),
+                schema.clone(),
+            ],
+            _ => unreachable!("a Db is on one backend"),
+        }
+    }
+
     /// Opens a store, panicking on failure.
     pub async fn open_with(&self, builder: StoreBuilder) -> Store {
         self.try_open_with(builder).await.unwrap()

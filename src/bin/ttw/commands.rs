@@ -54,6 +54,7 @@ pub(crate) async fn status(store: &Store, json: bool) -> Result<()> {
                     "leaving": n.leaving,
                     "leases": n.leases,
                     "lease_expires_at": n.lease_expires_at.map(output::time),
+                    "live": n.live,
                 })
             })
             .collect();
@@ -107,17 +108,31 @@ pub(crate) async fn status(store: &Store, json: bool) -> Result<()> {
                 n.queues.join(","),
                 format!("{} ago", output::span(output::ago(n.heartbeat_at))),
                 n.leases.to_string(),
-                n.lease_expires_at.map_or("-".into(), |t| {
-                    format!("in {}", output::span(output::until(t)))
-                }),
-                if n.leaving { "leaving" } else { "" }.to_string(),
+                match n.lease_expires_at {
+                    None => "-".into(),
+                    Some(t) if n.live => format!("in {}", output::span(output::until(t))),
+                    Some(t) => format!("{} ago", output::span(output::ago(t))),
+                },
+                match (n.live, n.leaving) {
+                    (false, _) => "expired",
+                    (true, true) => "leaving",
+                    (true, false) => "live",
+                }
+                .to_string(),
             ]
         })
         .collect();
     print!(
         "{}",
         table(
-            &["NODE", "QUEUES", "HEARTBEAT", "LEASES", "FIRST EXPIRES", ""],
+            &[
+                "NODE",
+                "QUEUES",
+                "HEARTBEAT",
+                "LEASES",
+                "LEASES EXPIRE",
+                "STATE"
+            ],
             &rows
         )
     );

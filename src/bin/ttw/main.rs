@@ -32,6 +32,11 @@ struct Cli {
     )]
     database: Option<String>,
 
+    /// On PostgreSQL: the schema the store's tables are in (as
+    /// `StoreBuilder::postgres_schema`); `public` if not given.
+    #[arg(long, env = "TTW_SCHEMA", global = true)]
+    schema: Option<String>,
+
     /// Print JSON (one document) instead of aligned text.
     #[arg(long, global = true)]
     json: bool,
@@ -246,7 +251,7 @@ async fn run(cli: Cli) -> Result<()> {
         return fail("no database: pass --database PATH_OR_URL or set DATABASE_URL");
     };
     let creating = matches!(cli.command, Command::Migrate);
-    let store = open(database, creating).await?;
+    let store = open(database, cli.schema.as_deref(), creating).await?;
     let json = cli.json;
     match cli.command {
         Command::Migrate => commands::migrate(&store, json).await,
@@ -265,9 +270,12 @@ async fn run(cli: Cli) -> Result<()> {
 /// Opens the store `database` names. A SQLite file must exist unless
 /// `creating` (only `migrate` creates one: a misspelt path is an error,
 /// not a new empty store).
-async fn open(database: &str, creating: bool) -> Result<Store> {
-    let builder = Store::builder().connect_timeout(Duration::from_secs(5));
+async fn open(database: &str, schema: Option<&str>, creating: bool) -> Result<Store> {
+    let mut builder = Store::builder().connect_timeout(Duration::from_secs(5));
     if database.starts_with("postgres://") || database.starts_with("postgresql://") {
+        if let Some(schema) = schema {
+            builder = builder.postgres_schema(schema);
+        }
         return builder
             .postgres(database)
             .await
@@ -277,6 +285,9 @@ async fn open(database: &str, creating: bool) -> Result<Store> {
         return fail(format!(
             "not a database this tool knows: {database:?} (a SQLite path, or a postgres:// URL)"
         ));
+    }
+    if schema.is_some() {
+        return fail("--schema is for PostgreSQL; this database is a SQLite file");
     }
     let path = database.strip_prefix("sqlite:").unwrap_or(database);
     if !creating && !std::path::Path::new(path).exists() {

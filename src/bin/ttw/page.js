@@ -107,7 +107,7 @@ function render(o) {
   ])));
   fill("nodes", o.nodes.map(n => row([
     cell(n.node_id), cell(n.queues.join(", ")), cell(span(n.heartbeat_ago_ms) + " ago"),
-    cell(n.leases, "n"), cell(span(n.lease_expires_in_ms)), cell(n.leaving ? "leaving" : ""),
+    cell(n.leases, "n"), cell(span(n.lease_expires_in_ms)), cell(!n.live ? "expired" : n.leaving ? "leaving" : "live"),
   ])));
   document.body.dataset.loaded = String((Number(document.body.dataset.loaded) || 0) + 1);
 }

@@ -243,6 +243,7 @@ async fn read_overview(app: &App) -> Result<Value> {
             "leaving": n.leaving,
             "leases": n.leases,
             "lease_expires_in_ms": n.lease_expires_at.map(|t| output::until(t).as_millis() as u64),
+            "live": n.live,
         })).collect::<Vec<_>>(),
     }))
 }
