@@ -20,7 +20,7 @@ use settings::{fast, wait_state};
 use sqlx::Connection;
 use tokio::sync::Notify;
 use tokio_timing_wheel::durable::{
-    NewTask, Scheduled, Scheduler, SchedulerBuilder, TaskId, TaskState,
+    NewTask, Redrive, Scheduled, Scheduler, SchedulerBuilder, TaskId, TaskState,
 };
 
 /// What the handler saw: task, payload, when it ran, when it was due.
@@ -339,4 +339,36 @@ async fn a_connection_to_the_other_backend_is_refused() {
     );
     assert_eq!(pg_store.counts().await.unwrap().scheduled, 0);
     assert_eq!(lite_store.counts().await.unwrap().scheduled, 0);
+}
+
+on_both! {
+    /// A bulk redrive takes at most its limit, oldest ids first, resets the
+    /// attempts, and spreads the due times over its span in groups of at
+    /// most `REDRIVE_GROUP`: 1,100 of 1,200 dead tasks over an hour are
+    /// three due times (500, 500, 100), the last 1000/1100 of the hour on.
+    async fn a_bulk_redrive_spreads_its_due_times_in_groups(db: Db) {
+        let store = db.open().await;
+        let tasks = (0..1200).map(|i| NewTask::new(format!("t{i}")).delay(Duration::from_secs(3600)));
+        store.schedule_batch(tasks).await.unwrap();
+        db.exec("UPDATE ttw_tasks SET state = 'dead', attempts = 3, last_error = 'boom'").await;
+        let redrive = Redrive::dead().limit(1100).spread(Duration::from_secs(3600));
+        assert_eq!(store.redrive_many(&redrive).await.unwrap(), 1100);
+        let counts = store.counts().await.unwrap();
+        assert_eq!((counts.scheduled, counts.dead), (1100, 100));
+        assert_eq!(db.query_i64("SELECT MIN(id) FROM ttw_tasks WHERE state = 'dead'").await,
+            db.query_i64("SELECT MAX(id) FROM ttw_tasks WHERE state = 'scheduled'").await + 1,
+            "oldest ids first");
+        assert_eq!(db.query_i64("SELECT COUNT(DISTINCT run_at) FROM ttw_tasks WHERE state = 'scheduled'").await, 3);
+        assert_eq!(db.query_i64(
+            "SELECT MAX(c) FROM (SELECT COUNT(*) AS c FROM ttw_tasks WHERE state = 'scheduled' GROUP BY run_at) g").await, 500);
+        assert_eq!(db.query_i64("SELECT MAX(run_at) - MIN(run_at) FROM ttw_tasks WHERE state = 'scheduled'").await,
+            3_600_000 * 1000 / 1100);
+        assert_eq!(db.query_i64("SELECT MAX(attempts) FROM ttw_tasks WHERE state = 'scheduled'").await, 0);
+        // Only finished states.
+        let running = Redrive::dead().state(TaskState::Running);
+        assert!(store.redrive_many(&running).await.unwrap_err().is_config());
+        // Again: the remaining 100, all due now (no spread).
+        assert_eq!(store.redrive_many(&Redrive::dead()).await.unwrap(), 100);
+        assert_eq!(store.counts().await.unwrap().dead, 0);
+    }
 }
