@@ -3,23 +3,7 @@
 //! exporter, StatsD, none) receives them. With no recorder installed they
 //! cost a check and nothing else.
 //!
-//! | name | type | labels | what |
-//! |---|---|---|---|
-//! | `ttw_tasks_scheduled_total` | counter | `queue` | tasks created through this process's [`Store`](super::Store) (one at a time, in batches, in a caller's transaction when inserted, by recurring schedules) |
-//! | `ttw_deliveries_total` | counter | `queue` | attempts started: claims this process's nodes won |
-//! | `ttw_attempts_succeeded_total` | counter | `queue` | attempts recorded as succeeded |
-//! | `ttw_attempts_failed_total` | counter | `queue` | attempts recorded as failed (error, panic, timeout, dropped delivery) |
-//! | `ttw_retries_total` | counter | `queue` | failed attempts scheduled to run again |
-//! | `ttw_tasks_dead_total` | counter | `queue` | tasks marked dead, out of attempts |
-//! | `ttw_lateness_seconds` | histogram | `queue` | from a task's `run_at` to its claim |
-//! | `ttw_handler_duration_seconds` | histogram | `queue` | from the start of a delivery to its outcome written (the handler returned, or the streamed delivery settled) |
-//! | `ttw_claims_lost_total` | counter | `node` | fired tasks whose claim was refused: another node holds the lease now (fencing) |
-//! | `ttw_completions_lost_total` | counter | `node` | outcomes refused: the attempt no longer belonged to the node |
-//! | `ttw_lease_takeovers_total` | counter | `node` | leases taken over from another owner |
-//! | `ttw_shards_owned` | gauge | `node` | (queue, shard) leases the node holds, set at each heartbeat |
-//! | `ttw_window_tasks` | gauge | `node` | tasks waiting in the node's in-memory wheel, set at each heartbeat |
-//! | `ttw_database_errors_total` | counter | `kind` | failed database calls of a node: `heartbeat`, `control` (window load, catch-up poll, retention sweep), `claim`, `outcome` |
-//! | `ttw_tasks` | gauge | `queue`, `state` | tasks per queue and state, set by [`Store::publish_task_counts`](super::Store::publish_task_counts) (`ttw serve` calls it every few seconds) |
+//! The metrics are listed in [`describe_metrics`]'s docs.
 //!
 //! A node takes its metric handles when it starts: install the recorder
 //! before starting schedulers. [`describe_metrics`] gives the recorder each
@@ -29,9 +13,32 @@ use std::sync::Arc;
 
 use metrics::{Counter, Gauge, Histogram, Unit};
 
-/// Registers the unit and help text of every metric above with the
-/// installed recorder (a Prometheus exporter prints them as `# HELP`).
-/// Optional; call it after installing the recorder.
+/// Registers the unit and help text of every metric the durable layer
+/// records with the installed recorder (a Prometheus exporter prints them
+/// as `# HELP`). Optional; call it after installing the recorder, and
+/// install the recorder before starting schedulers: a node takes its
+/// metric handles when it starts. With no recorder the metrics cost a
+/// check and nothing else.
+///
+/// | name | type | labels | what |
+/// |---|---|---|---|
+/// | `ttw_tasks_scheduled_total` | counter | `queue` | tasks created through this process's [`Store`](super::Store) (one at a time, in batches, in a caller's transaction when inserted, by recurring schedules) |
+/// | `ttw_deliveries_total` | counter | `queue` | attempts started: claims this process's nodes won |
+/// | `ttw_attempts_succeeded_total` | counter | `queue` | attempts recorded as succeeded |
+/// | `ttw_attempts_failed_total` | counter | `queue` | attempts recorded as failed (error, panic, timeout, dropped delivery) |
+/// | `ttw_retries_total` | counter | `queue` | failed attempts scheduled to run again |
+/// | `ttw_tasks_dead_total` | counter | `queue` | tasks marked dead, out of attempts |
+/// | `ttw_lateness_seconds` | histogram | `queue` | from a task's `run_at` to its claim |
+/// | `ttw_handler_duration_seconds` | histogram | `queue` | from the start of a delivery to its outcome written (the handler returned, or the streamed delivery settled) |
+/// | `ttw_claims_lost_total` | counter | `node` | fired tasks whose claim was refused: another node holds the lease now (fencing) |
+/// | `ttw_completions_lost_total` | counter | `node` | outcomes refused: the attempt no longer belonged to the node |
+/// | `ttw_lease_takeovers_total` | counter | `node` | leases taken over from another owner |
+/// | `ttw_shards_owned` | gauge | `node` | (queue, shard) leases the node holds, set at each heartbeat |
+/// | `ttw_window_tasks` | gauge | `node` | tasks waiting in the node's in-memory wheel, set at each heartbeat |
+/// | `ttw_database_errors_total` | counter | `kind` | failed database calls of a node: `heartbeat`, `control` (window load, catch-up poll, retention sweep), `claim`, `outcome` |
+/// | `ttw_tasks` | gauge | `queue`, `state` | tasks per queue and state, set by [`Store::publish_task_counts`](super::Store::publish_task_counts) (`ttw serve` calls it every few seconds) |
+///
+///
 ///
 /// # Examples
 ///
