@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusBuilder;
 use settings::{fast, wait_state};
-use tokio_timing_wheel::durable::{Store, TaskState};
+use tokio_timing_wheel::durable::{NewTask, Store, TaskState};
 
 /// Log output, kept.
 #[derive(Clone, Default)]
@@ -40,6 +40,10 @@ fn sample(page: &str, line_start: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// Also two regressions: `ttw_tasks` kept the last counts of a queue
+/// whose tasks had all been swept (it now reads zero), and a batch looked
+/// up its scheduled counter, allocating its label, once per task (now once
+/// per run of one queue; the counts must stay right).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_and_delivery_spans() {
     let recorder = PrometheusBuilder::new().install_recorder().unwrap();
@@ -144,4 +148,48 @@ async fn metrics_and_delivery_spans() {
         "{text}"
     );
     scheduler.shutdown().await.unwrap();
+
+    // A batch counts its tasks by queue, however they are interleaved.
+    store
+        .schedule_batch(["x", "y", "x", "x"].map(|q| {
+            NewTask::new("later")
+                .queue(q)
+                .delay(Duration::from_secs(3600))
+        }))
+        .await
+        .unwrap();
+    let page = recorder.render();
+    for (queue, want) in [("x", 3.0), ("y", 1.0)] {
+        let line = format!("ttw_tasks_scheduled_total{{queue=\"{queue}\"}} ");
+        assert_eq!(sample(&page, &line), Some(want), "{line} in\n{page}");
+    }
+
+    // A queue whose tasks are all swept away reads zero, not its last
+    // counts.
+    let brief = store
+        .schedule("brief")
+        .queue("brief")
+        .delay(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    store.cancel(brief).await.unwrap();
+    store.publish_task_counts().await.unwrap();
+    let cancelled = "ttw_tasks{queue=\"brief\",state=\"cancelled\"} ";
+    assert_eq!(sample(&recorder.render(), cancelled), Some(1.0));
+    let sweeper = fast(&store)
+        .node_id("m2")
+        .retention(Duration::from_millis(1))
+        .start(|_| async { Ok::<(), String>(()) })
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while store.queue_counts().await.unwrap().contains_key("brief") {
+        assert!(tokio::time::Instant::now() < deadline, "never swept");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    sweeper.shutdown().await.unwrap();
+    let counts = store.publish_task_counts().await.unwrap();
+    assert!(!counts.contains_key("brief"));
+    let page = recorder.render();
+    assert_eq!(sample(&page, cancelled), Some(0.0), "{page}");
 }

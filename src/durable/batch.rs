@@ -81,8 +81,8 @@ impl Store {
             inserted
         });
         drop(turn);
+        super::telemetry::scheduled_each(created.iter().map(|t| &*t.queue));
         for task in created {
-            super::telemetry::scheduled(&task.queue, 1);
             self.notifier().announce(task);
         }
         Ok(outcomes)

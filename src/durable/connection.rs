@@ -104,9 +104,7 @@ impl Store {
     /// the time it reads). On PostgreSQL the `NOTIFY` of the statement
     /// arrives at commit, to every process, this one included.
     fn announce_uncommitted(&self, created: Vec<Announced>) {
-        for task in &created {
-            super::telemetry::scheduled(&task.queue, 1);
-        }
+        super::telemetry::scheduled_each(created.iter().map(|t| &*t.queue));
         if !self.is_postgres() {
             for task in created {
                 self.notifier().announce(task);

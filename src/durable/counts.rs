@@ -71,7 +71,10 @@ impl Store {
     /// Sets the `ttw_tasks{queue, state}` gauge of the installed
     /// [`metrics`] recorder from [`Store::queue_counts`], and returns the
     /// counts. One `GROUP BY` over the tasks: call it every few seconds,
-    /// from one process (the `ttw serve` command does), not per task.
+    /// from one process (the `ttw serve` command does), not per task. A
+    /// queue this store published before and that has no task left now
+    /// (its finished tasks swept by the retention, say) is set to zero in
+    /// every state rather than left at its last counts.
     ///
     /// # Errors
     ///
@@ -93,18 +96,31 @@ impl Store {
     /// ```
     pub async fn publish_task_counts(&self) -> Result<BTreeMap<String, StateCounts>, Error> {
         let counts = self.queue_counts().await?;
-        for (queue, c) in &counts {
-            for (state, n) in [
-                (TaskState::Scheduled, c.scheduled),
-                (TaskState::Running, c.running),
-                (TaskState::Done, c.done),
-                (TaskState::Dead, c.dead),
-                (TaskState::Cancelled, c.cancelled),
-            ] {
-                metrics::gauge!("ttw_tasks", "queue" => queue.clone(), "state" => state.as_sql())
-                    .set(n as f64);
-            }
+        let mut published = self.published_queues();
+        // A queue published before with no task left now (its last finished
+        // tasks swept, say) reads zero rather than its last counts.
+        for gone in published.iter().filter(|q| !counts.contains_key(*q)) {
+            publish_queue(gone, &StateCounts::default());
         }
+        for (queue, c) in &counts {
+            publish_queue(queue, c);
+        }
+        *published = counts.keys().cloned().collect();
+        drop(published);
         Ok(counts)
+    }
+}
+
+/// Sets the `ttw_tasks` gauges of `queue`.
+fn publish_queue(queue: &str, c: &StateCounts) {
+    for (state, n) in [
+        (TaskState::Scheduled, c.scheduled),
+        (TaskState::Running, c.running),
+        (TaskState::Done, c.done),
+        (TaskState::Dead, c.dead),
+        (TaskState::Cancelled, c.cancelled),
+    ] {
+        metrics::gauge!("ttw_tasks", "queue" => queue.to_string(), "state" => state.as_sql())
+            .set(n as f64);
     }
 }

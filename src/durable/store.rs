@@ -2,6 +2,7 @@
 //! schedules, moves, cancels, reads and redrives tasks; [`Schedule`] is one
 //! task being scheduled.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::future::{Future, IntoFuture};
 use std::path::Path;
@@ -66,6 +67,10 @@ struct StoreInner {
     /// one: for statements on a caller's connection, whose `search_path`
     /// may differ from the pool's.
     tasks_table: String,
+    /// The queues [`Store::publish_task_counts`] last set gauges for, so
+    /// that a queue whose tasks are all gone is set to zero, not left at
+    /// its last counts.
+    published_queues: Mutex<BTreeSet<String>>,
     /// For an in-memory store, the connection outside the pool that keeps
     /// the database alive (see [`PoolSettings::sqlite_in_memory`]).
     _memory_keeper: Option<Mutex<sqlx::SqliteConnection>>,
@@ -231,9 +236,21 @@ impl StoreBuilder {
                 shards,
                 notifier,
                 tasks_table,
+                published_queues: Mutex::default(),
                 _memory_keeper: memory_keeper.map(Mutex::new),
             }),
         })
+    }
+}
+
+impl Store {
+    /// The queues whose task gauges were last published.
+    pub(crate) fn published_queues(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        // Only names are kept here: a panic elsewhere leaves them whole.
+        self.inner
+            .published_queues
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

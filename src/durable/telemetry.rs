@@ -187,6 +187,26 @@ pub(crate) fn scheduled(queue: &str, n: u64) {
     }
 }
 
+/// Counts tasks created, one queue name per task: each run of one queue is
+/// counted at once, so a batch (mostly of one queue) looks its counter up
+/// once per run rather than once per task.
+pub(crate) fn scheduled_each<'a>(queues: impl IntoIterator<Item = &'a str>) {
+    let mut run: Option<(&str, u64)> = None;
+    for queue in queues {
+        match &mut run {
+            Some((current, n)) if *current == queue => *n += 1,
+            _ => {
+                if let Some((current, n)) = run.replace((queue, 1)) {
+                    scheduled(current, n);
+                }
+            }
+        }
+    }
+    if let Some((current, n)) = run {
+        scheduled(current, n);
+    }
+}
+
 /// Counts one failed database call of a node, by kind.
 pub(crate) fn database_error(kind: &'static str) {
     metrics::counter!("ttw_database_errors_total", "kind" => kind).increment(1);

@@ -139,8 +139,8 @@ impl Store {
         drop(turn);
         match created {
             Some(created) => {
+                crate::durable::telemetry::scheduled_each(created.iter().map(|t| &*t.queue));
                 for task in created {
-                    crate::durable::telemetry::scheduled(&task.queue, 1);
                     self.notifier().announce(task);
                 }
                 Ok(next)
