@@ -75,6 +75,88 @@ impl Clock {
     }
 
     /// The instant of `tick`, if it can be represented.
+    /// [`delay_tick`](Self::delay_tick), with where in that tick the
+    /// deadline falls, in 256ths rounded up ([`Clock::frac`]).
+    #[inline]
+    pub(crate) fn delay_when(&self, delay: Duration, now: Instant) -> (u64, u8) {
+        if delay.is_zero() {
+            return (self.now_tick(now), WHOLE);
+        }
+        let since = now.saturating_duration_since(self.start);
+        if self.tick_nanos == MILLI {
+            // As in `delay_tick`, worked out once for both: whole seconds
+            // are whole ticks, so only the sub-second part is divided.
+            if let Some(total) = since.checked_add(delay) {
+                let sub = u64::from(total.subsec_nanos());
+                if let Some(tick) = total
+                    .as_secs()
+                    .checked_mul(1_000)
+                    .and_then(|ms| ms.checked_add(sub.div_ceil(MILLI)))
+                {
+                    return (tick, frac_of(sub % MILLI, MILLI));
+                }
+            }
+        }
+        let tick = self.delay_tick(delay, now);
+        (tick, self.frac(since.as_nanos() + delay.as_nanos(), tick))
+    }
+
+    /// [`deadline_tick`](Self::deadline_tick), with where in that tick the
+    /// deadline falls ([`Clock::frac`]).
+    pub(crate) fn deadline_when(&self, deadline: Instant, now: Instant) -> (u64, u8) {
+        let tick = self.deadline_tick(deadline, now);
+        if deadline <= now {
+            return (tick, WHOLE);
+        }
+        (tick, self.frac(self.since_start(deadline), tick))
+    }
+
+    /// Where a deadline `nanos` after the start falls in its tick `tick`
+    /// (the tick it rounds up to): `f` such that the deadline is no later
+    /// than `(f + 1) / 256` of the way through the tick. [`WHOLE`] (255)
+    /// means the whole tick; it is also what a deadline past what a tick
+    /// count can hold gets.
+    fn frac(&self, nanos: u128, tick: u64) -> u8 {
+        let Some(before) = tick.checked_sub(1) else {
+            return WHOLE;
+        };
+        let tick_nanos = u128::from(self.tick_nanos);
+        match nanos.checked_sub(u128::from(before) * tick_nanos) {
+            Some(rem) if rem > 0 && rem <= tick_nanos => {
+                // rem * 256 / tick, rounded up, minus one: 0 ..= 255.
+                ((rem * 256).div_ceil(tick_nanos) - 1) as u8
+            }
+            _ => WHOLE,
+        }
+    }
+
+    /// The instant a deadline of tick `tick` and place `frac` in it
+    /// ([`Clock::frac`]) is reached by: never before the deadline itself,
+    /// and never after the tick's own instant.
+    pub(crate) fn early_instant(&self, tick: u64, frac: u8) -> Option<Instant> {
+        if frac == WHOLE || tick == 0 {
+            return self.instant(tick);
+        }
+        let offset = (u128::from(frac) + 1) * u128::from(self.tick_nanos);
+        let offset = Duration::from_nanos(u64::try_from(offset.div_ceil(256)).ok()?);
+        self.instant(tick - 1)?.checked_add(offset)
+    }
+
+    /// How far `now` is into tick `tick` (the stretch after tick `tick - 1`
+    /// up to tick `tick`), in whole 256ths: a deadline of that tick with
+    /// place `frac` has been reached when `frac` is below this. 0 before the
+    /// stretch starts; 256 once the tick's instant has come.
+    pub(crate) fn frac_reached(&self, now: Instant, tick: u64) -> u16 {
+        let Some(before) = tick.checked_sub(1) else {
+            return 256;
+        };
+        let Some(from) = self.instant(before) else {
+            return 0;
+        };
+        let into = now.saturating_duration_since(from).as_nanos();
+        (into * 256 / u128::from(self.tick_nanos)).min(256) as u16
+    }
+
     pub(crate) fn instant(&self, tick: u64) -> Option<Instant> {
         let nanos = u128::from(tick) * u128::from(self.tick_nanos);
         let secs = u64::try_from(nanos / NANOS_PER_SEC).ok()?;
@@ -88,6 +170,21 @@ impl Clock {
             Ok(nanos) => nanos.div_ceil(self.tick_nanos),
             Err(_) => saturate(nanos.div_ceil(u128::from(self.tick_nanos))),
         }
+    }
+}
+
+/// A deadline's place in its tick meaning the whole tick: it is reached
+/// only at the tick's instant.
+pub(crate) const WHOLE: u8 = u8::MAX;
+
+/// [`Clock::frac`] for `rem` nanoseconds into a tick of `tick_nanos`
+/// (`rem` 0 meaning the tick's very end).
+#[inline]
+fn frac_of(rem: u64, tick_nanos: u64) -> u8 {
+    if rem == 0 {
+        WHOLE
+    } else {
+        ((rem * 256).div_ceil(tick_nanos) - 1) as u8
     }
 }
 
@@ -141,6 +238,56 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A deadline's place in its tick: the instant it stands for is never
+    /// before the deadline, never after the tick, less than a 256th of a
+    /// tick after the deadline, and reached exactly from that instant on.
+    /// The millisecond fast path agrees with the general one.
+    #[test]
+    fn places_in_a_tick_are_never_early_and_reached_on_time() {
+        let start = Instant::now();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for tick in [ms(1), Duration::from_nanos(1_000_003), ms(10), ms(7)] {
+            let clock = Clock::new(start, tick);
+            let general = Clock::new(start, tick + Duration::from_nanos(0));
+            for i in 0..20_000u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let now = start + Duration::from_nanos(x % 5_000_000_000);
+                let delay = match i % 4 {
+                    0 => Duration::from_nanos(1 + (x >> 20) % 3_000_000),
+                    1 => tick * (1 + (x >> 24) as u32 % 100),
+                    _ => Duration::from_nanos(1 + (x >> 16) % 100_000_000_000),
+                };
+                let deadline = now + delay;
+                let (when, frac) = clock.delay_when(delay, now);
+                assert_eq!(when, clock.delay_tick(delay, now));
+                assert_eq!((when, frac), general.deadline_when(deadline, now));
+                let at = clock.early_instant(when, frac).unwrap();
+                assert!(at >= deadline, "early: {delay:?} from {now:?}");
+                assert!(at <= clock.instant(when).unwrap());
+                assert!(at - deadline <= tick / 256 + Duration::from_nanos(1));
+                assert!(u16::from(frac) < clock.frac_reached(at, when));
+                let before = at - Duration::from_nanos(1);
+                assert!(u16::from(frac) >= clock.frac_reached(before, when));
+            }
+        }
+        let clock = Clock::new(start, ms(1));
+        assert_eq!(clock.delay_when(Duration::ZERO, start), (0, WHOLE));
+        assert_eq!(clock.delay_when(ms(3), start), (3, WHOLE));
+        assert_eq!(
+            clock.delay_when(Duration::from_micros(2_500), start),
+            (3, 127)
+        );
+        assert_eq!(
+            clock.delay_when(Duration::from_nanos(2_000_001), start),
+            (3, 0)
+        );
+        assert_eq!(clock.delay_when(Duration::MAX, start).1, WHOLE);
+        assert_eq!(clock.frac_reached(start + ms(5), 3), 256);
+        assert_eq!(clock.frac_reached(start, 3), 0);
     }
 
     #[test]

@@ -9,10 +9,17 @@ use tokio::sync::oneshot;
 use crate::stats::Stats;
 
 pub(crate) enum Command<K, V> {
-    /// Insert, or replace the value and deadline of, a timer.
-    Set { key: K, value: V, when: u64 },
+    /// Insert, or replace the value and deadline of, a timer: its tick,
+    /// and where in the tick the deadline falls (in 256ths, see
+    /// `Clock::delay_when`).
+    Set {
+        key: K,
+        value: V,
+        when: u64,
+        frac: u8,
+    },
     /// Move a pending timer's deadline; a missing key is a no-op.
-    Move { key: K, when: u64 },
+    Move { key: K, when: u64, frac: u8 },
     /// Remove a timer and reply with its value.
     Remove {
         key: K,

@@ -141,7 +141,7 @@ where
         debug!(tick = ?self.clock.tick(), "timing wheel driver started");
         let sleep = tokio::time::sleep_until(far_future(Instant::now()));
         tokio::pin!(sleep);
-        let mut armed: Option<u64> = None;
+        let mut armed: Option<Instant> = None;
         let mut open = true;
         let mut sleeps_open = true;
         loop {
@@ -180,19 +180,11 @@ where
                 break;
             }
             let busy = self.wheel.has_due() || self.sleeps.has_due() || !self.batch.is_empty();
-            let next = match (self.wheel.next_expiration(), self.sleeps.next_expiration()) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            match next {
-                Some(tick) if !busy => {
-                    if armed != Some(tick) {
-                        let at = self
-                            .clock
-                            .instant(tick)
-                            .unwrap_or_else(|| far_future(Instant::now()));
+            match self.next_wake() {
+                Some(at) if !busy => {
+                    if armed != Some(at) {
                         sleep.as_mut().reset(at);
-                        armed = Some(tick);
+                        armed = Some(at);
                     }
                 }
                 _ => armed = None,
@@ -231,6 +223,25 @@ where
                 }
                 Turn::Yielded => {}
             }
+        }
+    }
+
+    /// When the driver next has work on the clock: the instant of the next
+    /// tick either wheel has work at, or sooner, the instant the earliest
+    /// deadline inside the next tick is reached (timers fire from their own
+    /// deadline, to a 256th of a tick, not only from their tick's end).
+    fn next_wake(&self) -> Option<Instant> {
+        let far = || far_future(Instant::now());
+        let keyed = match self.wheel.next_early() {
+            Some((tick, frac)) => Some(self.clock.early_instant(tick, frac).unwrap_or_else(far)),
+            None => (self.wheel.next_expiration())
+                .map(|tick| self.clock.instant(tick).unwrap_or_else(far)),
+        };
+        let sleeps = (self.sleeps.next_expiration())
+            .map(|tick| self.clock.instant(tick).unwrap_or_else(far));
+        match (keyed, sleeps) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 
@@ -308,18 +319,23 @@ where
     /// its caller hears of it.
     fn apply(&mut self, command: Command<K, V>) -> Option<StopReply<K, V>> {
         let answer = match command {
-            Command::Set { key, value, when } => {
+            Command::Set {
+                key,
+                value,
+                when,
+                frac,
+            } => {
                 // The `Set`'s place is this driver's now; a replacement, or a
                 // timer refused at capacity, adds no timer and gives it
                 // back below.
                 self.places += 1;
-                if let Err(AtCapacity(_, _)) = self.wheel.insert(key, value, when) {
+                if let Err(AtCapacity(_, _)) = self.wheel.insert_in(key, value, when, frac) {
                     error!("timing wheel holds 2^30 timers; a new timer was dropped");
                 }
                 Answer::None
             }
-            Command::Move { key, when } => {
-                self.wheel.reschedule(&key, when);
+            Command::Move { key, when, frac } => {
+                self.wheel.reschedule_in(&key, when, frac);
                 Answer::None
             }
             Command::Remove { key, reply } => {
@@ -446,9 +462,17 @@ where
     /// Advances the wheel to now and hands up to [`FIRE_BATCH`] due timers
     /// to the stream.
     fn fire_due(&mut self) {
-        let now = self.clock.now_tick(Instant::now());
+        let instant = Instant::now();
+        let now = self.clock.now_tick(instant);
         self.wheel.advance(now);
         self.sleeps.advance(now);
+        // Timers of the next tick whose own deadlines have passed.
+        if let Some((tick, least)) = self.wheel.next_early() {
+            let reached = self.clock.frac_reached(instant, tick);
+            if u16::from(least) < reached {
+                self.wheel.fire_early(tick, reached);
+            }
+        }
         while self.woken.len() < FIRE_BATCH {
             let Some((_, armed)) = self.sleeps.pop_due_unkeyed() else {
                 break;
@@ -467,18 +491,23 @@ where
             // Timers due together mostly share a deadline tick: its instant
             // is worked out once per tick, not once per timer.
             let mut last: Option<(u64, Instant)> = None;
-            fired = self.wheel.take_due(FIRE_BATCH, |key, value, when| {
-                max_lag = max_lag.max(now - when.min(now));
-                let deadline = match last {
-                    Some((tick, at)) if tick == when => at,
-                    _ => {
-                        let at = clock.instant(when).unwrap_or_else(Instant::now);
-                        last = Some((when, at));
-                        at
-                    }
-                };
-                queue.items.push_back(Expired::new(key, value, deadline));
-            });
+            fired = self
+                .wheel
+                .take_due_in(FIRE_BATCH, |key, value, when, frac| {
+                    max_lag = max_lag.max(now - when.min(now));
+                    let deadline = match last {
+                        // Fired before its tick's end: reached at its place in
+                        // the tick.
+                        _ if when > now => clock.early_instant(when, frac).unwrap_or(instant),
+                        Some((tick, at)) if tick == when => at,
+                        _ => {
+                            let at = clock.instant(when).unwrap_or_else(Instant::now);
+                            last = Some((when, at));
+                            at
+                        }
+                    };
+                    queue.items.push_back(Expired::new(key, value, deadline));
+                });
             drop(queue);
             self.settle_places();
             self.shared.wake();

@@ -51,8 +51,9 @@ impl<K, V> Expired<K, V> {
         &self.value
     }
 
-    /// The timer's deadline, rounded up to the wheel's tick. The timer was
-    /// not handed out before this instant.
+    /// The timer's deadline, rounded up to the wheel's tick, or, for a
+    /// timer fired before its tick's end, to the 256th of the tick its
+    /// deadline falls in. The timer was not handed out before this instant.
     pub fn deadline(&self) -> Instant {
         self.deadline
     }

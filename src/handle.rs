@@ -279,8 +279,8 @@ where
     /// # }
     /// ```
     pub async fn set_timer(&self, key: K, value: V, delay: Duration) -> Result<(), Error> {
-        let when = self.clock.delay_tick(delay, Instant::now());
-        match self.queue_set(key, value, when)? {
+        let (when, frac) = self.clock.delay_when(delay, Instant::now());
+        match self.queue_set(key, value, when, frac)? {
             None => Ok(()),
             Some((command, place)) => self.send_set_waiting(command, place).await,
         }
@@ -313,8 +313,8 @@ where
     /// # }
     /// ```
     pub async fn set_timer_at(&self, key: K, value: V, deadline: Instant) -> Result<(), Error> {
-        let when = self.clock.deadline_tick(deadline, Instant::now());
-        match self.queue_set(key, value, when)? {
+        let (when, frac) = self.clock.deadline_when(deadline, Instant::now());
+        match self.queue_set(key, value, when, frac)? {
             None => Ok(()),
             Some((command, place)) => self.send_set_waiting(command, place).await,
         }
@@ -346,12 +346,17 @@ where
     /// # }
     /// ```
     pub fn try_set_timer(&self, key: K, value: V, delay: Duration) -> Result<(), Error> {
-        let when = self.clock.delay_tick(delay, Instant::now());
+        let (when, frac) = self.clock.delay_when(delay, Instant::now());
         let (key, value, place) = self.admit(key, value)?;
         // A timer not sent drops its place, which gives it back.
         self.shards
             .for_key(&key)
-            .try_send(Command::Set { key, value, when })
+            .try_send(Command::Set {
+                key,
+                value,
+                when,
+                frac,
+            })
             .map(|()| place.sent())
             .map_err(|err| match err {
                 TrySendError::Full(command) => {
@@ -397,9 +402,9 @@ where
     /// # }
     /// ```
     pub async fn move_timer(&self, key: K, delay: Duration) -> Result<(), Error> {
-        let when = self.clock.delay_tick(delay, Instant::now());
+        let (when, frac) = self.clock.delay_when(delay, Instant::now());
         self.check_receiver()?;
-        queue!(self.shards.for_key(&key), Command::Move { key, when })
+        queue!(self.shards.for_key(&key), Command::Move { key, when, frac })
     }
 
     /// Like [`move_timer`](Self::move_timer), with an absolute deadline.
@@ -430,9 +435,9 @@ where
     /// # }
     /// ```
     pub async fn move_timer_at(&self, key: K, deadline: Instant) -> Result<(), Error> {
-        let when = self.clock.deadline_tick(deadline, Instant::now());
+        let (when, frac) = self.clock.deadline_when(deadline, Instant::now());
         self.check_receiver()?;
-        queue!(self.shards.for_key(&key), Command::Move { key, when })
+        queue!(self.shards.for_key(&key), Command::Move { key, when, frac })
     }
 
     /// Removes the pending timer for `key` and returns its value, or `None`
@@ -723,10 +728,16 @@ where
         key: K,
         value: V,
         when: u64,
+        frac: u8,
     ) -> Result<Option<(Command<K, V>, Place<'_>)>, Error> {
         let (key, value, place) = self.admit(key, value)?;
         let shard = self.shards.for_key(&key);
-        match shard.try_send_with(move || Command::Set { key, value, when }) {
+        match shard.try_send_with(move || Command::Set {
+            key,
+            value,
+            when,
+            frac,
+        }) {
             Ok(()) => {
                 place.sent();
                 Ok(None)

@@ -66,12 +66,14 @@
 //!   `tokio::time::sleep` is cheaper (the wheel takes about 1.3 – 1.4 times
 //!   its time). A sleep alone on its tick pays a bucket of its own and the
 //!   driver's hop, where Tokio's timer entry lives inside the task.
-//! - **Precision below a millisecond**: the wheel rounds a deadline up to
-//!   its tick, and then Tokio rounds the driver's own sleep up to its
-//!   millisecond, so on the real clock a wheel timer fires later than a
-//!   `tokio::time` sleep on its exact deadline: at the median about 1.4 ms
-//!   after the instant asked against 0.65 ms, with the default tick (never
-//!   early on either side).
+//! - **Precision below a millisecond**: a delay future is rounded up to its
+//!   tick, and then Tokio rounds the driver's own sleep up to its
+//!   millisecond, so on the real clock it completes about half a
+//!   millisecond later on average than a `tokio::time` sleep on its exact
+//!   deadline. Keyed timers fire from their own deadlines: at the median
+//!   about 0.85 ms after the instant asked against 0.65 ms for a binary
+//!   heap on `tokio::time::sleep_until`, and at the 99th percentile sooner
+//!   (1.8 against 1.9 ms); never early on either side.
 //!
 //! BENCHMARKS.md has the figures and the commands that measure them.
 //!
@@ -79,9 +81,14 @@
 //!
 //! - **Never early, at most a tick late**: a timer fires no earlier than its
 //!   deadline and within one tick after it, plus the time the runtime takes
-//!   to schedule the driver.
+//!   to schedule the driver. Within its tick, a keyed timer fires from its
+//!   own deadline (to a 256th of the tick) when the runtime's timer can wake
+//!   the driver then, not only at the tick's end: on the real clock with the
+//!   default tick that halves the usual lateness, and with a coarse tick a
+//!   timer no longer waits for the tick's end.
 //! - **Ordered**: timers fire in deadline order; equal deadline ticks in the
-//!   order they were set. A timer whose deadline was moved while pending
+//!   order they were set, except that those of a tick whose deadlines were
+//!   reached before its end may go first. A timer whose deadline was moved while pending
 //!   (`move_timer`, or `set_timer` on a pending key) fires in its new tick
 //!   but takes no particular place among that tick's other timers. A
 //!   deadline already past, or `Duration::ZERO`, fires at once. With

@@ -462,14 +462,33 @@ async fn one_timer_an_hour_out_costs_a_handful_of_wakeups() {
     assert!((1..=8).contains(&wakeups), "wakeups={wakeups}");
 }
 
+/// A timer fires from its own deadline, rounded up to a 256th of the
+/// tick, not from the end of its tick: on a 10 ms tick, 25 ms is a 256th
+/// boundary and fires then; 23 ms rounds up to 23.0078125 ms, which the
+/// runtime's millisecond timer reaches at 24 ms; a whole tick fires at
+/// its end. Never before the deadline.
 #[tokio::test(start_paused = true)]
-async fn a_tick_coarser_than_a_millisecond_rounds_deadlines_up() {
+async fn a_tick_coarser_than_a_millisecond_fires_from_the_deadline_itself() {
     let (wheel, mut expired) = TimingWheel::builder().tick(ms(10)).build();
     let start = Instant::now();
     wheel.set_timer(1u8, (), ms(25)).await.unwrap();
+    wheel.set_timer(2u8, (), ms(23)).await.unwrap();
+    wheel.set_timer(3u8, (), ms(40)).await.unwrap();
     let e = expired.next().await.unwrap();
-    assert_eq!(e.deadline(), start + ms(30));
-    assert_eq!(start.elapsed(), ms(30));
+    assert_eq!(e.key(), &2);
+    assert_eq!(
+        e.deadline(),
+        start + Duration::from_micros(23_007) + Duration::from_nanos(813)
+    );
+    assert_eq!(start.elapsed(), ms(24));
+    let e = expired.next().await.unwrap();
+    assert_eq!(e.key(), &1);
+    assert_eq!(e.deadline(), start + ms(25));
+    assert_eq!(start.elapsed(), ms(25));
+    let e = expired.next().await.unwrap();
+    assert_eq!(e.key(), &3);
+    assert_eq!(e.deadline(), start + ms(40));
+    assert_eq!(start.elapsed(), ms(40));
 }
 
 /// Regression: a driver task dropped by the runtime before its first poll
@@ -710,7 +729,8 @@ async fn far_deadlines_neither_hide_near_ones_nor_wake_the_driver() {
 /// Regression: `Builder::tick(Duration::MAX)` was accepted, and since the
 /// first tick after the start lay beyond any `Instant`, no timer on that
 /// wheel ever fired. Ticks are now capped at `MAX_TICK` (1 hour), and a
-/// timer fires at the first tick at or after its deadline.
+/// timer fires at its deadline rounded up to a 256th of the tick (here
+/// 14.0625 s, which the runtime's millisecond timer reaches at 14.063 s).
 #[tokio::test(start_paused = true)]
 async fn the_coarsest_tick_is_capped_and_its_timers_fire() {
     use tokio_timing_wheel::MAX_TICK;
@@ -719,7 +739,7 @@ async fn the_coarsest_tick_is_capped_and_its_timers_fire() {
     let start = Instant::now();
     wheel.set_timer(1u8, (), ms(1500)).await.unwrap();
     assert_eq!(expired.next().await.unwrap().key(), &1);
-    assert_eq!(start.elapsed(), MAX_TICK);
+    assert_eq!(start.elapsed(), ms(14_063));
 }
 
 /// Regression: a wheel built on a runtime without the time driver accepted
@@ -804,4 +824,50 @@ async fn len_counts_pending_timers_across_shards() {
     assert_eq!(wheel.stop().await.unwrap().len(), 59);
     assert_eq!(wheel.len(), 0);
     assert!(wheel.is_empty());
+}
+
+/// Timers at deadlines scattered inside the ticks of a coarse wheel, some
+/// across level boundaries (64 and 4096 ticks), fire never before their
+/// deadline, within a tick after it, in tick order, and, where the
+/// runtime's millisecond timer can wake the driver before the tick's end,
+/// before it.
+#[tokio::test(start_paused = true)]
+async fn timers_inside_coarse_ticks_fire_from_their_deadlines_never_early() {
+    let tick = ms(10);
+    let (wheel, mut expired) = TimingWheel::builder().tick(tick).build();
+    let start = Instant::now();
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut asked = Vec::new();
+    for key in 0..2_000u32 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let base = [0u64, 630, 640, 40_950, 40_960][key as usize % 5];
+        let at = start + ms(base) + Duration::from_micros(1 + x % 20_000);
+        wheel.set_timer_at(key, at, at).await.unwrap();
+        asked.push(at);
+    }
+    let (mut before_tick_end, mut last) = (0, start);
+    for _ in 0..asked.len() {
+        let e = expired.next().await.unwrap();
+        let now = Instant::now();
+        let at = *e.value();
+        assert!(
+            now >= at,
+            "early: {:?} before {:?}",
+            now - start,
+            at - start
+        );
+        assert!(e.deadline() >= at && now >= e.deadline());
+        assert!(now - at < tick, "late by {:?}", now - at);
+        let tick_end = start + tick * (((at - start).as_nanos().div_ceil(tick.as_nanos())) as u32);
+        assert!(tick_end >= last, "a tick fired out of order");
+        last = tick_end;
+        before_tick_end += usize::from(now < tick_end);
+    }
+    assert!(
+        before_tick_end > asked.len() / 2,
+        "{before_tick_end} of {} fired before their tick's end",
+        asked.len()
+    );
 }

@@ -325,6 +325,16 @@ pub(crate) fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
+/// How long from now until `at_ms` (milliseconds since the Unix epoch), to
+/// the nanosecond: a timer for this long fires no earlier than the
+/// millisecond `at_ms`, by this machine's clock. (Whole milliseconds from
+/// [`now_ms`], which truncates, could be up to one short.)
+pub(crate) fn until_ms(at_ms: i64) -> Duration {
+    let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(at_ms).unwrap_or(0));
+    at.duration_since(SystemTime::now())
+        .unwrap_or(Duration::ZERO)
+}
+
 /// A time as milliseconds since the Unix epoch, or an error outside
 /// `UNIX_EPOCH..=UNIX_EPOCH + MAX_RUN_AT`.
 pub(crate) fn to_ms(at: SystemTime) -> Result<i64, Error> {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::claims::Due;
-use super::db::now_ms;
+use super::db::until_ms;
 use super::notify::Announced;
 use super::queue::Lanes;
 use super::shards::ShardTable;
@@ -104,8 +104,7 @@ impl Window {
         if due.run_at >= self.horizon() || !self.shards.owns(due.lane as usize) {
             return;
         }
-        let delay = Duration::from_millis(u64::try_from(due.run_at - now_ms()).unwrap_or(0));
-        self.put(due, delay).await;
+        self.put(due, until_ms(due.run_at)).await;
     }
 
     /// Puts a fired task back into the wheel for `why`'s delay.

@@ -26,6 +26,11 @@ pub(crate) struct Entry<K, V> {
     pub(crate) place: Place,
     /// Its position there: block, then offset in the block.
     pub(crate) pos: u32,
+    /// Where in its tick the deadline falls, in 256ths rounded up
+    /// (`crate::clock::WHOLE` for the whole tick): an entry of the next
+    /// tick may fire once this much of the tick has passed
+    /// ([`Wheel::fire_early`](super::Wheel::fire_early)).
+    pub(crate) frac: u8,
 }
 
 impl<K, V> Entry<K, V> {
@@ -38,6 +43,7 @@ impl<K, V> Entry<K, V> {
             when,
             place: Place::Due,
             pos: NIL,
+            frac: crate::clock::WHOLE,
         }
     }
 }
@@ -48,7 +54,8 @@ mod tests {
 
     #[test]
     fn an_entry_of_two_words_is_four_words() {
-        // key + value + deadline + position, with the place in the padding.
+        // key + value + deadline + position, with the place and the place in
+        // the tick in the padding.
         assert_eq!(std::mem::size_of::<Entry<u64, u64>>(), 32);
     }
 }

@@ -101,7 +101,6 @@ impl Level {
     }
 
     /// Slot `slot`, to read.
-    #[cfg(test)]
     pub(crate) fn slot(&self, slot: usize) -> &Slot {
         &self.slots[slot]
     }

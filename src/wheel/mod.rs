@@ -37,6 +37,7 @@ use slab::Slab;
 use self::entry::{Entry, Place, NIL};
 use self::level::{level_for, slot_for, slot_start, Level, NUM_LEVELS, SLOTS};
 use self::slot::{filed, Blocks, Slot, BLOCK};
+use crate::clock::WHOLE;
 
 /// Key-index capacity from which [`Wheel::take_due`] removes fired entries
 /// from the key index in runs. Below it the index (about 5 bytes a place)
@@ -76,6 +77,13 @@ pub(crate) struct Wheel<K, V> {
     blocks: Blocks,
     /// The tick the wheel has advanced to.
     elapsed: u64,
+    /// For each level-0 slot, no more than the least place in its tick
+    /// ([`Entry::frac`]) of the entries filed there for its own tick:
+    /// lowered as entries are filed, set exactly by
+    /// [`fire_early`](Self::fire_early), reset when the slot is taken.
+    early: [u8; SLOTS],
+    /// Entries [`fire_early`](Self::fire_early) takes, kept to reuse.
+    early_taken: Vec<u32>,
     /// Size from which [`take_due`](Self::take_due) works in runs
     /// ([`RUNS_FROM`]; tests lower it).
     runs_from: usize,
@@ -97,6 +105,8 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
             spliced: None,
             blocks: Blocks::new(),
             elapsed: 0,
+            early: [WHOLE; SLOTS],
+            early_taken: Vec::new(),
             runs_from: RUNS_FROM,
             #[cfg(test)]
             links: 0,
@@ -155,12 +165,24 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
 
     /// Sets `key` to fire at tick `when`, or, if it is already pending,
     /// replaces its value and deadline and returns the old value.
-    #[inline(always)]
     pub(crate) fn insert(
         &mut self,
         key: K,
         value: V,
         when: u64,
+    ) -> Result<Option<V>, AtCapacity<K, V>> {
+        self.insert_in(key, value, when, WHOLE)
+    }
+
+    /// [`insert`](Self::insert), with where in tick `when` the deadline
+    /// falls ([`Entry::frac`]).
+    #[inline(always)]
+    pub(crate) fn insert_in(
+        &mut self,
+        key: K,
+        value: V,
+        when: u64,
+        frac: u8,
     ) -> Result<Option<V>, AtCapacity<K, V>> {
         // Full, and not with tombstones it could clear in place: it grows.
         if self.index.len() == self.index.capacity() && self.index.len() > self.index_room / 2 {
@@ -178,7 +200,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
             hash_table::Entry::Occupied(found) => {
                 let idx = *found.get();
                 let old = std::mem::replace(&mut self.entries[idx as usize].value, value);
-                self.move_to(idx, when);
+                self.move_to(idx, when, frac);
                 return Ok(Some(old));
             }
             hash_table::Entry::Vacant(vacant) => vacant,
@@ -188,21 +210,22 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
         }
         let idx = self.entries.vacant_key() as u32;
         vacant.insert(idx);
-        self.add(idx, key, value, when);
+        self.add(idx, key, value, when, frac);
         Ok(None)
     }
 
     /// Files a new entry at `idx`, the slab's vacant key, and stores it:
     /// filed before it is stored, so the new entry is written once.
     #[inline(always)]
-    fn add(&mut self, idx: u32, key: K, value: V, when: u64) {
-        let (place, pos) = self.file_at(idx, when);
+    fn add(&mut self, idx: u32, key: K, value: V, when: u64, frac: u8) {
+        let (place, pos) = self.file_at(idx, when, frac);
         self.entries.insert(Entry {
             key,
             value,
             when,
             place,
             pos,
+            frac,
         });
     }
 
@@ -222,7 +245,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
             return Err(AtCapacity(key, value));
         }
         let idx = self.entries.vacant_key() as u32;
-        self.add(idx, key, value, when);
+        self.add(idx, key, value, when, WHOLE);
         Ok(idx)
     }
 
@@ -269,10 +292,16 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
     /// Moves the deadline of `key` to `when`. Returns `false`, and does
     /// nothing, when `key` is not pending.
     pub(crate) fn reschedule(&mut self, key: &K, when: u64) -> bool {
+        self.reschedule_in(key, when, WHOLE)
+    }
+
+    /// [`reschedule`](Self::reschedule), with where in tick `when` the
+    /// deadline falls ([`Entry::frac`]).
+    pub(crate) fn reschedule_in(&mut self, key: &K, when: u64, frac: u8) -> bool {
         let Some(idx) = self.find(key) else {
             return false;
         };
-        self.move_to(idx, when);
+        self.move_to(idx, when, frac);
         true
     }
 
@@ -283,8 +312,9 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
     /// `when`, and is filed again from `when` then. A deadline moved earlier
     /// than its slot, or an entry already due, is filed again at once,
     /// leaving a hole where it was.
-    fn move_to(&mut self, idx: u32, when: u64) {
+    fn move_to(&mut self, idx: u32, when: u64, frac: u8) {
         let entry = &mut self.entries[idx as usize];
+        entry.frac = frac;
         let place = resolve(self.spliced, entry.place);
         if let Place::Slot { level, slot } = place {
             let start = slot_start(self.elapsed, level as usize, slot as usize);
@@ -293,6 +323,9 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
                 if level == 0 && when > start {
                     // The slot can no longer become the due queue whole.
                     self.levels[0].mark_moved(slot as usize);
+                } else if level == 0 {
+                    let early = &mut self.early[slot as usize];
+                    *early = (*early).min(frac);
                 }
                 return;
             }
@@ -343,6 +376,9 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
                 slot: slot as u8,
             };
             let (mut chain, moved) = self.levels[level].take_slot(slot);
+            if level == 0 {
+                self.early[slot] = WHOLE;
+            }
             if level == 0 && !moved && self.due.is_empty() {
                 // Every entry of a level-0 slot is due at its one tick,
                 // unless one was moved later while it waited: the chain
@@ -410,14 +446,22 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
     /// time. (The room, not the entries pending: the index does not shrink
     /// as a large wheel empties.)
     pub(crate) fn take_due(&mut self, max: usize, mut each: impl FnMut(K, V, u64)) -> usize {
+        self.take_due_in(max, |key, value, when, _| each(key, value, when))
+    }
+
+    /// [`take_due`](Self::take_due), handing each entry's place in its
+    /// tick ([`Entry::frac`]) too.
+    #[inline(always)]
+    pub(crate) fn take_due_in(&mut self, max: usize, mut each: impl FnMut(K, V, u64, u8)) -> usize {
         const RUN: usize = 32;
         if self.index.capacity() < self.runs_from {
             let mut taken = 0;
             while taken < max {
-                let Some((key, value, when)) = self.pop_due() else {
+                let Some((idx, entry)) = self.take_first_due() else {
                     break;
                 };
-                each(key, value, when);
+                self.unindex(self.hasher.hash_one(&entry.key), idx);
+                each(entry.key, entry.value, entry.when, entry.frac);
                 taken += 1;
             }
             return taken;
@@ -438,7 +482,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
             }
             for &(_, idx) in &run[..n] {
                 let entry = self.entries.remove(idx as usize);
-                each(entry.key, entry.value, entry.when);
+                each(entry.key, entry.value, entry.when, entry.frac);
             }
             taken += n;
             if n < RUN {
@@ -477,6 +521,68 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
         self.next_slot().map(|(_, _, start)| start)
     }
 
+    /// The next tick, if it comes due at level 0 with entries whose
+    /// deadlines fall inside it, and no more than the least place in the
+    /// tick of those deadlines ([`Entry::frac`]): the driver may wake before
+    /// the tick's instant, at that place, and [`fire_early`](Self::fire_early)
+    /// what it has reached. Nothing while entries are due.
+    pub(crate) fn next_early(&self) -> Option<(u64, u8)> {
+        if self.has_due() {
+            return None;
+        }
+        match self.next_slot()? {
+            (0, slot, start) if self.early[slot] != WHOLE => Some((start, self.early[slot])),
+            _ => None,
+        }
+    }
+
+    /// Makes due, before their tick, the entries of tick `tick` (the one
+    /// [`next_early`](Self::next_early) named) whose place in it is below
+    /// `reached`: the 256ths of the tick that have passed, so none of them
+    /// is early. Sets the slot's least place to that of the entries left.
+    /// Returns how many it made due. Does nothing while entries are due.
+    pub(crate) fn fire_early(&mut self, tick: u64, reached: u16) -> usize {
+        if self.has_due() || tick <= self.elapsed {
+            return 0;
+        }
+        let Some((0, slot, start)) = self.next_slot() else {
+            return 0;
+        };
+        if start != tick {
+            return 0;
+        }
+        let mut taken = std::mem::take(&mut self.early_taken);
+        let mut least = WHOLE;
+        let entries = &self.entries;
+        self.levels[0].slot(slot).each(&self.blocks, |idx| {
+            let entry = &entries[idx as usize];
+            if entry.when == tick {
+                if u16::from(entry.frac) < reached {
+                    taken.push(idx);
+                } else {
+                    least = least.min(entry.frac);
+                }
+            }
+        });
+        self.early[slot] = least;
+        let place = Place::Slot {
+            level: 0,
+            slot: slot as u8,
+        };
+        for &idx in &taken {
+            // Vacating may move others' positions: read this one's now.
+            let at = self.entries[idx as usize].pos;
+            self.vacate(place, at);
+            let pos = self.due.push(&mut self.blocks, idx);
+            let entry = &mut self.entries[idx as usize];
+            (entry.place, entry.pos) = (Place::Due, pos);
+        }
+        let n = taken.len();
+        taken.clear();
+        self.early_taken = taken;
+        n
+    }
+
     /// Every entry's value, due or not, in no particular order.
     pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
         self.entries.iter().map(|(_, entry)| &entry.value)
@@ -492,6 +598,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
         for level in self.levels.iter_mut() {
             level.clear(&mut self.blocks);
         }
+        self.early = [WHOLE; SLOTS];
     }
 
     /// The lowest level's next occupied slot: lower levels always come due
@@ -538,7 +645,8 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
     /// [`link`](Self::link), with the entry's deadline at hand.
     #[inline]
     fn file(&mut self, idx: u32, when: u64) {
-        let (place, pos) = self.file_at(idx, when);
+        let frac = self.entries[idx as usize].frac;
+        let (place, pos) = self.file_at(idx, when, frac);
         let entry = &mut self.entries[idx as usize];
         (entry.place, entry.pos) = (place, pos);
     }
@@ -548,7 +656,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
     /// for the entry to record. The entry itself is not touched: it may not
     /// be stored yet.
     #[inline(always)]
-    fn file_at(&mut self, idx: u32, when: u64) -> (Place, u32) {
+    fn file_at(&mut self, idx: u32, when: u64, frac: u8) -> (Place, u32) {
         #[cfg(test)]
         {
             self.links += 1;
@@ -557,8 +665,12 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
         let slot = match place {
             Place::Due => &mut self.due,
             Place::Slot { level, slot } => {
-                if level == 0 && self.spliced == Some(slot) {
-                    self.unsplice();
+                if level == 0 {
+                    if self.spliced == Some(slot) {
+                        self.unsplice();
+                    }
+                    let early = &mut self.early[slot as usize];
+                    *early = (*early).min(frac);
                 }
                 let lvl = &mut self.levels[level as usize];
                 lvl.mark_occupied(slot as usize);
@@ -651,8 +763,9 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
             );
             assert_eq!(blocks.at(entry.pos), idx, "entry {idx}'s position");
             match place {
+                // Or fired early, in the tick after (`fire_early`).
                 Place::Due => assert!(
-                    entry.when <= self.elapsed,
+                    entry.when <= self.elapsed.saturating_add(1),
                     "entry {idx} due before its deadline"
                 ),
                 Place::Slot { level, slot } => {

@@ -444,3 +444,85 @@ fn removing_the_first_entry_of_the_next_due_block_after_popping_a_block() {
     assert!(wheel.is_empty());
     assert_eq!(wheel.blocks.free_len(), wheel.blocks.len());
 }
+
+/// Entries of the next tick fire before its end only once the part of the
+/// tick their deadline lies in has passed; the rest wait, the slot's least
+/// place is set from them, moved and removed entries are left alone, and
+/// the wheel stays consistent. Entries of a tick that is not the next, or
+/// filed for the whole tick, never fire early.
+#[test]
+fn next_tick_entries_fire_early_only_past_their_place() {
+    let mut wheel = Wheel::<u32, u32>::new();
+    wheel.advance(10);
+    // Tick 11: places 0, 100, 200, and one for the whole tick.
+    for (key, frac) in [(1, 200), (2, 0), (3, 100), (4, crate::clock::WHOLE)] {
+        wheel.insert_in(key, key, 11, frac).unwrap();
+    }
+    // Another tick's entry, and one moved from tick 11 to tick 12.
+    wheel.insert_in(5, 5, 12, 0).unwrap();
+    wheel.insert_in(6, 6, 11, 1).unwrap();
+    wheel.reschedule_in(&6, 12, 1);
+    wheel.insert_in(7, 7, 11, 50).unwrap();
+    wheel.remove(&7);
+    wheel.check_invariants();
+    // No more than the least place filed: the removed entry's 50 may stay.
+    let (tick, least) = wheel.next_early().unwrap();
+    assert_eq!(tick, 11);
+    assert!(least <= 1, "least {least}");
+
+    // Nothing is reached yet.
+    assert_eq!(wheel.fire_early(11, 0), 0);
+    assert_eq!(wheel.next_early(), Some((11, 0)));
+    // 101 256ths in: places 0 and 100.
+    assert_eq!(wheel.fire_early(11, 101), 2);
+    wheel.check_invariants();
+    let mut fired: Vec<u32> = std::iter::from_fn(|| wheel.pop_due())
+        .map(|(k, ..)| k)
+        .collect();
+    fired.sort_unstable();
+    assert_eq!(fired, [2, 3]);
+    // The rest: place 200 is now the least.
+    assert_eq!(wheel.next_early(), Some((11, 200)));
+    assert_eq!(wheel.fire_early(11, 200), 0);
+    // Tick 12 is not the next tick: nothing of it.
+    assert_eq!(wheel.fire_early(12, 256), 0);
+    // All but the tick's very end: the entry for the whole tick waits.
+    assert_eq!(wheel.fire_early(11, 255), 1);
+    assert_eq!(wheel.pop_due().map(|(k, ..)| k), Some(1));
+    assert_eq!(wheel.next_early(), None);
+    assert_eq!(wheel.fire_early(11, 255), 0);
+    wheel.check_invariants();
+    let at_11: Vec<u32> = fire_all(&mut wheel, 11)
+        .into_iter()
+        .map(|(k, ..)| k)
+        .collect();
+    assert_eq!(at_11, [4]);
+    let mut at_12: Vec<u32> = fire_all(&mut wheel, 12)
+        .into_iter()
+        .map(|(k, ..)| k)
+        .collect();
+    at_12.sort_unstable();
+    assert_eq!(at_12, [5, 6]);
+    assert!(wheel.is_empty());
+    wheel.check_invariants();
+}
+
+/// While entries are due, nothing fires early; and a key fired early can
+/// still be removed before it is taken.
+#[test]
+fn early_firing_waits_for_the_due_queue_and_keeps_keys() {
+    let mut wheel = Wheel::<u32, u32>::new();
+    wheel.insert_in(1, 1, 3, 0).unwrap();
+    wheel.insert_in(2, 2, 4, 0).unwrap();
+    wheel.insert_in(3, 3, 4, 10).unwrap();
+    wheel.advance(3);
+    assert!(wheel.has_due());
+    assert_eq!(wheel.next_early(), None);
+    assert_eq!(wheel.fire_early(4, 256), 0);
+    assert_eq!(wheel.pop_due().map(|(k, ..)| k), Some(1));
+    assert_eq!(wheel.fire_early(4, 256), 2);
+    assert_eq!(wheel.remove(&3), Some((3, 3)));
+    wheel.check_invariants();
+    assert_eq!(wheel.pop_due().map(|(k, ..)| k), Some(2));
+    assert!(wheel.is_empty());
+}
