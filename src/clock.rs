@@ -74,7 +74,6 @@ impl Clock {
         self.ceil(self.since_start(now) + delay.as_nanos())
     }
 
-    /// The instant of `tick`, if it can be represented.
     /// [`delay_tick`](Self::delay_tick), with where in that tick the
     /// deadline falls, in 256ths rounded up ([`Clock::frac`]).
     #[inline]
@@ -157,6 +156,7 @@ impl Clock {
         (into * 256 / u128::from(self.tick_nanos)).min(256) as u16
     }
 
+    /// The instant of `tick`, if it can be represented.
     pub(crate) fn instant(&self, tick: u64) -> Option<Instant> {
         let nanos = u128::from(tick) * u128::from(self.tick_nanos);
         let secs = u64::try_from(nanos / NANOS_PER_SEC).ok()?;

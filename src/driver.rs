@@ -48,6 +48,11 @@ pub(crate) struct Driver<K, V> {
     /// hold their channel slots).
     batch: VecDeque<Command<K, V>>,
     stats: Stats,
+    /// Whether the driver's own clock woke it since it last looked for
+    /// timers of the next tick already reached: it looks only then, so a
+    /// driver busy with commands does not scan the next slot on each run
+    /// (Tokio's timer wakes it at most once a millisecond).
+    clock_woke: bool,
     /// `stats()` calls taken from the channel, answered once every command
     /// taken with them is applied and what is due has fired.
     stats_replies: Vec<tokio::sync::oneshot::Sender<Stats>>,
@@ -117,6 +122,7 @@ where
             clock,
             batch: VecDeque::new(),
             stats: Stats::default(),
+            clock_woke: false,
             stats_replies: Vec::new(),
             stats_before_stop: None,
             published_len: 0,
@@ -219,6 +225,7 @@ where
                 }
                 Turn::Clock => {
                     self.stats.wakeups += 1;
+                    self.clock_woke = true;
                     armed = None;
                 }
                 Turn::Yielded => {}
@@ -466,8 +473,10 @@ where
         let now = self.clock.now_tick(instant);
         self.wheel.advance(now);
         self.sleeps.advance(now);
-        // Timers of the next tick whose own deadlines have passed.
-        if let Some((tick, least)) = self.wheel.next_early() {
+        // Timers of the next tick whose own deadlines have passed, once the
+        // clock woke the driver for them.
+        if let Some((tick, least)) = self.wheel.next_early().filter(|_| self.clock_woke) {
+            self.clock_woke = false;
             let reached = self.clock.frac_reached(instant, tick);
             if u16::from(least) < reached {
                 self.wheel.fire_early(tick, reached);

@@ -84,8 +84,11 @@
 //!   to schedule the driver. Within its tick, a keyed timer fires from its
 //!   own deadline (to a 256th of the tick) when the runtime's timer can wake
 //!   the driver then, not only at the tick's end: on the real clock with the
-//!   default tick that halves the usual lateness, and with a coarse tick a
-//!   timer no longer waits for the tick's end.
+//!   default tick that cuts the usual lateness by about 40 %, and with a
+//!   coarse tick a timer no longer waits for the tick's end. (Not for a
+//!   tick that is a multiple of 64, whose timers wait a level up until the
+//!   tick's end; and the driver looks for them only when its own clock
+//!   wakes it, at most once a millisecond.)
 //! - **Ordered**: timers fire in deadline order; equal deadline ticks in the
 //!   order they were set, except that those of a tick whose deadlines were
 //!   reached before its end may go first. A timer whose deadline was moved while pending

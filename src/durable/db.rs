@@ -326,9 +326,11 @@ pub(crate) fn now_ms() -> i64 {
 }
 
 /// How long from now until `at_ms` (milliseconds since the Unix epoch), to
-/// the nanosecond: a timer for this long fires no earlier than the
-/// millisecond `at_ms`, by this machine's clock. (Whole milliseconds from
-/// [`now_ms`], which truncates, could be up to one short.)
+/// the nanosecond: a timer for this long fires at the millisecond `at_ms`
+/// by this machine's clock, not after it. (Whole milliseconds from
+/// [`now_ms`], which truncates, were up to one too many: that much
+/// lateness on every task. A claim that still finds its task not due, the
+/// two clocks disagreeing by a moment, arms it again.)
 pub(crate) fn until_ms(at_ms: i64) -> Duration {
     let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(at_ms).unwrap_or(0));
     at.duration_since(SystemTime::now())
