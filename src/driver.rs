@@ -48,10 +48,12 @@ pub(crate) struct Driver<K, V> {
     /// hold their channel slots).
     batch: VecDeque<Command<K, V>>,
     stats: Stats,
-    /// Whether the driver's own clock woke it since it last looked for
-    /// timers of the next tick already reached: it looks only then, so a
-    /// driver busy with commands does not scan the next slot on each run
-    /// (Tokio's timer wakes it at most once a millisecond).
+    /// Whether the driver's own clock woke it (or its wake had passed by
+    /// the time it would have slept) since it last looked for timers of
+    /// the next tick already reached: it looks only then, so a driver busy
+    /// with commands does not scan the next slot on each run (Tokio's timer
+    /// wakes it at most once a millisecond). Kept while timers are due, so
+    /// the look comes once they have gone.
     clock_woke: bool,
     /// `stats()` calls taken from the channel, answered once every command
     /// taken with them is applied and what is due has fired.
@@ -98,6 +100,8 @@ enum Turn {
     SleepHandlesGone,
     HandlesGone,
     Clock,
+    /// The next wake had passed by the time the driver would have slept.
+    Passed,
     Yielded,
 }
 
@@ -186,11 +190,20 @@ where
                 break;
             }
             let busy = self.wheel.has_due() || self.sleeps.has_due() || !self.batch.is_empty();
+            // A wake already passed (commands kept the driver busy through
+            // it) is taken at once: Tokio's timer would round it up to its
+            // next millisecond.
+            let mut passed = false;
             match self.next_wake() {
                 Some(at) if !busy => {
                     if armed != Some(at) {
-                        sleep.as_mut().reset(at);
-                        armed = Some(at);
+                        if at <= Instant::now() {
+                            passed = true;
+                            armed = None;
+                        } else {
+                            sleep.as_mut().reset(at);
+                            armed = Some(at);
+                        }
                     }
                 }
                 _ => armed = None,
@@ -205,7 +218,9 @@ where
                     if n == 0 { Turn::SleepHandlesGone } else { Turn::Sleeps }
                 }
                 () = &mut sleep, if armed.is_some() => Turn::Clock,
-                () = tokio::task::yield_now(), if busy => Turn::Yielded,
+                () = tokio::task::yield_now(), if busy || passed => {
+                    if passed { Turn::Passed } else { Turn::Yielded }
+                }
             };
             match turn {
                 Turn::Commands => {
@@ -228,6 +243,8 @@ where
                     self.clock_woke = true;
                     armed = None;
                 }
+                // Not a wake-up: the driver did not sleep.
+                Turn::Passed => self.clock_woke = true,
                 Turn::Yielded => {}
             }
         }
@@ -473,15 +490,7 @@ where
         let now = self.clock.now_tick(instant);
         self.wheel.advance(now);
         self.sleeps.advance(now);
-        // Timers of the next tick whose own deadlines have passed, once the
-        // clock woke the driver for them.
-        if let Some((tick, least)) = self.wheel.next_early().filter(|_| self.clock_woke) {
-            self.clock_woke = false;
-            let reached = self.clock.frac_reached(instant, tick);
-            if u16::from(least) < reached {
-                self.wheel.fire_early(tick, reached);
-            }
-        }
+        self.fire_reached(instant);
         while self.woken.len() < FIRE_BATCH {
             let Some((_, armed)) = self.sleeps.pop_due_unkeyed() else {
                 break;
@@ -492,6 +501,39 @@ where
         if !self.wheel.has_due() {
             return;
         }
+        let mut fired = self.hand_out(now, instant);
+        // The tick's own timers have gone: those of the next tick reached
+        // by now go too, rather than after another wait on the clock.
+        if self.fire_reached(instant) {
+            fired += self.hand_out(now, instant);
+        }
+        if self.shared.receiver_alive() {
+            self.shared.wake();
+        }
+        trace!(fired, "timers fired");
+    }
+
+    /// Once the driver's clock has woken it and no timer is due, makes due
+    /// the timers of the next tick whose own deadlines `instant` has
+    /// reached. Returns whether it made any due. While timers are due the
+    /// look waits for them to go (the clock's wake is kept for it), so the
+    /// order of ticks holds.
+    fn fire_reached(&mut self, instant: Instant) -> bool {
+        if !self.clock_woke || self.wheel.has_due() {
+            return false;
+        }
+        self.clock_woke = false;
+        let Some((tick, least)) = self.wheel.next_early() else {
+            return false;
+        };
+        let reached = self.clock.frac_reached(instant, tick);
+        u16::from(least) < reached && self.wheel.fire_early(tick, reached) > 0
+    }
+
+    /// Hands up to [`FIRE_BATCH`] due timers to the stream's queue (or
+    /// discards them if nobody reads the stream), `now` being the tick
+    /// reached at `instant`. Returns how many went.
+    fn hand_out(&mut self, now: u64, instant: Instant) -> usize {
         let fired;
         let mut max_lag = 0u64;
         if self.shared.receiver_alive() {
@@ -519,7 +561,6 @@ where
                 });
             drop(queue);
             self.settle_places();
-            self.shared.wake();
             self.stats.fired += fired as u64;
         } else {
             fired = self.wheel.take_due(FIRE_BATCH, |_, _, _| {});
@@ -528,8 +569,7 @@ where
         }
         if max_lag > LAG_TICKS {
             debug!(lag_ticks = max_lag, fired, "timers fired late");
-        } else {
-            trace!(fired, "timers fired");
         }
+        fired
     }
 }

@@ -84,11 +84,12 @@
 //!   to schedule the driver. Within its tick, a keyed timer fires from its
 //!   own deadline (to a 256th of the tick) when the runtime's timer can wake
 //!   the driver then, not only at the tick's end: on the real clock with the
-//!   default tick that cuts the usual lateness by about 40 %, and with a
-//!   coarse tick a timer no longer waits for the tick's end. (Not for a
-//!   tick that is a multiple of 64, whose timers wait a level up until the
-//!   tick's end; and the driver looks for them only when its own clock
-//!   wakes it, at most once a millisecond.)
+//!   default tick its lateness is then that of a binary heap sleeping on
+//!   `tokio::time::sleep_until` (about 0.6 ms at p50, 1.9 ms at p99), and
+//!   with a coarse tick a timer no longer waits for the tick's end. (Not
+//!   for a tick that is a multiple of 4096, whose timers wait two levels up
+//!   until the tick's end; and the driver looks for them only when its own
+//!   clock wakes it, at most once a millisecond.)
 //! - **Ordered**: timers fire in deadline order; equal deadline ticks in the
 //!   order they were set, except that those of a tick whose deadlines were
 //!   reached before its end may go first. A timer whose deadline was moved while pending

@@ -826,6 +826,52 @@ async fn len_counts_pending_timers_across_shards() {
     assert!(wheel.is_empty());
 }
 
+/// A tick that is a multiple of 64 waits a level up until it comes: its
+/// timers used to fire only at its end, up to a tick after their
+/// deadlines. Now they fire from their deadlines as other ticks' do; a
+/// multiple of 4096 still waits for its end.
+#[tokio::test(start_paused = true)]
+async fn a_tick_at_a_level_boundary_fires_from_its_deadline() {
+    let tick = ms(10);
+    let (wheel, mut expired) = TimingWheel::builder().tick(tick).build::<u32, ()>();
+    let start = Instant::now();
+    // Ticks 64 ((630, 640] ms) and 4096 ((40,950, 40,960] ms).
+    for (key, at) in [(1u32, 631), (2, 40_951)] {
+        wheel.set_timer_at(key, (), start + ms(at)).await.unwrap();
+    }
+    let first = expired.next().await.unwrap();
+    assert_eq!((*first.key(), start.elapsed()), (1, ms(632)));
+    assert!(first.deadline() >= start + ms(631) && first.deadline() < start + ms(632));
+    let second = expired.next().await.unwrap();
+    assert_eq!((*second.key(), start.elapsed()), (2, ms(40_960)));
+}
+
+/// The driver woke for a tick's last timer after the tick had ended (its
+/// runtime timer rounds up to a millisecond) and found timers of the next
+/// tick already reached: they used to wait for another wake of its own
+/// (on a real clock, up to a millisecond later). Now they fire in the same
+/// wake, once the tick's own timers have gone.
+#[tokio::test(start_paused = true)]
+async fn timers_of_the_next_tick_reached_fire_in_the_same_wake() {
+    let tick = ms(10);
+    let (wheel, mut expired) = TimingWheel::builder().tick(tick).build::<u32, ()>();
+    let start = Instant::now();
+    // Tick 3 ends at 30 ms; a timer of it and one of tick 4.
+    let (end_of_3, early_in_4) = (Duration::from_micros(29_800), Duration::from_micros(30_200));
+    wheel.set_timer_at(1, (), start + end_of_3).await.unwrap();
+    wheel.set_timer_at(2, (), start + early_in_4).await.unwrap();
+    let woke = wheel.stats().await.unwrap().wakeups;
+    // Half a millisecond on, the paused runtime's timer wakes on the half
+    // millisecond: at 30.5 ms for the first timer, past its tick's end.
+    advance(Duration::from_micros(500)).await;
+    for key in [1, 2] {
+        let e = expired.next().await.unwrap();
+        assert_eq!(*e.key(), key);
+        assert_eq!(start.elapsed(), Duration::from_micros(30_500));
+    }
+    assert_eq!(wheel.stats().await.unwrap().wakeups - woke, 1);
+}
+
 /// Timers at deadlines scattered inside the ticks of a coarse wheel, some
 /// across level boundaries (64 and 4096 ticks), fire never before their
 /// deadline, within a tick after it, in tick order, and, where the

@@ -77,11 +77,13 @@ pub(crate) struct Wheel<K, V> {
     blocks: Blocks,
     /// The tick the wheel has advanced to.
     elapsed: u64,
-    /// For each level-0 slot, no more than the least place in its tick
-    /// ([`Entry::frac`]) of the entries filed there for its own tick:
+    /// For each slot of levels 0 and 1, no more than the least place in
+    /// its first tick ([`Entry::frac`]) of the entries filed there for that
+    /// tick (at level 0, every entry is; at level 1, those due at a
+    /// multiple of [`SLOTS`] ticks, which wait there until their tick):
     /// lowered as entries are filed, set exactly by
     /// [`fire_early`](Self::fire_early), reset when the slot is taken.
-    early: [u8; SLOTS],
+    early: [[u8; SLOTS]; 2],
     /// Entries [`fire_early`](Self::fire_early) takes, kept to reuse.
     early_taken: Vec<u32>,
     /// Size from which [`take_due`](Self::take_due) works in runs
@@ -105,7 +107,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
             spliced: None,
             blocks: Blocks::new(),
             elapsed: 0,
-            early: [WHOLE; SLOTS],
+            early: [[WHOLE; SLOTS]; 2],
             early_taken: Vec::new(),
             runs_from: RUNS_FROM,
             #[cfg(test)]
@@ -323,8 +325,8 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
                 if level == 0 && when > start {
                     // The slot can no longer become the due queue whole.
                     self.levels[0].mark_moved(slot as usize);
-                } else if level == 0 {
-                    let early = &mut self.early[slot as usize];
+                } else if level <= 1 && when == start {
+                    let early = &mut self.early[level as usize][slot as usize];
                     *early = (*early).min(frac);
                 }
                 return;
@@ -376,8 +378,8 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
                 slot: slot as u8,
             };
             let (mut chain, moved) = self.levels[level].take_slot(slot);
-            if level == 0 {
-                self.early[slot] = WHOLE;
+            if level <= 1 {
+                self.early[level][slot] = WHOLE;
             }
             if level == 0 && !moved && self.due.is_empty() {
                 // Every entry of a level-0 slot is due at its one tick,
@@ -521,17 +523,20 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
         self.next_slot().map(|(_, _, start)| start)
     }
 
-    /// The next tick, if it comes due at level 0 with entries whose
-    /// deadlines fall inside it, and no more than the least place in the
-    /// tick of those deadlines ([`Entry::frac`]): the driver may wake before
-    /// the tick's instant, at that place, and [`fire_early`](Self::fire_early)
+    /// The next tick, if it comes due with entries whose deadlines fall
+    /// inside it (filed at level 0, or at level 1 for a tick that is a
+    /// multiple of [`SLOTS`]), and no more than the least place in the tick
+    /// of those deadlines ([`Entry::frac`]): the driver may wake before the
+    /// tick's instant, at that place, and [`fire_early`](Self::fire_early)
     /// what it has reached. Nothing while entries are due.
     pub(crate) fn next_early(&self) -> Option<(u64, u8)> {
         if self.has_due() {
             return None;
         }
         match self.next_slot()? {
-            (0, slot, start) if self.early[slot] != WHOLE => Some((start, self.early[slot])),
+            (level @ (0 | 1), slot, start) if self.early[level][slot] != WHOLE => {
+                Some((start, self.early[level][slot]))
+            }
             _ => None,
         }
     }
@@ -545,7 +550,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
         if self.has_due() || tick <= self.elapsed {
             return 0;
         }
-        let Some((0, slot, start)) = self.next_slot() else {
+        let Some((level @ (0 | 1), slot, start)) = self.next_slot() else {
             return 0;
         };
         if start != tick {
@@ -554,7 +559,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
         let mut taken = std::mem::take(&mut self.early_taken);
         let mut least = WHOLE;
         let entries = &self.entries;
-        self.levels[0].slot(slot).each(&self.blocks, |idx| {
+        self.levels[level].slot(slot).each(&self.blocks, |idx| {
             let entry = &entries[idx as usize];
             if entry.when == tick {
                 if u16::from(entry.frac) < reached {
@@ -564,9 +569,9 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
                 }
             }
         });
-        self.early[slot] = least;
+        self.early[level][slot] = least;
         let place = Place::Slot {
-            level: 0,
+            level: level as u8,
             slot: slot as u8,
         };
         for &idx in &taken {
@@ -598,7 +603,7 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
         for level in self.levels.iter_mut() {
             level.clear(&mut self.blocks);
         }
-        self.early = [WHOLE; SLOTS];
+        self.early = [[WHOLE; SLOTS]; 2];
     }
 
     /// The lowest level's next occupied slot: lower levels always come due
@@ -669,7 +674,10 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
                     if self.spliced == Some(slot) {
                         self.unsplice();
                     }
-                    let early = &mut self.early[slot as usize];
+                    let early = &mut self.early[0][slot as usize];
+                    *early = (*early).min(frac);
+                } else if level == 1 && when.is_multiple_of(SLOTS as u64) {
+                    let early = &mut self.early[1][slot as usize];
                     *early = (*early).min(frac);
                 }
                 let lvl = &mut self.levels[level as usize];

@@ -417,3 +417,126 @@ proptest! {
         check_partial_takes(runs, 400, ops)?;
     }
 }
+
+/// One step of [`check_early`]: file a timer `d` ticks ahead at a place in
+/// its tick, move one, remove one, or let time pass to a place in a tick
+/// (advancing, firing what that reached early, and taking what is due).
+#[derive(Debug, Clone)]
+enum EarlyOp {
+    Insert(u32, u64, u8),
+    Reschedule(u32, u64, u8),
+    Remove(u32),
+    Pass(u64, u16),
+}
+
+fn early_op(keys: u32) -> impl Strategy<Value = EarlyOp> {
+    // Deadlines up to two level-1 slots ahead, so ticks at level
+    // boundaries (multiples of 64) come up often.
+    // Places and parts reached on a coarse grid, so that they often meet.
+    let place = prop_oneof![(0..8u8).prop_map(|f| f * 32), Just(u8::MAX)];
+    prop_oneof![
+        4 => (0..keys, 1..200u64, place.clone()).prop_map(|(k, d, f)| EarlyOp::Insert(k, d, f)),
+        1 => (0..keys, 1..200u64, place).prop_map(|(k, d, f)| EarlyOp::Reschedule(k, d, f)),
+        1 => (0..keys).prop_map(EarlyOp::Remove),
+        3 => (0..70u64, 0..=8u16).prop_map(|(d, r)| EarlyOp::Pass(d, r * 32)),
+    ]
+}
+
+/// Timers fired from their places in their ticks, as the driver fires
+/// them: after advancing to tick `now` and taking what is due, the next
+/// tick's entries whose place is below the part of it reached. None fires
+/// before its deadline (its tick reached, or its place in the next tick),
+/// none fires twice or is lost, and the wheel stays consistent.
+fn check_early(ops: Vec<EarlyOp>) -> Result<(), TestCaseError> {
+    let mut wheel = Wheel::<u32, u32>::new();
+    // Pending timers: key -> (value, tick, place).
+    let mut pending: HashMap<u32, (u32, u64, u8)> = HashMap::new();
+    let mut val = 0u32;
+    let take = |wheel: &mut Wheel<u32, u32>,
+                pending: &mut HashMap<u32, (u32, u64, u8)>,
+                reached: Option<(u64, u16)>|
+     -> Result<(), TestCaseError> {
+        let mut got = Vec::new();
+        wheel.take_due_in(usize::MAX, |k, v, w, f| got.push((k, v, w, f)));
+        for (k, v, w, f) in got {
+            prop_assert_eq!(pending.remove(&k), Some((v, w, f)), "{} fired once", k);
+            let on_time = w <= wheel.elapsed()
+                || reached.is_some_and(|(tick, r)| w == tick && u16::from(f) < r);
+            prop_assert!(
+                on_time,
+                "{} early: tick {} place {} at {}",
+                k,
+                w,
+                f,
+                wheel.elapsed()
+            );
+        }
+        Ok(())
+    };
+    for op in ops {
+        let elapsed = wheel.elapsed();
+        match op {
+            EarlyOp::Insert(k, d, f) => {
+                val += 1;
+                wheel.insert_in(k, val, elapsed + d, f).unwrap();
+                pending.insert(k, (val, elapsed + d, f));
+            }
+            EarlyOp::Reschedule(k, d, f) => {
+                let moved = wheel.reschedule_in(&k, elapsed + d, f);
+                prop_assert_eq!(moved, pending.contains_key(&k));
+                if let Some(timer) = pending.get_mut(&k) {
+                    (timer.1, timer.2) = (elapsed + d, f);
+                }
+            }
+            EarlyOp::Remove(k) => {
+                let removed = wheel.remove(&k).map(|(_, v)| v);
+                prop_assert_eq!(removed, pending.remove(&k).map(|(v, ..)| v));
+            }
+            EarlyOp::Pass(d, reached) => {
+                let now = elapsed + d;
+                wheel.advance(now);
+                take(&mut wheel, &mut pending, None)?;
+                let tick = now + 1;
+                if let Some((next, least)) = wheel.next_early() {
+                    prop_assert!(next >= tick);
+                    // No entry of the next tick has a place below the least
+                    // named.
+                    let below = pending
+                        .values()
+                        .any(|&(_, w, f)| w == tick && f < least && next == tick);
+                    prop_assert!(!below, "least {} too high", least);
+                    if next == tick {
+                        wheel.fire_early(tick, reached);
+                    }
+                }
+                take(&mut wheel, &mut pending, Some((tick, reached)))?;
+                // Every entry of the next tick reached has gone, if it was
+                // filed for its own tick at level 0 or 1.
+                if wheel.next_early().is_some_and(|(next, _)| next == tick) {
+                    let (_, least) = wheel.next_early().unwrap();
+                    prop_assert!(u16::from(least) >= reached || least == u8::MAX);
+                }
+            }
+        }
+        wheel.check_invariants();
+    }
+    // Everything left fires by its tick.
+    let end = pending.values().map(|&(_, w, _)| w).max().unwrap_or(0);
+    wheel.advance(end);
+    take(&mut wheel, &mut pending, None)?;
+    prop_assert!(pending.is_empty(), "lost {:?}", pending);
+    prop_assert!(wheel.is_empty());
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    /// Early firing against a record of what is pending, across level
+    /// boundaries.
+    #[test]
+    fn early_firing_is_never_early_and_loses_nothing(
+        ops in prop::collection::vec(early_op(64), 1..300),
+    ) {
+        check_early(ops)?;
+    }
+}

@@ -507,6 +507,59 @@ fn next_tick_entries_fire_early_only_past_their_place() {
     wheel.check_invariants();
 }
 
+/// A tick that is a multiple of 64 waits at level 1 until it comes: its
+/// entries used to fire only at its end, however early in it their
+/// deadlines fell. Now its own entries fire from their places like any
+/// other tick's, and the slot's other ticks still wait for theirs.
+#[test]
+fn a_tick_at_a_level_boundary_fires_early_from_level_one() {
+    let mut wheel = Wheel::<u32, u32>::new();
+    wheel.advance(100);
+    // Tick 128 is at level 1 from 100 (and from 127): 128, at places 10
+    // and 90, then 129 and a moved entry, in the same level-1 slot.
+    wheel.insert_in(1, 1, 128, 90).unwrap();
+    wheel.insert_in(2, 2, 128, 10).unwrap();
+    wheel.insert_in(3, 3, 129, 0).unwrap();
+    wheel.insert_in(4, 4, 150, 0).unwrap();
+    wheel.reschedule_in(&4, 128, 5);
+    wheel.insert_in(5, 5, 128, 0).unwrap();
+    wheel.reschedule_in(&5, 140, 0);
+    wheel.check_invariants();
+    assert_eq!(wheel.next_early(), Some((128, 0)));
+    wheel.advance(127);
+    assert!(!wheel.has_due());
+    let (tick, least) = wheel.next_early().unwrap();
+    assert_eq!(tick, 128);
+    assert!(least <= 5, "least {least}");
+    // 50 256ths into tick 128: places 5 and 10, not 90, nor the entry
+    // moved on to 140.
+    assert_eq!(wheel.fire_early(128, 50), 2);
+    wheel.check_invariants();
+    let mut fired: Vec<u32> = std::iter::from_fn(|| wheel.pop_due())
+        .map(|(k, ..)| k)
+        .collect();
+    fired.sort_unstable();
+    assert_eq!(fired, [2, 4]);
+    assert_eq!(wheel.next_early(), Some((128, 90)));
+    assert_eq!(wheel.fire_early(128, 91), 1);
+    assert_eq!(wheel.pop_due().map(|(k, ..)| k), Some(1));
+    // Only later ticks are left in the slot.
+    assert_eq!(wheel.next_early(), None);
+    wheel.check_invariants();
+    assert!(fire_all(&mut wheel, 128).is_empty());
+    let at_129: Vec<u32> = fire_all(&mut wheel, 129)
+        .into_iter()
+        .map(|(k, ..)| k)
+        .collect();
+    assert_eq!(at_129, [3]);
+    let at_140: Vec<u32> = fire_all(&mut wheel, 140)
+        .into_iter()
+        .map(|(k, ..)| k)
+        .collect();
+    assert_eq!(at_140, [5]);
+    assert!(wheel.is_empty());
+}
+
 /// While entries are due, nothing fires early; and a key fired early can
 /// still be removed before it is taken.
 #[test]
