@@ -24,11 +24,14 @@
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
 use std::task::Waker;
 
 use slab::Slab;
+use spin::mutex::{SpinMutex, SpinMutexGuard};
+use spin::relax::Yield;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::clock::Clock;
 
@@ -39,8 +42,9 @@ const FIRED: u8 = 1;
 /// The driver stopped or is gone first: every sleep in it fails as closed.
 const CLOSED: u8 = 2;
 
-/// A sleep's place in its bucket: no place yet.
-pub(crate) const NO_SLOT: usize = usize::MAX;
+/// A sleep's place in its bucket: no place yet. (A `u32`, so a `Sleep`
+/// takes 32 bytes.)
+pub(crate) const NO_SLOT: u32 = u32::MAX;
 
 /// A bucket's place in the driver's wheel: not filed yet.
 const NOT_FILED: u32 = u32::MAX;
@@ -104,7 +108,12 @@ pub(crate) struct Bucket {
     /// Where the driver filed it ([`NOT_FILED`] until then), for a cancel
     /// to find it without a key index.
     index: AtomicU32,
-    waiters: Mutex<Waiters>,
+    /// A spin lock, yielding the thread while another holds it: every
+    /// hold is a few instructions (a slab insert or remove, or moving the
+    /// slab out to fire it), and an uncontended one costs one atomic
+    /// read-modify-write instead of a mutex's two (its release is a plain
+    /// store), which is a fifth of what a timeout costs.
+    waiters: SpinMutex<Waiters, Yield>,
     sleeps: Arc<Sleeps>,
 }
 
@@ -120,25 +129,34 @@ struct Waiters {
 }
 
 impl Waiters {
-    fn insert(&mut self, waker: Waker) -> usize {
+    /// Puts `waker` in a free slot, unless the bucket holds as many as a
+    /// slot number can name (some four billion).
+    fn insert(&mut self, waker: Waker) -> Option<u32> {
         if self.first.is_none() {
             self.first = Some(waker);
-            return 0;
+            return Some(0);
         }
-        self.rest.insert(waker) + 1
+        let at = self.rest.insert(waker);
+        match u32::try_from(at + 1) {
+            Ok(slot) if slot != NO_SLOT => Some(slot),
+            _ => {
+                self.rest.remove(at);
+                None
+            }
+        }
     }
 
-    fn get_mut(&mut self, slot: usize) -> Option<&mut Waker> {
+    fn get_mut(&mut self, slot: u32) -> Option<&mut Waker> {
         match slot {
             0 => self.first.as_mut(),
-            n => self.rest.get_mut(n - 1),
+            n => self.rest.get_mut(n as usize - 1),
         }
     }
 
-    fn remove(&mut self, slot: usize) -> Option<Waker> {
+    fn remove(&mut self, slot: u32) -> Option<Waker> {
         match slot {
             0 => self.first.take(),
-            n => self.rest.try_remove(n - 1),
+            n => self.rest.try_remove(n as usize - 1),
         }
     }
 
@@ -159,17 +177,13 @@ impl Bucket {
             when,
             state: AtomicU8::new(WAITING),
             index: AtomicU32::new(NOT_FILED),
-            waiters: Mutex::new(Waiters::default()),
+            waiters: SpinMutex::new(Waiters::default()),
             sleeps: Arc::clone(sleeps),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Waiters> {
-        // Nothing panics while holding the lock; if something did, the
-        // wakers are still whole.
-        self.waiters
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn lock(&self) -> SpinMutexGuard<'_, Waiters> {
+        self.waiters.lock()
     }
 
     /// The outcome so far, without the lock.
@@ -184,7 +198,7 @@ impl Bucket {
     /// Waits in this bucket with `waker`: puts it in at `slot` (a new slot
     /// the first time, written back), or refreshes it there. The first
     /// waker in a bucket registers the bucket with the driver.
-    pub(crate) fn wait(self: &Arc<Self>, slot: &mut usize, waker: &Waker) -> Outcome {
+    pub(crate) fn wait(self: &Arc<Self>, slot: &mut u32, waker: &Waker) -> Outcome {
         let mut waiters = self.lock();
         // Read under the lock: firing and closing set it under the lock
         // before they take the wakers, so a waker put in now is taken.
@@ -192,7 +206,10 @@ impl Bucket {
         if outcome != Outcome::Waiting {
             return outcome;
         }
-        if self.sleeps.is_closed() {
+        // Once filed, the driver holds the bucket until it fires it or,
+        // stopping or dropped, closes it: only a bucket not yet filed needs
+        // to ask whether the driver is gone.
+        if self.index.load(Ordering::Acquire) == NOT_FILED && self.sleeps.is_closed() {
             // The driver stopped or is gone. A registration sent just as its
             // channel closed can be missed by the driver's last look and
             // stay in the channel, which nobody drains while senders live,
@@ -209,7 +226,12 @@ impl Bucket {
             }
             return Outcome::Waiting;
         }
-        *slot = waiters.insert(waker.clone());
+        let Some(taken) = waiters.insert(waker.clone()) else {
+            // Four billion sleeps on one tick: this one cannot wait, and
+            // fails rather than hang.
+            return Outcome::Closed;
+        };
+        *slot = taken;
         if !waiters.registered {
             waiters.registered = true;
             let register = SleepCommand::Register(Armed(Arc::downgrade(self)));
@@ -239,7 +261,7 @@ impl Bucket {
 
     /// Takes the waker at `slot` out, if the bucket still waits: the sleep
     /// that put it there is going.
-    pub(crate) fn leave(&self, slot: usize) {
+    pub(crate) fn leave(&self, slot: u32) {
         if slot == NO_SLOT || self.outcome() != Outcome::Waiting {
             return;
         }
@@ -260,7 +282,11 @@ impl Bucket {
         let mut waiters = self.lock();
         if self.outcome() == Outcome::Waiting {
             self.state.store(state, Ordering::Release);
-            waiters.take_all(into);
+            // Out from under the lock in O(1): nobody puts a waker in or
+            // takes one out once the state has changed.
+            let mut taken = std::mem::take(&mut *waiters);
+            drop(waiters);
+            taken.take_all(into);
         }
     }
 
@@ -348,38 +374,92 @@ struct CacheSlot {
     bucket: Weak<Bucket>,
 }
 
-thread_local! {
+/// The bucket this thread made or found last, with the instants whose
+/// deadlines round up to its tick: a burst of sleeps on one deadline tick
+/// finds it by comparing instants, without working the tick out.
+#[derive(Debug)]
+struct Last {
+    wheel: u64,
+    /// The instant of the tick before (deadlines after it).
+    after: Instant,
+    /// The tick's instant (deadlines up to it).
+    until: Instant,
+    bucket: Weak<Bucket>,
+}
+
+#[derive(Debug)]
+struct Cache {
+    last: Option<Last>,
     /// Allocated on a thread's first sleep.
-    static CACHE: RefCell<Vec<CacheSlot>> = const { RefCell::new(Vec::new()) };
+    slots: Vec<CacheSlot>,
+}
+
+thread_local! {
+    static CACHE: RefCell<Cache> = const {
+        RefCell::new(Cache {
+            last: None,
+            slots: Vec::new(),
+        })
+    };
+}
+
+/// The bucket this thread used last on the wheel of `sleeps`, if `deadline`
+/// rounds up to its tick and it still waits.
+#[inline]
+pub(crate) fn last_bucket(sleeps: &Sleeps, deadline: Instant) -> Option<Arc<Bucket>> {
+    CACHE
+        .try_with(|cache| {
+            let cache = cache.borrow();
+            let last = cache.last.as_ref()?;
+            if last.wheel != sleeps.wheel || deadline <= last.after || deadline > last.until {
+                return None;
+            }
+            let bucket = last.bucket.upgrade()?;
+            (bucket.outcome() == Outcome::Waiting).then_some(bucket)
+        })
+        .ok()
+        .flatten()
 }
 
 /// The bucket for tick `when` on the wheel of `sleeps`: the one this thread
-/// used last for that tick if it still waits, else a new one.
-pub(crate) fn bucket_for(sleeps: &Arc<Sleeps>, when: u64) -> Arc<Bucket> {
+/// used last for that tick if it still waits, else a new one. `window`, the
+/// instants after which and up to which deadlines round up to `when`, makes
+/// it the one [`last_bucket`] finds.
+pub(crate) fn bucket_for(
+    sleeps: &Arc<Sleeps>,
+    when: u64,
+    window: Option<(Instant, Instant)>,
+) -> Arc<Bucket> {
     let cached = CACHE.try_with(|cache| {
         let mut cache = cache.borrow_mut();
-        if cache.is_empty() {
-            cache.extend((0..CACHE_SLOTS).map(|_| CacheSlot {
+        if cache.slots.is_empty() {
+            cache.slots.extend((0..CACHE_SLOTS).map(|_| CacheSlot {
                 wheel: u64::MAX,
                 when: 0,
                 bucket: Weak::new(),
             }));
         }
         let mix = when ^ sleeps.wheel.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let slot = &mut cache[(mix % CACHE_SLOTS as u64) as usize];
-        if slot.wheel == sleeps.wheel && slot.when == when {
-            if let Some(bucket) = slot.bucket.upgrade() {
-                if bucket.outcome() == Outcome::Waiting {
-                    return bucket;
-                }
-            }
-        }
-        let bucket = Arc::new(Bucket::new(sleeps, when));
-        *slot = CacheSlot {
+        let slot = &mut cache.slots[(mix % CACHE_SLOTS as u64) as usize];
+        let found = (slot.wheel == sleeps.wheel && slot.when == when)
+            .then(|| slot.bucket.upgrade())
+            .flatten()
+            .filter(|bucket| bucket.outcome() == Outcome::Waiting);
+        let bucket = found.unwrap_or_else(|| {
+            let bucket = Arc::new(Bucket::new(sleeps, when));
+            *slot = CacheSlot {
+                wheel: sleeps.wheel,
+                when,
+                bucket: Arc::downgrade(&bucket),
+            };
+            bucket
+        });
+        cache.last = window.map(|(after, until)| Last {
             wheel: sleeps.wheel,
-            when,
+            after,
+            until,
             bucket: Arc::downgrade(&bucket),
-        };
+        });
         bucket
     });
     // While the thread's locals are torn down: no sharing.
@@ -396,14 +476,16 @@ mod tests {
     fn waiters_hand_out_and_take_back_slots() {
         let waker = futures::task::noop_waker();
         let mut waiters = Waiters::default();
-        let slots: Vec<usize> = (0..4).map(|_| waiters.insert(waker.clone())).collect();
+        let slots: Vec<u32> = (0..4)
+            .filter_map(|_| waiters.insert(waker.clone()))
+            .collect();
         assert_eq!(slots, [0, 1, 2, 3]);
         assert!(waiters.remove(0).is_some());
         assert!(waiters.remove(0).is_none(), "a slot is freed once");
         assert!(waiters.remove(2).is_some());
         assert_eq!(waiters.len(), 2);
-        assert_eq!(waiters.insert(waker.clone()), 0);
-        assert_eq!(waiters.insert(waker.clone()), 2);
+        assert_eq!(waiters.insert(waker.clone()), Some(0));
+        assert_eq!(waiters.insert(waker.clone()), Some(2));
         assert!(waiters.get_mut(3).is_some());
         let mut taken = Vec::new();
         waiters.take_all(&mut taken);
@@ -421,13 +503,42 @@ mod tests {
         let (tx, _rx) = mpsc::unbounded_channel();
         let one = Arc::new(Sleeps::new(tx.clone(), clock));
         let two = Arc::new(Sleeps::new(tx, clock));
-        let a = bucket_for(&one, 10);
-        assert!(Arc::ptr_eq(&a, &bucket_for(&one, 10)));
-        assert!(!Arc::ptr_eq(&a, &bucket_for(&one, 11)));
-        assert!(!Arc::ptr_eq(&a, &bucket_for(&two, 10)));
+        let a = bucket_for(&one, 10, None);
+        assert!(Arc::ptr_eq(&a, &bucket_for(&one, 10, None)));
+        assert!(!Arc::ptr_eq(&a, &bucket_for(&one, 11, None)));
+        assert!(!Arc::ptr_eq(&a, &bucket_for(&two, 10, None)));
         // Once every sleep of it is gone, the cache does not keep it.
         let id = a.id;
         drop(a);
-        assert_ne!(bucket_for(&one, 10).id, id);
+        assert_ne!(bucket_for(&one, 10, None).id, id);
+    }
+
+    /// The last bucket a thread used is found for deadlines inside its
+    /// window only (after the tick before, up to its own tick), on its own
+    /// wheel only, and only while it waits.
+    #[test]
+    fn the_last_bucket_is_found_by_its_window() {
+        let ms = std::time::Duration::from_millis;
+        let start = Instant::now();
+        let clock = Clock::new(start, ms(1));
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let one = Arc::new(Sleeps::new(tx.clone(), clock));
+        let two = Arc::new(Sleeps::new(tx, clock));
+        let window = clock.window(10);
+        assert_eq!(window, Some((start + ms(9), start + ms(10))));
+        let a = bucket_for(&one, 10, window);
+        let found = |at| last_bucket(&one, at).is_some_and(|b| Arc::ptr_eq(&a, &b));
+        assert!(found(start + ms(10)));
+        assert!(found(start + ms(9) + std::time::Duration::from_nanos(1)));
+        assert!(!found(start + ms(9)), "a deadline at tick 9 is tick 9's");
+        assert!(!found(start + ms(10) + std::time::Duration::from_nanos(1)));
+        assert!(last_bucket(&two, start + ms(10)).is_none());
+        // Fired: a new sleep must not join it.
+        a.end(FIRED, &mut Vec::new());
+        assert!(last_bucket(&one, start + ms(10)).is_none());
+        // A bucket found without a window leaves no last one.
+        let b = bucket_for(&one, 12, None);
+        assert!(last_bucket(&one, start + ms(12)).is_none());
+        drop(b);
     }
 }

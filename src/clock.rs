@@ -74,6 +74,45 @@ impl Clock {
         self.ceil(self.since_start(now) + delay.as_nanos())
     }
 
+    /// [`delay_tick`](Self::delay_tick), with the stretch of instants
+    /// whose deadlines round up to that tick ([`window`](Self::window)),
+    /// `deadline` being `now + delay`.
+    #[inline]
+    pub(crate) fn delay_window(
+        &self,
+        delay: Duration,
+        now: Instant,
+        deadline: Instant,
+    ) -> (u64, Option<(Instant, Instant)>) {
+        if self.tick_nanos == MILLI && now >= self.start && !delay.is_zero() {
+            // As in `delay_tick`; the tick's instant is the deadline moved
+            // on to the next whole millisecond since the start.
+            if let Some(total) = (now - self.start).checked_add(delay) {
+                let sub = u64::from(total.subsec_nanos());
+                if let Some(tick) = total
+                    .as_secs()
+                    .checked_mul(1_000)
+                    .and_then(|ms| ms.checked_add(sub.div_ceil(MILLI)))
+                {
+                    let rest = (MILLI - sub % MILLI) % MILLI;
+                    let until = deadline.checked_add(Duration::from_nanos(rest));
+                    let after = until.and_then(|at| at.checked_sub(Duration::from_nanos(MILLI)));
+                    return (tick, after.zip(until));
+                }
+            }
+        }
+        let tick = self.delay_tick(delay, now);
+        (tick, self.window(tick))
+    }
+
+    /// The instants after which and up to which a deadline rounds up to
+    /// `tick`: those of the tick before and of the tick itself, if they can
+    /// be represented.
+    pub(crate) fn window(&self, tick: u64) -> Option<(Instant, Instant)> {
+        let until = self.instant(tick)?;
+        Some((until.checked_sub(self.tick())?, until))
+    }
+
     /// [`delay_tick`](Self::delay_tick), with where in that tick the
     /// deadline falls, in 256ths rounded up ([`Clock::frac`]).
     #[inline]
@@ -330,5 +369,36 @@ mod tests {
         let clock = Clock::new(start, ms(1));
         assert_eq!(clock.instant(1500), Some(start + ms(1500)));
         assert_eq!(clock.now_tick(clock.instant(1500).unwrap()), 1500);
+    }
+
+    /// The window of a delay's tick holds exactly the deadlines that round
+    /// up to that tick, for the default tick's fast path and any other.
+    #[test]
+    fn a_delay_window_holds_the_deadlines_of_its_tick() {
+        let start = Instant::now();
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        for tick in [Duration::from_millis(1), Duration::from_micros(300), ms(10)] {
+            let clock = Clock::new(start, tick);
+            for _ in 0..2_000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let now = start + Duration::from_nanos(x % 5_000_000_000);
+                let delay = Duration::from_nanos(1 + (x >> 20) % 3_000_000_000);
+                let deadline = now + delay;
+                let (when, window) = clock.delay_window(delay, now, deadline);
+                assert_eq!(when, clock.delay_tick(delay, now));
+                let (after, until) = window.unwrap();
+                assert_eq!(Some(until), clock.instant(when));
+                assert_eq!(Some(after), clock.instant(when - 1));
+                assert!(
+                    after < deadline && deadline <= until,
+                    "{delay:?} at {now:?}"
+                );
+            }
+            // A deadline on a tick's instant is that tick's.
+            let (when, window) = clock.delay_window(tick * 3, start, start + tick * 3);
+            assert_eq!((when, window), (3, clock.window(3)));
+        }
     }
 }

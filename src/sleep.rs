@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::bucket::{bucket_for, Bucket, Outcome, SleepCommand, Sleeps, NO_SLOT};
+use crate::bucket::{bucket_for, last_bucket, Bucket, Outcome, SleepCommand, Sleeps, NO_SLOT};
 use crate::clock::Clock;
 use crate::error::Error;
 
@@ -39,25 +39,47 @@ impl SleepHandle {
         if deadline <= now {
             return self.reached(deadline);
         }
-        self.make(deadline, self.0.clock.deadline_tick(deadline, now))
+        if let Some(sleep) = self.in_last(deadline) {
+            return sleep;
+        }
+        let when = self.0.clock.deadline_tick(deadline, now);
+        self.make(deadline, when, self.0.clock.window(when))
     }
 
     /// A sleep for `delay` from now.
     #[inline]
     pub(crate) fn sleep(&self, delay: Duration) -> Sleep {
         let now = Instant::now();
-        // The instant is only reported; an unrepresentable one never comes.
-        let deadline = now.checked_add(delay).unwrap_or_else(|| far_future(now));
+        let Some(deadline) = now.checked_add(delay) else {
+            // The instant is only reported; an unrepresentable one never
+            // comes.
+            return self.make(far_future(now), self.0.clock.delay_tick(delay, now), None);
+        };
         if delay.is_zero() {
             return self.reached(deadline);
         }
-        self.make(deadline, self.0.clock.delay_tick(delay, now))
+        if let Some(sleep) = self.in_last(deadline) {
+            return sleep;
+        }
+        let (when, window) = self.0.clock.delay_window(delay, now, deadline);
+        self.make(deadline, when, window)
+    }
+
+    /// A sleep in the bucket this thread used last, if `deadline` is in its
+    /// tick: a burst of sleeps on one deadline tick skips working the tick
+    /// out.
+    #[inline]
+    fn in_last(&self, deadline: Instant) -> Option<Sleep> {
+        last_bucket(&self.0, deadline).map(|bucket| Sleep {
+            wait: Wait::Bucket(bucket, NO_SLOT),
+            deadline,
+        })
     }
 
     /// A sleep that never completes, unless the wheel stops: for a deadline
     /// too far out to represent.
     pub(crate) fn sleep_forever(&self) -> Sleep {
-        self.make(far_future(Instant::now()), u64::MAX)
+        self.make(far_future(Instant::now()), u64::MAX, None)
     }
 
     /// A sleep whose deadline is already reached: it needs no bucket. On a
@@ -71,12 +93,13 @@ impl SleepHandle {
         Sleep { wait, deadline }
     }
 
-    /// A sleep in the bucket of tick `when`, which is in the future. (If
-    /// the wheel has stopped, the bucket says so when the sleep waits.)
+    /// A sleep in the bucket of tick `when`, which is in the future, and
+    /// whose deadlines lie in `window` ([`Clock::window`]). (If the wheel
+    /// has stopped, the bucket says so when the sleep waits.)
     #[inline]
-    fn make(&self, deadline: Instant, when: u64) -> Sleep {
+    fn make(&self, deadline: Instant, when: u64, window: Option<(Instant, Instant)>) -> Sleep {
         Sleep {
-            wait: Wait::Bucket(bucket_for(&self.0, when), NO_SLOT),
+            wait: Wait::Bucket(bucket_for(&self.0, when, window), NO_SLOT),
             deadline,
         }
     }
@@ -90,7 +113,7 @@ pub(crate) fn far_future(now: Instant) -> Instant {
 /// Where a sleep stands.
 enum Wait {
     /// In a bucket, at a slot once it has waited.
-    Bucket(Arc<Bucket>, usize),
+    Bucket(Arc<Bucket>, u32),
     /// Its deadline was reached when it was made.
     Elapsed,
     /// The wheel had stopped when it was made.
