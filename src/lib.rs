@@ -57,23 +57,23 @@
 //! reaches the driver once.
 //!
 //! - **Request timeouts**, many short-lived deadlines cancelled before they
-//!   pass: the wheel's [`Timeout`] adds about a quarter of what
+//!   pass: the wheel's [`Timeout`] adds about a third of what
 //!   `tokio::time::timeout` adds with 16 tasks on a 2-worker runtime (where
-//!   Tokio's timer is a shared lock) and about two thirds on a
-//!   current-thread runtime; a future that is ready at its first poll
-//!   registers nothing. Prefer the wheel here.
+//!   Tokio's timer is a shared lock) and about half on a current-thread
+//!   runtime; a future that is ready at its first poll registers nothing.
+//!   Prefer the wheel here.
 //! - **Many sleeps on scattered deadlines**, each in a task of its own:
-//!   `tokio::time::sleep` is cheaper (the wheel takes about 1.3 – 1.4 times
+//!   `tokio::time::sleep` is cheaper (the wheel takes about 1.3 – 1.5 times
 //!   its time). A sleep alone on its tick pays a bucket of its own and the
 //!   driver's hop, where Tokio's timer entry lives inside the task.
 //! - **Precision below a millisecond**: a delay future is rounded up to its
 //!   tick, and then Tokio rounds the driver's own sleep up to its
 //!   millisecond, so on the real clock it completes about half a
 //!   millisecond later on average than a `tokio::time` sleep on its exact
-//!   deadline. Keyed timers fire from their own deadlines: at the median
-//!   about 0.85 ms after the instant asked against 0.65 ms for a binary
-//!   heap on `tokio::time::sleep_until`, and at the 99th percentile sooner
-//!   (1.8 against 1.9 ms); never early on either side.
+//!   deadline. Keyed timers fire from their own deadlines: on the real
+//!   clock, as late as a binary heap on `tokio::time::sleep_until` (about
+//!   0.6 ms after the instant asked at the median, 1.9 ms at the 99th
+//!   percentile); never early on either side.
 //!
 //! BENCHMARKS.md has the figures and the commands that measure them.
 //!

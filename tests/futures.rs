@@ -324,6 +324,49 @@ async fn sleeps_round_up_to_the_tick_never_early_at_most_one_tick_late() {
     assert_ready!(past_tick.poll()).unwrap();
 }
 
+/// A sleep made right after another finds that one's bucket by comparing
+/// instants when its deadline falls in the same tick: deadlines on either
+/// edge of that tick, or just outside it, get their own ticks.
+#[tokio::test(start_paused = true)]
+async fn sleeps_on_the_edges_of_a_burst_s_tick_get_their_own_ticks() {
+    let (wheel, _expired) = TimingWheel::builder().tick(ms(10)).build::<u32, u32>();
+    let start = Instant::now();
+    let ns = Duration::from_nanos;
+    // Each made right after the 25 ms one, whose tick (20, 30] ms is then
+    // this thread's last bucket.
+    let cases = [
+        (ms(20), ms(20)),
+        (ms(20) + ns(1), ms(30)),
+        (ms(30), ms(30)),
+        (ms(30) + ns(1), ms(40)),
+        (ms(27), ms(30)),
+        (ms(5), ms(10)),
+    ];
+    let mut sleeps = Vec::new();
+    for (by_delay, (deadline, due)) in [false, true]
+        .into_iter()
+        .flat_map(|d| cases.map(|c| (d, c)))
+    {
+        let _burst = wheel.sleep_until(start + ms(25));
+        let sleep = if by_delay {
+            wheel.sleep(deadline)
+        } else {
+            wheel.sleep_until(start + deadline)
+        };
+        let mut sleep = task::spawn(sleep);
+        assert_pending!(sleep.poll());
+        sleeps.push((sleep, deadline, due));
+    }
+    for now in (1..=40).map(ms) {
+        advance(ms(1)).await;
+        settle(&wheel).await;
+        for (sleep, deadline, due) in &mut sleeps {
+            let ready = sleep.poll().is_ready();
+            assert_eq!(ready, now >= *due, "deadline {deadline:?} at {now:?}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sleeps_complete_and_never_early_on_a_multi_thread_runtime() {
     let (wheel, _expired) = TimingWheel::<u32, u32>::new();
