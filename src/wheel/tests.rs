@@ -1,6 +1,96 @@
 use std::collections::HashMap;
 
-use super::Wheel;
+use std::hash::Hash;
+
+use super::level::{slot_start, SLOTS};
+use super::slot::Slot;
+use super::{resolve, Place, Wheel};
+
+/// Checks of the wheel's inner consistency, for the tests.
+impl<K: Eq + Hash, V> Wheel<K, V> {
+    /// Panics unless every entry is filed exactly where it says it is:
+    /// its place (read through [`resolve`]) is the one chain that holds it,
+    /// its position there holds its index, due entries are due, slot
+    /// entries lie ahead in their slot, and a level-0 slot not marked as
+    /// moved holds only entries of its own tick. The occupied bits match
+    /// the slots, and a spliced slot is empty.
+    pub(crate) fn check_invariants(&self) {
+        let blocks = &self.blocks;
+        let mut filed = HashMap::new();
+        let mut visit = |chain: &Slot, place: Place| {
+            chain.each(blocks, |idx| {
+                assert!(
+                    filed.insert(idx, place).is_none(),
+                    "entry {idx} in two chains"
+                );
+            });
+        };
+        visit(&self.due, Place::Due);
+        for (level, lvl) in self.levels.iter().enumerate() {
+            let (occupied, _) = lvl.bits();
+            for slot in 0..SLOTS {
+                let chain = lvl.slot(slot);
+                assert_eq!(
+                    occupied >> slot & 1 == 1,
+                    !chain.is_empty(),
+                    "occupied bit of level {level} slot {slot}"
+                );
+                let (level, slot) = (level as u8, slot as u8);
+                visit(chain, Place::Slot { level, slot });
+            }
+        }
+        if let Some(slot) = self.spliced {
+            assert!(
+                self.levels[0].slot(slot as usize).is_empty(),
+                "spliced slot {slot} filed again"
+            );
+        }
+        assert_eq!(filed.len(), self.entries.len(), "entries filed vs pending");
+        let (_, moved) = self.levels[0].bits();
+        for (idx, entry) in self.entries.iter() {
+            let idx = idx as u32;
+            let place = resolve(self.spliced, entry.place);
+            assert_eq!(
+                filed.get(&idx),
+                Some(&place),
+                "entry {idx} says {:?}",
+                entry.place
+            );
+            assert_eq!(blocks.at(entry.pos), idx, "entry {idx}'s position");
+            match place {
+                // Or fired early, in the tick after (`fire_early`).
+                Place::Due => assert!(
+                    entry.when <= self.elapsed.saturating_add(1),
+                    "entry {idx} due before its deadline"
+                ),
+                Place::Slot { level, slot } => {
+                    let start = slot_start(self.elapsed, level as usize, slot as usize);
+                    assert!(
+                        start > self.elapsed,
+                        "entry {idx} in a slot behind the wheel"
+                    );
+                    assert!(
+                        entry.when >= start,
+                        "entry {idx} in a slot after its deadline"
+                    );
+                    if level == 0 && moved >> slot & 1 == 0 {
+                        assert_eq!(entry.when, start, "entry {idx} moved, slot not marked");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Blocks held by the due queue and every slot, counted by walking
+    /// their chains.
+    pub(super) fn blocks_in_slots(&self) -> usize {
+        let blocks = &self.blocks;
+        self.due.blocks(blocks)
+            + (self.levels.iter())
+                .map(|level| level.blocks(blocks))
+                .sum::<usize>()
+    }
+}
 
 pub(super) fn fire_all<K: Eq + std::hash::Hash, V>(
     wheel: &mut Wheel<K, V>,
