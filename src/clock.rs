@@ -59,16 +59,10 @@ impl Clock {
             return self.now_tick(now);
         }
         if self.tick_nanos == MILLI {
-            // The default tick: whole seconds are whole ticks, so only the
-            // sub-second part is divided, by a constant (no 128-bit or
-            // variable division on the heartbeat path). Same result as below.
+            // Same result as below, without its division.
             let total = now.saturating_duration_since(self.start).checked_add(delay);
-            if let Some(ticks) = total.and_then(|t| {
-                t.as_secs()
-                    .checked_mul(1_000)?
-                    .checked_add(u64::from(t.subsec_nanos()).div_ceil(MILLI))
-            }) {
-                return ticks;
+            if let Some((tick, _)) = total.and_then(milli_tick) {
+                return tick;
             }
         }
         self.ceil(self.since_start(now) + delay.as_nanos())
@@ -87,18 +81,12 @@ impl Clock {
         if self.tick_nanos == MILLI && now >= self.start && !delay.is_zero() {
             // As in `delay_tick`; the tick's instant is the deadline moved
             // on to the next whole millisecond since the start.
-            if let Some(total) = (now - self.start).checked_add(delay) {
-                let sub = u64::from(total.subsec_nanos());
-                if let Some(tick) = total
-                    .as_secs()
-                    .checked_mul(1_000)
-                    .and_then(|ms| ms.checked_add(sub.div_ceil(MILLI)))
-                {
-                    let rest = (MILLI - sub % MILLI) % MILLI;
-                    let until = deadline.checked_add(Duration::from_nanos(rest));
-                    let after = until.and_then(|at| at.checked_sub(Duration::from_nanos(MILLI)));
-                    return (tick, after.zip(until));
-                }
+            let total = (now - self.start).checked_add(delay);
+            if let Some((tick, sub)) = total.and_then(milli_tick) {
+                let rest = (MILLI - sub % MILLI) % MILLI;
+                let until = deadline.checked_add(Duration::from_nanos(rest));
+                let after = until.and_then(|at| at.checked_sub(Duration::from_nanos(MILLI)));
+                return (tick, after.zip(until));
             }
         }
         let tick = self.delay_tick(delay, now);
@@ -122,17 +110,9 @@ impl Clock {
         }
         let since = now.saturating_duration_since(self.start);
         if self.tick_nanos == MILLI {
-            // As in `delay_tick`, worked out once for both: whole seconds
-            // are whole ticks, so only the sub-second part is divided.
-            if let Some(total) = since.checked_add(delay) {
-                let sub = u64::from(total.subsec_nanos());
-                if let Some(tick) = total
-                    .as_secs()
-                    .checked_mul(1_000)
-                    .and_then(|ms| ms.checked_add(sub.div_ceil(MILLI)))
-                {
-                    return (tick, frac_of(sub % MILLI, MILLI));
-                }
+            // As in `delay_tick`, worked out once for both.
+            if let Some((tick, sub)) = since.checked_add(delay).and_then(milli_tick) {
+                return (tick, frac_of(sub % MILLI, MILLI));
             }
         }
         let tick = self.delay_tick(delay, now);
@@ -210,6 +190,20 @@ impl Clock {
             Err(_) => saturate(nanos.div_ceil(u128::from(self.tick_nanos))),
         }
     }
+}
+
+/// For the default tick of a millisecond: the tick a deadline `total` after
+/// the start rounds up to, and its nanoseconds past its whole second.
+/// Whole seconds are whole ticks, so only the sub-second part is divided,
+/// by a constant (no 128-bit or variable division on the heartbeat path).
+#[inline]
+fn milli_tick(total: Duration) -> Option<(u64, u64)> {
+    let sub = u64::from(total.subsec_nanos());
+    let tick = total
+        .as_secs()
+        .checked_mul(1_000)?
+        .checked_add(sub.div_ceil(MILLI))?;
+    Some((tick, sub))
 }
 
 /// A deadline's place in its tick meaning the whole tick: it is reached
