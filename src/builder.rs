@@ -15,6 +15,7 @@ use crate::handle::TimingWheel;
 use crate::limit::PendingLimit;
 use crate::shard::Shards;
 use crate::sleep::SleepHandle;
+use crate::sleeps::SleepDriver;
 use crate::stream::{Expirations, Shared};
 
 /// The default tick: 1 ms, the resolution of `tokio::time`.
@@ -367,19 +368,22 @@ impl Builder {
         let limit = self.max_pending.map(PendingLimit::new);
         let shared = Arc::new(Shared::new(limit, self.shards));
         let mut senders = Vec::with_capacity(self.shards);
-        let mut sleeps = None;
+        // Sleeps go to the first shard's driver; the others' sleep channels
+        // close at once.
+        let (sleep_tx, first_sleep_rx) = mpsc::unbounded_channel();
+        let sleeps = SleepHandle::new(sleep_tx, clock);
+        let mut first = Some((first_sleep_rx, sleeps.driver()));
         for _ in 0..self.shards {
             let (tx, rx) = channel::channel(self.command_capacity);
-            // Sleeps go to the first shard; the others' sleep channels
-            // close at once.
-            let (sleep_tx, sleep_rx) = mpsc::unbounded_channel();
-            sleeps.get_or_insert(sleep_tx);
-            let mut driver = Driver::new(rx, sleep_rx, Arc::clone(&shared), clock);
+            let (sleep_rx, sleep_driver) = first.take().unwrap_or_else(|| {
+                let (_, rx) = mpsc::unbounded_channel();
+                (rx, SleepDriver::none())
+            });
+            let mut driver = Driver::new(rx, sleep_rx, sleep_driver, Arc::clone(&shared), clock);
             driver.reserve(self.capacity.div_ceil(self.shards));
             runtime.spawn(driver.run());
             senders.push(tx);
         }
-        let sleeps = SleepHandle::new(sleeps.expect("at least one shard"), clock);
         (
             TimingWheel::new_handle(
                 Shards::new(senders, runtime),

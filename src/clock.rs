@@ -45,10 +45,16 @@ impl Clock {
     /// deadline already reached is due at once.
     pub(crate) fn deadline_tick(&self, deadline: Instant, now: Instant) -> u64 {
         if deadline <= now {
-            self.now_tick(now)
-        } else {
-            self.ceil(self.since_start(deadline))
+            return self.now_tick(now);
         }
+        if self.tick_nanos == MILLI {
+            // Same result as below, without its division.
+            let since = deadline.saturating_duration_since(self.start);
+            if let Some((tick, _)) = milli_tick(since) {
+                return tick;
+            }
+        }
+        self.ceil(self.since_start(deadline))
     }
 
     /// The tick for `delay` after `now`, without ever forming an `Instant`

@@ -13,12 +13,12 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, error, trace, warn};
 
-use crate::bucket::{Armed, SleepCommand};
 use crate::channel::Receiver;
 use crate::clock::Clock;
 use crate::command::Command;
 use crate::expired::Expired;
 use crate::sleep::far_future;
+use crate::sleeps::SleepDriver;
 use crate::stats::Stats;
 use crate::stream::Shared;
 use crate::wheel::{AtCapacity, Wheel};
@@ -35,13 +35,16 @@ const LAG_TICKS: u64 = 4;
 pub(crate) struct Driver<K, V> {
     wheel: Wheel<K, V>,
     rx: Receiver<Command<K, V>>,
-    /// Sleeps' deadline buckets, in a wheel of their own so they never meet
-    /// the user's keys.
-    sleeps: Wheel<u64, Armed>,
-    /// Wakers of the sleeps whose buckets fired, woken once taken.
+    /// The delay futures' wheel, of their own so they never meet the
+    /// user's keys (shared with them: see [`crate::sleeps`]). A driver of
+    /// another shard than the first holds none.
+    sleeps: SleepDriver,
+    /// Wakers of the sleeps whose tick fired, woken once taken.
     woken: Vec<std::task::Waker>,
-    sleep_rx: mpsc::UnboundedReceiver<SleepCommand>,
-    sleep_batch: Vec<SleepCommand>,
+    /// A message says a sleep was filed before the driver's wake: look
+    /// again. Closed once no handle or sleep is left.
+    sleep_rx: mpsc::UnboundedReceiver<()>,
+    sleep_batch: Vec<()>,
     shared: Arc<Shared<K, V>>,
     clock: Clock,
     /// Commands taken from the channel and not yet applied (they still
@@ -112,14 +115,15 @@ where
 {
     pub(crate) fn new(
         rx: Receiver<Command<K, V>>,
-        sleep_rx: mpsc::UnboundedReceiver<SleepCommand>,
+        sleep_rx: mpsc::UnboundedReceiver<()>,
+        sleeps: SleepDriver,
         shared: Arc<Shared<K, V>>,
         clock: Clock,
     ) -> Self {
         Driver {
             wheel: Wheel::new(),
             rx,
-            sleeps: Wheel::new(),
+            sleeps,
             sleep_rx,
             sleep_batch: Vec::with_capacity(COMMAND_BATCH),
             woken: Vec::new(),
@@ -189,7 +193,7 @@ where
                 );
                 break;
             }
-            let busy = self.wheel.has_due() || self.sleeps.has_due() || !self.batch.is_empty();
+            let busy = self.wheel.has_due() || !self.batch.is_empty();
             // A wake already passed (commands kept the driver busy through
             // it) is taken at once: Tokio's timer would round it up to its
             // next millisecond.
@@ -232,7 +236,7 @@ where
                     // for ever; give the runtime its turn now and then.
                     tokio::task::coop::consume_budget().await;
                 }
-                Turn::Sleeps => self.apply_sleeps(),
+                Turn::Sleeps => self.sleep_batch.clear(),
                 Turn::SleepHandlesGone => sleeps_open = false,
                 Turn::HandlesGone => {
                     debug!(pending = self.wheel.len(), "every handle dropped");
@@ -261,8 +265,8 @@ where
             None => (self.wheel.next_expiration())
                 .map(|tick| self.clock.instant(tick).unwrap_or_else(far)),
         };
-        let sleeps = (self.sleeps.next_expiration())
-            .map(|tick| self.clock.instant(tick).unwrap_or_else(far));
+        let sleeps =
+            (self.sleeps.next_tick()).map(|tick| self.clock.instant(tick).unwrap_or_else(far));
         match (keyed, sleeps) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -279,42 +283,16 @@ where
         !self.batch.is_empty()
     }
 
-    /// Applies the sleep commands waiting in their channel, up to a batch;
-    /// returns whether there were any.
+    /// Takes the sleeps' messages waiting in their channel; returns whether
+    /// there were any. (Each only says to look at the sleeps' next tick
+    /// again, which the loop does on every turn.)
     fn take_queued_sleeps(&mut self) -> bool {
-        while self.sleep_batch.len() < COMMAND_BATCH {
-            match self.sleep_rx.try_recv() {
-                Ok(command) => self.sleep_batch.push(command),
-                Err(_) => break,
-            }
+        let mut any = false;
+        while self.sleep_rx.try_recv().is_ok() {
+            any = true;
         }
-        let any = !self.sleep_batch.is_empty();
-        self.apply_sleeps();
+        self.sleep_batch.clear();
         any
-    }
-
-    fn apply_sleeps(&mut self) {
-        let mut batch = std::mem::take(&mut self.sleep_batch);
-        for command in batch.drain(..) {
-            match command {
-                SleepCommand::Register(armed) => {
-                    // Every sleep in it gone already: nothing to file.
-                    let Some(bucket) = armed.bucket() else {
-                        continue;
-                    };
-                    let (id, when) = bucket.id_and_tick();
-                    // At capacity the `Armed` is dropped, which completes
-                    // the bucket's sleeps with a closed error.
-                    if let Ok(index) = self.sleeps.insert_unkeyed(id, armed, when) {
-                        bucket.filed_at(index);
-                    }
-                }
-                SleepCommand::Cancel { id, index } => {
-                    self.sleeps.remove_at(index, &id);
-                }
-            }
-        }
-        self.sleep_batch = batch;
     }
 
     /// Applies up to [`COMMAND_BATCH`] taken commands in order and frees
@@ -436,7 +414,7 @@ where
         }
         while self.take_queued_sleeps() {}
         self.fire_due();
-        while self.wheel.has_due() || self.sleeps.has_due() {
+        while self.wheel.has_due() {
             self.fire_due();
         }
         // Published first, so a caller woken by the reply reads a `len()`
@@ -444,7 +422,7 @@ where
         self.publish_len();
         let stats = Stats {
             pending: self.wheel.len(),
-            sleeps: self.sleeps.values().map(Armed::waiting).sum(),
+            sleeps: self.sleeps.waiting(),
             ..self.stats
         };
         for reply in self.stats_replies.drain(..) {
@@ -467,13 +445,11 @@ where
         self.stats_replies
             .truncate(self.stats_before_stop.take().unwrap_or(0));
         self.answer_stats();
-        // Pending and late sleeps complete with a closed error as their
-        // buckets' `Armed` are dropped.
+        // Pending sleeps complete with a closed error, and any that would
+        // wait from now on.
         self.sleep_rx.close();
         while self.sleep_rx.try_recv().is_ok() {}
-        let mut sleeps = Vec::new();
-        self.sleeps.drain_into(&mut sleeps);
-        drop(sleeps);
+        self.sleeps.close();
         let mut pending = Vec::new();
         self.wheel.drain_into(&mut pending);
         self.settle_places();
@@ -489,14 +465,8 @@ where
         let instant = Instant::now();
         let now = self.clock.now_tick(instant);
         self.wheel.advance(now);
-        self.sleeps.advance(now);
+        self.sleeps.fire(now, &mut self.woken);
         self.fire_reached(instant);
-        while self.woken.len() < FIRE_BATCH {
-            let Some((_, armed)) = self.sleeps.pop_due_unkeyed() else {
-                break;
-            };
-            armed.fire(&mut self.woken);
-        }
         self.woken.drain(..).for_each(std::task::Waker::wake);
         if !self.wheel.has_due() {
             return;

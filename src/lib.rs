@@ -119,7 +119,6 @@
 )]
 #![doc(test(no_crate_inject, attr(deny(warnings, rust_2018_idioms))))]
 
-mod bucket;
 mod builder;
 mod callback;
 mod channel;
@@ -134,6 +133,7 @@ mod interval;
 mod limit;
 mod shard;
 mod sleep;
+mod sleeps;
 mod stats;
 mod stream;
 mod timeout;

@@ -1,10 +1,10 @@
 //! Delay futures on the wheel: [`Sleep`], and the handle that makes them.
 //!
-//! Sleeps live in a wheel of their own inside the driver, so they never
-//! touch the user's key space, and the sleeps waiting on one tick share one
-//! entry there: see [`crate::bucket`]. Making a sleep takes the time and
-//! finds its tick's bucket; nothing reaches the driver until a sleep first
-//! waits, and then only once per bucket.
+//! Sleeps live in a wheel of their own, shared by the handles and the
+//! driver (see [`crate::sleeps`]), so they never touch the user's key
+//! space. Making a sleep takes the time and works out its tick; nothing is
+//! filed until a sleep first waits, and then it files its own waker, with
+//! no message to the driver unless it is the earliest.
 
 use std::fmt;
 use std::future::Future;
@@ -16,17 +16,22 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::bucket::{bucket_for, last_bucket, Bucket, Outcome, SleepCommand, Sleeps, NO_SLOT};
 use crate::clock::Clock;
 use crate::error::Error;
+use crate::sleeps::{Outcome, Place, SleepDriver, Sleeps};
 
 /// What a handle needs to make sleeps: not generic, so `Sleep` is not.
 #[derive(Debug, Clone)]
 pub(crate) struct SleepHandle(Arc<Sleeps>);
 
 impl SleepHandle {
-    pub(crate) fn new(tx: mpsc::UnboundedSender<SleepCommand>, clock: Clock) -> Self {
+    pub(crate) fn new(tx: mpsc::UnboundedSender<()>, clock: Clock) -> Self {
         SleepHandle(Arc::new(Sleeps::new(tx, clock)))
+    }
+
+    /// The driver's side of these sleeps.
+    pub(crate) fn driver(&self) -> SleepDriver {
+        SleepDriver::new(Arc::downgrade(&self.0))
     }
 
     pub(crate) fn clock(&self) -> Clock {
@@ -39,11 +44,12 @@ impl SleepHandle {
         if deadline <= now {
             return self.reached(deadline);
         }
-        if let Some(sleep) = self.in_last(deadline) {
-            return sleep;
+        if let Some(when) = self.0.tick_in_window(deadline) {
+            return self.make(deadline, when);
         }
         let when = self.0.clock.deadline_tick(deadline, now);
-        self.make(deadline, when, self.0.clock.window(when))
+        self.0.remember_window(when, self.0.clock.window(when));
+        self.make(deadline, when)
     }
 
     /// A sleep for `delay` from now.
@@ -53,54 +59,43 @@ impl SleepHandle {
         let Some(deadline) = now.checked_add(delay) else {
             // The instant is only reported; an unrepresentable one never
             // comes.
-            return self.make(far_future(now), self.0.clock.delay_tick(delay, now), None);
+            return self.make(far_future(now), self.0.clock.delay_tick(delay, now));
         };
         if delay.is_zero() {
             return self.reached(deadline);
         }
-        if let Some(sleep) = self.in_last(deadline) {
-            return sleep;
+        if let Some(when) = self.0.tick_in_window(deadline) {
+            return self.make(deadline, when);
         }
         let (when, window) = self.0.clock.delay_window(delay, now, deadline);
-        self.make(deadline, when, window)
-    }
-
-    /// A sleep in the bucket this thread used last, if `deadline` is in its
-    /// tick: a burst of sleeps on one deadline tick skips working the tick
-    /// out.
-    #[inline]
-    fn in_last(&self, deadline: Instant) -> Option<Sleep> {
-        last_bucket(&self.0, deadline).map(|bucket| Sleep {
-            wait: Wait::Bucket(bucket, NO_SLOT),
-            deadline,
-        })
+        self.0.remember_window(when, window);
+        self.make(deadline, when)
     }
 
     /// A sleep that never completes, unless the wheel stops: for a deadline
     /// too far out to represent.
     pub(crate) fn sleep_forever(&self) -> Sleep {
-        self.make(far_future(Instant::now()), u64::MAX, None)
+        self.make(far_future(Instant::now()), u64::MAX)
     }
 
-    /// A sleep whose deadline is already reached: it needs no bucket. On a
-    /// stopped wheel it fails as closed, as every sleep made there does.
+    /// A sleep whose deadline is already reached: it waits for nothing
+    /// (tick 0 has always fired). On a stopped wheel it fails as closed, as
+    /// every sleep made there does: it waits for a tick that never comes,
+    /// which the closed wheel refuses.
     fn reached(&self, deadline: Instant) -> Sleep {
-        let wait = if self.0.is_closed() {
-            Wait::Closed
-        } else {
-            Wait::Elapsed
-        };
-        Sleep { wait, deadline }
+        let when = if self.0.is_closed() { u64::MAX } else { 0 };
+        self.make(deadline, when)
     }
 
-    /// A sleep in the bucket of tick `when`, which is in the future, and
-    /// whose deadlines lie in `window` ([`Clock::window`]). (If the wheel
-    /// has stopped, the bucket says so when the sleep waits.)
+    /// A sleep for tick `when`. (If the wheel has stopped, it says so when
+    /// the sleep waits.)
     #[inline]
-    fn make(&self, deadline: Instant, when: u64, window: Option<(Instant, Instant)>) -> Sleep {
+    fn make(&self, deadline: Instant, when: u64) -> Sleep {
         Sleep {
-            wait: Wait::Bucket(bucket_for(&self.0, when, window), NO_SLOT),
+            sleeps: Arc::clone(&self.0),
             deadline,
+            when,
+            place: Place::NONE,
         }
     }
 }
@@ -108,16 +103,6 @@ impl SleepHandle {
 /// An instant about 30 years out, standing for "never".
 pub(crate) fn far_future(now: Instant) -> Instant {
     now + Duration::from_secs(86_400 * 365 * 30)
-}
-
-/// Where a sleep stands.
-enum Wait {
-    /// In a bucket, at a slot once it has waited.
-    Bucket(Arc<Bucket>, u32),
-    /// Its deadline was reached when it was made.
-    Elapsed,
-    /// The wheel had stopped when it was made.
-    Closed,
 }
 
 /// A future that completes at a deadline on a [`TimingWheel`], created by
@@ -161,8 +146,12 @@ enum Wait {
 /// ```
 #[must_use = "futures do nothing unless you `.await` or poll them"]
 pub struct Sleep {
-    wait: Wait,
+    sleeps: Arc<Sleeps>,
     deadline: Instant,
+    /// The tick it completes at: its deadline rounded up.
+    when: u64,
+    /// Where it waits, once it has.
+    place: Place,
 }
 
 impl Sleep {
@@ -191,11 +180,7 @@ impl Sleep {
     /// Whether the deadline has been reached (the future would return
     /// `Ok(())`).
     pub fn is_elapsed(&self) -> bool {
-        match &self.wait {
-            Wait::Bucket(bucket, _) => bucket.outcome() == Outcome::Fired,
-            Wait::Elapsed => true,
-            Wait::Closed => false,
-        }
+        self.sleeps.has_fired(self.when)
     }
 }
 
@@ -204,12 +189,8 @@ impl Future for Sleep {
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let outcome = match &mut self.get_mut().wait {
-            Wait::Bucket(bucket, slot) => bucket.wait(slot, cx.waker()),
-            Wait::Elapsed => Outcome::Fired,
-            Wait::Closed => Outcome::Closed,
-        };
-        match outcome {
+        let this = self.get_mut();
+        match this.sleeps.wait(this.when, &mut this.place, cx.waker()) {
             Outcome::Waiting => Poll::Pending,
             Outcome::Fired => Poll::Ready(Ok(())),
             Outcome::Closed => Poll::Ready(Err(Error::closed())),
@@ -219,19 +200,13 @@ impl Future for Sleep {
 
 impl Drop for Sleep {
     fn drop(&mut self) {
-        if let Wait::Bucket(bucket, slot) = &self.wait {
-            bucket.leave(*slot);
-        }
+        self.sleeps.leave(self.when, self.place);
     }
 }
 
 impl fmt::Debug for Sleep {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let closed = match &self.wait {
-            Wait::Bucket(bucket, _) => bucket.outcome() == Outcome::Closed,
-            Wait::Elapsed => false,
-            Wait::Closed => true,
-        };
+        let closed = !self.is_elapsed() && self.sleeps.is_closed();
         f.debug_struct("Sleep")
             .field("deadline", &self.deadline)
             .field("elapsed", &self.is_elapsed())

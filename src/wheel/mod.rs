@@ -151,7 +151,6 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
     }
 
     /// The tick the wheel has advanced to.
-    #[cfg(test)]
     pub(crate) fn elapsed(&self) -> u64 {
         self.elapsed
     }
@@ -261,6 +260,14 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
         let entry = self.entries.remove(idx as usize);
         self.vacate(resolve(self.spliced, entry.place), entry.pos);
         Some(entry.value)
+    }
+
+    /// The value filed at `idx` by [`insert_unkeyed`](Self::insert_unkeyed),
+    /// if an entry is there.
+    pub(crate) fn value_at_mut(&mut self, idx: u32) -> Option<&mut V> {
+        self.entries
+            .get_mut(idx as usize)
+            .map(|entry| &mut entry.value)
     }
 
     /// [`pop_due`](Self::pop_due) for a wheel filed by

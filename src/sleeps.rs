@@ -1,0 +1,564 @@
+//! The sleeps' own wheel, shared by the handles that make delay futures and
+//! the driver that fires them.
+//!
+//! Each [`Sleep`](crate::Sleep) that waits files its waker in this wheel
+//! itself, under a short lock, and keeps the index it got: dropping it takes
+//! the waker back out the same way. Nothing crosses a channel per sleep and
+//! nothing is allocated per sleep (the wheel's slab and slots grow to the
+//! most sleeps that ever waited at once and keep that room). The driver is
+//! told only when a sleep is filed before the earliest tick it will wake
+//! for; at each tick it takes the due wakers under the same lock, records
+//! the tick as fired, and wakes them.
+//!
+//! A sleep is never woken before its tick, and every sleep's tick is its
+//! deadline rounded up, so none completes early. When the driver stops, or
+//! is dropped with its runtime, it closes the wheel: every waiting sleep is
+//! woken and fails as closed, and a sleep that would wait afterwards fails at
+//! once.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Weak;
+use std::task::Waker;
+
+use slab::Slab;
+use spin::mutex::SpinMutex;
+use spin::relax::Yield;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::clock::Clock;
+use crate::wheel::Wheel;
+
+/// A sleep's entry in the wheel: not filed yet. (A `u32`, as the wheel's
+/// indices are.)
+pub(crate) const NO_SLOT: u32 = u32::MAX;
+
+/// Where a sleep waits: its tick's entry in the wheel, and its slot among
+/// that entry's wakers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Place {
+    entry: u32,
+    slot: u32,
+}
+
+impl Place {
+    /// Not filed yet.
+    pub(crate) const NONE: Place = Place {
+        entry: NO_SLOT,
+        slot: NO_SLOT,
+    };
+}
+
+/// The wakers of the sleeps waiting on one tick.
+#[derive(Debug, Default)]
+struct Waiters {
+    /// Slot 0, so a tick of one sleep allocates nothing more.
+    first: Option<Waker>,
+    /// Slot `n + 1` is `rest[n]`.
+    rest: Slab<Waker>,
+}
+
+impl Waiters {
+    /// Puts `waker` in a free slot, unless the tick holds as many as a slot
+    /// number can name (some four billion).
+    fn insert(&mut self, waker: Waker) -> Option<u32> {
+        if self.first.is_none() {
+            self.first = Some(waker);
+            return Some(0);
+        }
+        let at = self.rest.insert(waker);
+        match u32::try_from(at + 1) {
+            Ok(slot) if slot != NO_SLOT => Some(slot),
+            _ => {
+                self.rest.remove(at);
+                None
+            }
+        }
+    }
+
+    fn get_mut(&mut self, slot: u32) -> Option<&mut Waker> {
+        match slot {
+            0 => self.first.as_mut(),
+            n => self.rest.get_mut(n as usize - 1),
+        }
+    }
+
+    fn remove(&mut self, slot: u32) -> Option<Waker> {
+        match slot {
+            0 => self.first.take(),
+            n => self.rest.try_remove(n as usize - 1),
+        }
+    }
+
+    fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.rest.len()
+    }
+
+    fn take_all(&mut self, into: &mut Vec<Waker>) {
+        into.extend(self.first.take());
+        into.extend(self.rest.drain());
+    }
+}
+
+/// Ids unique in the process, for the per-thread window to tell wheels
+/// apart.
+static WHEEL_IDS: AtomicU64 = AtomicU64::new(0);
+
+/// The stretch of instants whose deadlines round up to one tick, on one
+/// wheel.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    wheel: u64,
+    after: Instant,
+    until: Instant,
+    when: u64,
+}
+
+thread_local! {
+    /// The window of the tick this thread last worked out.
+    static WINDOW: Cell<Option<Window>> = const { Cell::new(None) };
+}
+
+/// What the wheel tells a sleep that asks to wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Waiting,
+    Fired,
+    Closed,
+}
+
+/// One wheel's sleeps. Every handle and every sleep holds it (and with it the
+/// sender that keeps the driver running); the driver holds a [`Weak`] one.
+pub(crate) struct Sleeps {
+    /// Unique in the process, for the per-thread window to tell wheels
+    /// apart.
+    id: u64,
+    /// Tells the driver a sleep was filed before the tick it will wake for.
+    tx: mpsc::UnboundedSender<()>,
+    pub(crate) clock: Clock,
+    /// The last tick fired, as the wheel's `elapsed` once its due wakers
+    /// are taken: a sleep of this tick or before has completed. Read
+    /// without the lock on a sleep's fast path.
+    fired: AtomicU64,
+    /// A spin lock, yielding the thread while another holds it: every hold
+    /// is a few instructions (filing or unfiling one waker), or the driver
+    /// taking one tick's wakers, and an uncontended one costs one atomic
+    /// read-modify-write (its release is a plain store).
+    inner: SpinMutex<Inner, Yield>,
+}
+
+struct Inner {
+    /// One entry per tick some sleep waits for (mostly: see `last`).
+    wheel: Wheel<(), Waiters>,
+    /// The tick last filed and its entry, while that entry waits: a burst
+    /// of sleeps on one tick (timeouts of one length made together) joins
+    /// one entry without filing in the wheel again.
+    last: Option<(u64, u32)>,
+    /// The earliest tick the driver will wake for (`u64::MAX`: none). A sleep
+    /// filed before it lowers it and tells the driver.
+    announced: u64,
+    /// The driver stopped or is gone: it took every waker, and takes no
+    /// more.
+    closed: bool,
+}
+
+impl std::fmt::Debug for Sleeps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sleeps")
+            .field("fired", &self.fired.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sleeps {
+    pub(crate) fn new(tx: mpsc::UnboundedSender<()>, clock: Clock) -> Self {
+        Sleeps {
+            id: WHEEL_IDS.fetch_add(1, Ordering::Relaxed),
+            tx,
+            clock,
+            fired: AtomicU64::new(0),
+            inner: SpinMutex::new(Inner {
+                wheel: Wheel::new(),
+                last: None,
+                announced: u64::MAX,
+                closed: false,
+            }),
+        }
+    }
+
+    /// Whether the driver stopped taking sleeps.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.tx.is_closed() || self.inner.lock().closed
+    }
+
+    /// The tick a deadline rounds up to, if it lies in the window this
+    /// thread remembered for this wheel: a burst of sleeps on one deadline
+    /// tick (timeouts of one length made together) finds it by comparing
+    /// instants, without working it out.
+    #[inline]
+    pub(crate) fn tick_in_window(&self, deadline: Instant) -> Option<u64> {
+        let window = WINDOW.with(Cell::get)?;
+        (window.wheel == self.id && deadline > window.after && deadline <= window.until)
+            .then_some(window.when)
+    }
+
+    /// Remembers, for this thread, that deadlines in `window` (after the
+    /// first instant, up to the second) round up to tick `when`.
+    #[inline]
+    pub(crate) fn remember_window(&self, when: u64, window: Option<(Instant, Instant)>) {
+        let window = window.map(|(after, until)| Window {
+            wheel: self.id,
+            after,
+            until,
+            when,
+        });
+        WINDOW.with(|cell| cell.set(window));
+    }
+
+    /// Whether tick `when` has fired, without the lock.
+    #[inline]
+    pub(crate) fn has_fired(&self, when: u64) -> bool {
+        self.fired.load(Ordering::Acquire) >= when
+    }
+
+    /// Waits for tick `when` with `waker`: files it, writing its place to
+    /// `place`, the first time, or refreshes it there.
+    pub(crate) fn wait(&self, when: u64, place: &mut Place, waker: &Waker) -> Outcome {
+        if self.has_fired(when) {
+            return Outcome::Fired;
+        }
+        let mut inner = self.inner.lock();
+        // The driver fires a tick whole under the lock: past the wheel's
+        // `elapsed`, this sleep's waker was taken and woken, or never filed.
+        if when <= inner.wheel.elapsed() {
+            return Outcome::Fired;
+        }
+        if inner.closed {
+            return Outcome::Closed;
+        }
+        if place.entry != NO_SLOT {
+            let old = (inner.wheel.value_at_mut(place.entry))
+                .and_then(|waiters| waiters.get_mut(place.slot));
+            if let Some(old) = old {
+                if !old.will_wake(waker) {
+                    old.clone_from(waker);
+                }
+            }
+            return Outcome::Waiting;
+        }
+        if let Some((tick, entry)) = inner.last {
+            if tick == when {
+                let joined = (inner.wheel.value_at_mut(entry))
+                    .and_then(|waiters| waiters.insert(waker.clone()));
+                return match joined {
+                    Some(slot) => {
+                        *place = Place { entry, slot };
+                        Outcome::Waiting
+                    }
+                    // Four billion sleeps on one tick: this one cannot wait,
+                    // and fails rather than hang.
+                    None => Outcome::Closed,
+                };
+            }
+        }
+        let waiters = Waiters {
+            first: Some(waker.clone()),
+            rest: Slab::new(),
+        };
+        let Ok(entry) = inner.wheel.insert_unkeyed((), waiters, when) else {
+            // Some billion ticks waited for: this one cannot be, and its
+            // sleep fails rather than hang.
+            return Outcome::Closed;
+        };
+        *place = Place { entry, slot: 0 };
+        inner.last = Some((when, entry));
+        let earlier = when < inner.announced;
+        if earlier {
+            inner.announced = when;
+        }
+        drop(inner);
+        // No reply. If the driver is gone, it closes (or closed) the wheel
+        // as it goes, which wakes this sleep.
+        if earlier {
+            let _ = self.tx.send(());
+        }
+        Outcome::Waiting
+    }
+
+    /// Takes back the waker a sleep of tick `when` filed at `place`, if it
+    /// still waits: the sleep is going. The last sleep of a tick to go takes
+    /// the tick's entry out of the wheel.
+    pub(crate) fn leave(&self, when: u64, place: Place) {
+        if place.entry == NO_SLOT || self.has_fired(when) {
+            return;
+        }
+        let mut inner = self.inner.lock();
+        // Fired or closed in between: its waker went with the rest, and the
+        // entry may be another tick's by now. Otherwise only its sleeps take
+        // a waiting tick's entry out, the last of them, so the entry at
+        // `place` is still this sleep's tick's.
+        if inner.closed || when <= inner.wheel.elapsed() {
+            return;
+        }
+        let Some(waiters) = inner.wheel.value_at_mut(place.entry) else {
+            return;
+        };
+        let waker = waiters.remove(place.slot);
+        let emptied = waiters.len() == 0;
+        let gone = emptied
+            .then(|| inner.wheel.remove_at(place.entry, &()))
+            .flatten();
+        if emptied && inner.last == Some((when, place.entry)) {
+            inner.last = None;
+        }
+        drop(inner);
+        drop((waker, gone));
+    }
+}
+
+/// The driver's side of a wheel's sleeps: a [`Weak`] hold, so the sleeps'
+/// channel closes once no handle or sleep is left; closes the sleeps when
+/// dropped (the driver stopped, or was dropped with its runtime).
+#[derive(Debug)]
+pub(crate) struct SleepDriver(Weak<Sleeps>);
+
+impl SleepDriver {
+    pub(crate) fn new(sleeps: Weak<Sleeps>) -> Self {
+        SleepDriver(sleeps)
+    }
+
+    /// For a driver that fires no sleeps.
+    pub(crate) fn none() -> Self {
+        SleepDriver(Weak::new())
+    }
+
+    /// Fires every tick up to `now`, moving the due wakers to `into` for the
+    /// caller to wake.
+    pub(crate) fn fire(&self, now: u64, into: &mut Vec<Waker>) {
+        let Some(sleeps) = self.0.upgrade() else {
+            return;
+        };
+        let mut inner = sleeps.inner.lock();
+        if inner.closed || now <= inner.wheel.elapsed() {
+            return;
+        }
+        inner.wheel.advance(now);
+        while let Some(((), mut waiters)) = inner.wheel.pop_due_unkeyed() {
+            waiters.take_all(into);
+        }
+        sleeps.fired.store(inner.wheel.elapsed(), Ordering::Release);
+    }
+
+    /// The next tick a sleep waits for, now the driver's wake: sleeps filed
+    /// before it tell the driver.
+    pub(crate) fn next_tick(&self) -> Option<u64> {
+        let sleeps = self.0.upgrade()?;
+        let mut inner = sleeps.inner.lock();
+        let next = inner.wheel.next_expiration();
+        inner.announced = next.unwrap_or(u64::MAX);
+        next
+    }
+
+    /// The sleeps waiting now.
+    pub(crate) fn waiting(&self) -> usize {
+        self.0.upgrade().map_or(0, |sleeps| {
+            sleeps.inner.lock().wheel.values().map(Waiters::len).sum()
+        })
+    }
+
+    /// Fails every waiting sleep as closed, and every sleep that would wait
+    /// from now on.
+    pub(crate) fn close(&self) {
+        let Some(sleeps) = self.0.upgrade() else {
+            return;
+        };
+        let mut entries = Vec::new();
+        let mut inner = sleeps.inner.lock();
+        inner.closed = true;
+        inner.last = None;
+        inner.wheel.drain_into(&mut entries);
+        drop(inner);
+        let mut woken = Vec::new();
+        for ((), mut waiters) in entries {
+            waiters.take_all(&mut woken);
+        }
+        woken.into_iter().for_each(Waker::wake);
+    }
+}
+
+impl Drop for SleepDriver {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// A wheel's sleeps on a 1 ms clock starting now, with the driver's side.
+    fn sleeps() -> (Arc<Sleeps>, SleepDriver, mpsc::UnboundedReceiver<()>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let sleeps = Arc::new(Sleeps::new(tx, Clock::new(Instant::now(), ms(1))));
+        let driver = SleepDriver::new(Arc::downgrade(&sleeps));
+        (sleeps, driver, rx)
+    }
+
+    fn entries(sleeps: &Sleeps) -> usize {
+        sleeps.inner.lock().wheel.len()
+    }
+
+    /// Slot 0 is the inline one; the rest index the slab one up; a slot
+    /// freed is reused and the others keep theirs.
+    #[test]
+    fn waiters_hand_out_and_take_back_slots() {
+        let waker = futures::task::noop_waker();
+        let mut waiters = Waiters::default();
+        let slots: Vec<u32> = (0..4)
+            .filter_map(|_| waiters.insert(waker.clone()))
+            .collect();
+        assert_eq!(slots, [0, 1, 2, 3]);
+        assert!(waiters.remove(0).is_some());
+        assert!(waiters.remove(0).is_none(), "a slot is freed once");
+        assert!(waiters.remove(2).is_some());
+        assert_eq!(waiters.len(), 2);
+        assert_eq!(waiters.insert(waker.clone()), Some(0));
+        assert_eq!(waiters.insert(waker.clone()), Some(2));
+        assert!(waiters.get_mut(3).is_some());
+        let mut taken = Vec::new();
+        waiters.take_all(&mut taken);
+        assert_eq!((taken.len(), waiters.len()), (4, 0));
+    }
+
+    /// Sleeps on one tick share its entry; another tick gets its own; the
+    /// last sleep of a tick to go takes the entry out, and the driver is
+    /// told only of a tick earlier than the one it wakes for.
+    #[test]
+    fn a_tick_has_one_entry_while_a_sleep_waits_on_it() {
+        let (sleeps, driver, mut rx) = sleeps();
+        let waker = futures::task::noop_waker();
+        let mut a = Place::NONE;
+        let mut b = Place::NONE;
+        let mut c = Place::NONE;
+        assert_eq!(sleeps.wait(10, &mut a, &waker), Outcome::Waiting);
+        assert_eq!(sleeps.wait(10, &mut b, &waker), Outcome::Waiting);
+        assert_eq!(entries(&sleeps), 1);
+        assert!(
+            rx.try_recv().is_ok(),
+            "the first tick is news to the driver"
+        );
+        assert_eq!(driver.next_tick(), Some(10));
+        assert_eq!(sleeps.wait(12, &mut c, &waker), Outcome::Waiting);
+        assert_eq!(entries(&sleeps), 2);
+        assert!(rx.try_recv().is_err(), "a later tick is not");
+        assert_eq!(driver.waiting(), 3);
+        sleeps.leave(10, a);
+        assert_eq!((entries(&sleeps), driver.waiting()), (2, 2));
+        sleeps.leave(10, b);
+        assert_eq!((entries(&sleeps), driver.waiting()), (1, 1));
+        sleeps.leave(12, c);
+        assert_eq!((entries(&sleeps), driver.waiting()), (0, 0));
+    }
+
+    /// A sleep whose tick fired completes, and going afterwards leaves the
+    /// sleeps that reuse its entry alone.
+    ///
+    /// The entry of a fired tick is freed and its index handed to the next
+    /// tick filed: a sleep of the fired tick that took "its" entry out
+    /// when dropped would take another tick's sleeps with it.
+    #[test]
+    fn a_fired_sleep_leaves_the_entry_reused_after_it_alone() {
+        let (sleeps, driver, _rx) = sleeps();
+        let waker = futures::task::noop_waker();
+        let mut early = Place::NONE;
+        assert_eq!(sleeps.wait(5, &mut early, &waker), Outcome::Waiting);
+        let mut woken = Vec::new();
+        driver.fire(4, &mut woken);
+        assert!(woken.is_empty() && !sleeps.has_fired(5), "never early");
+        driver.fire(5, &mut woken);
+        assert_eq!(woken.len(), 1);
+        assert!(sleeps.has_fired(5));
+        let mut late = Place::NONE;
+        assert_eq!(sleeps.wait(9, &mut late, &waker), Outcome::Waiting);
+        assert_eq!(late.entry, early.entry, "the freed entry is reused");
+        assert_eq!(sleeps.wait(5, &mut early, &waker), Outcome::Fired);
+        sleeps.leave(5, early);
+        assert_eq!(driver.waiting(), 1, "the later tick's sleep still waits");
+        // A sleep made for a tick already fired completes without filing.
+        let mut past = Place::NONE;
+        assert_eq!(sleeps.wait(3, &mut past, &waker), Outcome::Fired);
+        assert_eq!(past, Place::NONE);
+    }
+
+    /// Closing wakes every waiting sleep, which then fails as closed, as
+    /// does every sleep that would wait afterwards; one whose tick had
+    /// fired still completes.
+    #[test]
+    fn closing_wakes_the_waiting_and_refuses_the_rest() {
+        let (sleeps, driver, _rx) = sleeps();
+        let woken = Arc::new(AtomicU64::new(0));
+        let waker = futures::task::waker(Arc::new(Counter(Arc::clone(&woken))));
+        let mut fired = Place::NONE;
+        let mut waiting = [Place::NONE; 3];
+        assert_eq!(sleeps.wait(2, &mut fired, &waker), Outcome::Waiting);
+        for (n, place) in waiting.iter_mut().enumerate() {
+            assert_eq!(sleeps.wait(7 + n as u64, place, &waker), Outcome::Waiting);
+        }
+        let mut taken = Vec::new();
+        driver.fire(2, &mut taken);
+        taken.into_iter().for_each(Waker::wake);
+        assert_eq!(woken.load(Ordering::SeqCst), 1);
+        drop(driver);
+        assert_eq!(
+            woken.load(Ordering::SeqCst),
+            4,
+            "dropping the driver closes"
+        );
+        assert!(sleeps.is_closed());
+        assert_eq!(sleeps.wait(7, &mut waiting[0], &waker), Outcome::Closed);
+        assert_eq!(sleeps.wait(2, &mut fired, &waker), Outcome::Fired);
+        let mut new = Place::NONE;
+        assert_eq!(sleeps.wait(20, &mut new, &waker), Outcome::Closed);
+        waiting.iter().for_each(|place| sleeps.leave(8, *place));
+    }
+
+    struct Counter(Arc<AtomicU64>);
+
+    impl futures::task::ArcWake for Counter {
+        fn wake_by_ref(this: &Arc<Self>) {
+            this.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// The window a thread remembers gives the tick of deadlines inside it
+    /// only (after the tick before, up to its own tick), on its own wheel
+    /// only.
+    #[test]
+    fn the_window_gives_the_tick_of_deadlines_inside_it() {
+        let (one, _d1, _r1) = sleeps();
+        let (two, _d2, _r2) = sleeps();
+        let window = one.clock.window(10);
+        let (after, until) = window.unwrap();
+        one.remember_window(10, window);
+        assert_eq!(one.tick_in_window(until), Some(10));
+        assert_eq!(
+            one.tick_in_window(after + Duration::from_nanos(1)),
+            Some(10)
+        );
+        assert_eq!(
+            one.tick_in_window(after),
+            None,
+            "a deadline at tick 9 is tick 9's"
+        );
+        assert_eq!(one.tick_in_window(until + Duration::from_nanos(1)), None);
+        assert_eq!(two.tick_in_window(until), None, "another wheel's window");
+    }
+}
