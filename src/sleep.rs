@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::clock::Clock;
 use crate::error::Error;
-use crate::sleeps::{Outcome, Place, SleepDriver, Sleeps};
+use crate::sleeps::{Outcome, Place, Shard, SleepDriver, Sleeps};
 
 /// What a handle needs to make sleeps: not generic, so `Sleep` is not.
 #[derive(Debug, Clone)]
@@ -31,7 +31,7 @@ impl SleepHandle {
 
     /// The driver's side of these sleeps.
     pub(crate) fn driver(&self) -> SleepDriver {
-        SleepDriver::new(Arc::downgrade(&self.0))
+        self.0.driver()
     }
 
     pub(crate) fn clock(&self) -> Clock {
@@ -44,12 +44,13 @@ impl SleepHandle {
         if deadline <= now {
             return self.reached(deadline);
         }
-        if let Some(when) = self.0.tick_in_window(deadline) {
-            return self.make(deadline, when);
-        }
-        let when = self.0.clock.deadline_tick(deadline, now);
-        self.0.remember_window(when, self.0.clock.window(when));
-        self.make(deadline, when)
+        let (shard, when) = self.0.look(deadline);
+        let when = when.unwrap_or_else(|| {
+            let when = self.0.clock.deadline_tick(deadline, now);
+            self.0.remember_window(when, self.0.clock.window(when));
+            when
+        });
+        self.make_in(shard, deadline, when)
     }
 
     /// A sleep for `delay` from now.
@@ -64,12 +65,13 @@ impl SleepHandle {
         if delay.is_zero() {
             return self.reached(deadline);
         }
-        if let Some(when) = self.0.tick_in_window(deadline) {
-            return self.make(deadline, when);
-        }
-        let (when, window) = self.0.clock.delay_window(delay, now, deadline);
-        self.0.remember_window(when, window);
-        self.make(deadline, when)
+        let (shard, when) = self.0.look(deadline);
+        let when = when.unwrap_or_else(|| {
+            let (when, window) = self.0.clock.delay_window(delay, now, deadline);
+            self.0.remember_window(when, window);
+            when
+        });
+        self.make_in(shard, deadline, when)
     }
 
     /// A sleep that never completes, unless the wheel stops: for a deadline
@@ -91,8 +93,14 @@ impl SleepHandle {
     /// the sleep waits.)
     #[inline]
     fn make(&self, deadline: Instant, when: u64) -> Sleep {
+        self.make_in(self.0.shard(), deadline, when)
+    }
+
+    /// [`make`](Self::make), in `shard`.
+    #[inline]
+    fn make_in(&self, shard: Arc<Shard>, deadline: Instant, when: u64) -> Sleep {
         Sleep {
-            sleeps: Arc::clone(&self.0),
+            shard,
             deadline,
             when,
             place: Place::NONE,
@@ -146,7 +154,8 @@ pub(crate) fn far_future(now: Instant) -> Instant {
 /// ```
 #[must_use = "futures do nothing unless you `.await` or poll them"]
 pub struct Sleep {
-    sleeps: Arc<Sleeps>,
+    /// The shard of the thread that made it, where it waits.
+    shard: Arc<Shard>,
     deadline: Instant,
     /// The tick it completes at: its deadline rounded up.
     when: u64,
@@ -180,7 +189,7 @@ impl Sleep {
     /// Whether the deadline has been reached (the future would return
     /// `Ok(())`).
     pub fn is_elapsed(&self) -> bool {
-        self.sleeps.has_fired(self.when)
+        self.shard.has_fired(self.when)
     }
 }
 
@@ -190,7 +199,7 @@ impl Future for Sleep {
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        match this.sleeps.wait(this.when, &mut this.place, cx.waker()) {
+        match this.shard.wait(this.when, &mut this.place, cx.waker()) {
             Outcome::Waiting => Poll::Pending,
             Outcome::Fired => Poll::Ready(Ok(())),
             Outcome::Closed => Poll::Ready(Err(Error::closed())),
@@ -200,13 +209,13 @@ impl Future for Sleep {
 
 impl Drop for Sleep {
     fn drop(&mut self) {
-        self.sleeps.leave(self.when, self.place);
+        self.shard.leave(self.when, self.place);
     }
 }
 
 impl fmt::Debug for Sleep {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let closed = !self.is_elapsed() && self.sleeps.is_closed();
+        let closed = !self.is_elapsed() && self.shard.is_closed();
         f.debug_struct("Sleep")
             .field("deadline", &self.deadline)
             .field("elapsed", &self.is_elapsed())

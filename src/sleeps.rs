@@ -17,8 +17,8 @@
 //! once.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Weak;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::task::Waker;
 
 use slab::Slab;
@@ -115,9 +115,47 @@ struct Window {
     when: u64,
 }
 
+/// What a thread keeps to make sleeps quickly.
+#[derive(Debug, Clone, Copy)]
+struct Local {
+    /// Its number among the threads that slept ([`UNNUMBERED`] until its
+    /// first sleep), which picks its shard.
+    thread: usize,
+    /// The window of the tick it last worked out.
+    window: Option<Window>,
+}
+
+const UNNUMBERED: usize = usize::MAX;
+
+/// Threads numbered as they first sleep.
+static THREADS: AtomicUsize = AtomicUsize::new(0);
+
 thread_local! {
-    /// The window of the tick this thread last worked out.
-    static WINDOW: Cell<Option<Window>> = const { Cell::new(None) };
+    static LOCAL: Cell<Local> = const {
+        Cell::new(Local {
+            thread: UNNUMBERED,
+            window: None,
+        })
+    };
+}
+
+/// This thread's [`Local`], numbered.
+#[inline]
+fn local() -> Local {
+    LOCAL
+        .try_with(|cell| {
+            let mut local = cell.get();
+            if local.thread == UNNUMBERED {
+                local.thread = THREADS.fetch_add(1, Ordering::Relaxed);
+                cell.set(local);
+            }
+            local
+        })
+        // While the thread's locals are torn down: shard 0, no window.
+        .unwrap_or(Local {
+            thread: 0,
+            window: None,
+        })
 }
 
 /// What the wheel tells a sleep that asks to wait.
@@ -128,15 +166,41 @@ pub(crate) enum Outcome {
     Closed,
 }
 
-/// One wheel's sleeps. Every handle and every sleep holds it (and with it the
-/// sender that keeps the driver running); the driver holds a [`Weak`] one.
+/// One wheel's sleeps: the handle's side. Every handle holds it; every
+/// sleep holds the [`Shard`] it waits in.
 pub(crate) struct Sleeps {
     /// Unique in the process, for the per-thread window to tell wheels
     /// apart.
     id: u64,
+    pub(crate) clock: Clock,
+    /// Keeps the driver running while a handle is left (each shard holds
+    /// one too, for its sleeps).
+    tx: mpsc::UnboundedSender<()>,
+    /// A shard per thread the machine runs at once (up to [`MAX_SHARDS`]),
+    /// made on the first sleep of a thread that picks it: a thread files
+    /// its sleeps in its own shard, so threads do not contend for one lock.
+    shards: Box<[OnceLock<Arc<Shard>>]>,
+    /// What the driver sees of them.
+    table: Arc<Table>,
+}
+
+/// The shards as the driver holds them: weakly, so the sleeps' channel
+/// closes once no handle or sleep is left.
+struct Table {
+    /// Set before the driver closes the shards it finds: a shard made
+    /// afterwards closes itself.
+    closed: AtomicBool,
+    shards: Box<[OnceLock<Weak<Shard>>]>,
+}
+
+/// Shards per wheel at most (a power of two).
+const MAX_SHARDS: usize = 64;
+
+/// The sleeps filed from some threads, in a wheel of their own under a lock
+/// of their own.
+pub(crate) struct Shard {
     /// Tells the driver a sleep was filed before the tick it will wake for.
     tx: mpsc::UnboundedSender<()>,
-    pub(crate) clock: Clock,
     /// The last tick fired, as the wheel's `elapsed` once its due wakers
     /// are taken: a sleep of this tick or before has completed. Read
     /// without the lock on a sleep's fast path.
@@ -166,6 +230,15 @@ struct Inner {
 impl std::fmt::Debug for Sleeps {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sleeps")
+            .field("id", &self.id)
+            .field("shards", &self.shards.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shard")
             .field("fired", &self.fired.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
@@ -173,34 +246,70 @@ impl std::fmt::Debug for Sleeps {
 
 impl Sleeps {
     pub(crate) fn new(tx: mpsc::UnboundedSender<()>, clock: Clock) -> Self {
+        let n = std::thread::available_parallelism().map_or(1, usize::from);
+        Self::with_shards(tx, clock, n)
+    }
+
+    /// With `n` shards, rounded up to a power of two (so a thread's shard
+    /// is a mask away, not a division), at most [`MAX_SHARDS`].
+    fn with_shards(tx: mpsc::UnboundedSender<()>, clock: Clock, n: usize) -> Self {
+        let n = n.clamp(1, MAX_SHARDS).next_power_of_two();
         Sleeps {
             id: WHEEL_IDS.fetch_add(1, Ordering::Relaxed),
-            tx,
             clock,
-            fired: AtomicU64::new(0),
-            inner: SpinMutex::new(Inner {
-                wheel: Wheel::new(),
-                last: None,
-                announced: u64::MAX,
-                closed: false,
+            tx,
+            shards: (0..n).map(|_| OnceLock::new()).collect(),
+            table: Arc::new(Table {
+                closed: AtomicBool::new(false),
+                shards: (0..n).map(|_| OnceLock::new()).collect(),
             }),
         }
     }
 
-    /// Whether the driver stopped taking sleeps.
-    pub(crate) fn is_closed(&self) -> bool {
-        self.tx.is_closed() || self.inner.lock().closed
+    /// The driver's side of these sleeps.
+    pub(crate) fn driver(&self) -> SleepDriver {
+        SleepDriver(Arc::clone(&self.table))
     }
 
-    /// The tick a deadline rounds up to, if it lies in the window this
-    /// thread remembered for this wheel: a burst of sleeps on one deadline
-    /// tick (timeouts of one length made together) finds it by comparing
-    /// instants, without working it out.
+    /// This thread's shard and, if `deadline` lies in the window this
+    /// thread remembered for this wheel, the tick it rounds up to: a burst
+    /// of sleeps on one deadline tick (timeouts of one length made together)
+    /// finds it by comparing instants, without working it out.
     #[inline]
-    pub(crate) fn tick_in_window(&self, deadline: Instant) -> Option<u64> {
-        let window = WINDOW.with(Cell::get)?;
-        (window.wheel == self.id && deadline > window.after && deadline <= window.until)
-            .then_some(window.when)
+    pub(crate) fn look(&self, deadline: Instant) -> (Arc<Shard>, Option<u64>) {
+        let local = local();
+        let when = (local.window)
+            .filter(|w| w.wheel == self.id && deadline > w.after && deadline <= w.until)
+            .map(|w| w.when);
+        (self.shard_at(local.thread), when)
+    }
+
+    /// This thread's shard.
+    #[inline]
+    pub(crate) fn shard(&self) -> Arc<Shard> {
+        self.shard_at(local().thread)
+    }
+
+    /// The shard of thread number `thread`.
+    #[inline]
+    fn shard_at(&self, thread: usize) -> Arc<Shard> {
+        let at = thread & (self.shards.len() - 1);
+        let shard = self.shards[at].get_or_init(|| {
+            let shard = Arc::new(Shard::new(self.tx.clone()));
+            let _ = self.table.shards[at].set(Arc::downgrade(&shard));
+            // Made as the driver closed the sleeps: it may have looked at
+            // this place before the shard was there.
+            if self.table.closed.load(Ordering::SeqCst) {
+                shard.close();
+            }
+            shard
+        });
+        Arc::clone(shard)
+    }
+
+    /// Whether the driver stopped taking sleeps.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.tx.is_closed() || self.table.closed.load(Ordering::SeqCst)
     }
 
     /// Remembers, for this thread, that deadlines in `window` (after the
@@ -213,7 +322,31 @@ impl Sleeps {
             until,
             when,
         });
-        WINDOW.with(|cell| cell.set(window));
+        let _ = LOCAL.try_with(|cell| {
+            let mut local = cell.get();
+            local.window = window;
+            cell.set(local);
+        });
+    }
+}
+
+impl Shard {
+    fn new(tx: mpsc::UnboundedSender<()>) -> Self {
+        Shard {
+            tx,
+            fired: AtomicU64::new(0),
+            inner: SpinMutex::new(Inner {
+                wheel: Wheel::new(),
+                last: None,
+                announced: u64::MAX,
+                closed: false,
+            }),
+        }
+    }
+
+    /// Whether the driver stopped taking sleeps here.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.tx.is_closed() || self.inner.lock().closed
     }
 
     /// Whether tick `when` has fired, without the lock.
@@ -317,29 +450,10 @@ impl Sleeps {
     }
 }
 
-/// The driver's side of a wheel's sleeps: a [`Weak`] hold, so the sleeps'
-/// channel closes once no handle or sleep is left; closes the sleeps when
-/// dropped (the driver stopped, or was dropped with its runtime).
-#[derive(Debug)]
-pub(crate) struct SleepDriver(Weak<Sleeps>);
-
-impl SleepDriver {
-    pub(crate) fn new(sleeps: Weak<Sleeps>) -> Self {
-        SleepDriver(sleeps)
-    }
-
-    /// For a driver that fires no sleeps.
-    pub(crate) fn none() -> Self {
-        SleepDriver(Weak::new())
-    }
-
-    /// Fires every tick up to `now`, moving the due wakers to `into` for the
-    /// caller to wake.
-    pub(crate) fn fire(&self, now: u64, into: &mut Vec<Waker>) {
-        let Some(sleeps) = self.0.upgrade() else {
-            return;
-        };
-        let mut inner = sleeps.inner.lock();
+impl Shard {
+    /// Fires every tick up to `now`, moving the due wakers to `into`.
+    fn fire(&self, now: u64, into: &mut Vec<Waker>) {
+        let mut inner = self.inner.lock();
         if inner.closed || now <= inner.wheel.elapsed() {
             return;
         }
@@ -347,34 +461,26 @@ impl SleepDriver {
         while let Some(((), mut waiters)) = inner.wheel.pop_due_unkeyed() {
             waiters.take_all(into);
         }
-        sleeps.fired.store(inner.wheel.elapsed(), Ordering::Release);
+        self.fired.store(inner.wheel.elapsed(), Ordering::Release);
     }
 
-    /// The next tick a sleep waits for, now the driver's wake: sleeps filed
-    /// before it tell the driver.
-    pub(crate) fn next_tick(&self) -> Option<u64> {
-        let sleeps = self.0.upgrade()?;
-        let mut inner = sleeps.inner.lock();
+    /// The next tick a sleep here waits for, now the driver's wake.
+    fn next_tick(&self) -> Option<u64> {
+        let mut inner = self.inner.lock();
         let next = inner.wheel.next_expiration();
         inner.announced = next.unwrap_or(u64::MAX);
         next
     }
 
-    /// The sleeps waiting now.
-    pub(crate) fn waiting(&self) -> usize {
-        self.0.upgrade().map_or(0, |sleeps| {
-            sleeps.inner.lock().wheel.values().map(Waiters::len).sum()
-        })
+    fn waiting(&self) -> usize {
+        self.inner.lock().wheel.values().map(Waiters::len).sum()
     }
 
-    /// Fails every waiting sleep as closed, and every sleep that would wait
-    /// from now on.
-    pub(crate) fn close(&self) {
-        let Some(sleeps) = self.0.upgrade() else {
-            return;
-        };
+    /// Fails every sleep waiting here as closed, and every sleep that would
+    /// wait here from now on.
+    fn close(&self) {
         let mut entries = Vec::new();
-        let mut inner = sleeps.inner.lock();
+        let mut inner = self.inner.lock();
         inner.closed = true;
         inner.last = None;
         inner.wheel.drain_into(&mut entries);
@@ -384,6 +490,55 @@ impl SleepDriver {
             waiters.take_all(&mut woken);
         }
         woken.into_iter().for_each(Waker::wake);
+    }
+}
+
+/// The driver's side of a wheel's sleeps: closes them when dropped (the
+/// driver stopped, or was dropped with its runtime).
+pub(crate) struct SleepDriver(Arc<Table>);
+
+impl std::fmt::Debug for SleepDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SleepDriver").finish_non_exhaustive()
+    }
+}
+
+impl SleepDriver {
+    /// For a driver that fires no sleeps.
+    pub(crate) fn none() -> Self {
+        SleepDriver(Arc::new(Table {
+            closed: AtomicBool::new(false),
+            shards: Box::new([]),
+        }))
+    }
+
+    /// The shards made so far and still held by a handle or a sleep.
+    fn shards(&self) -> impl Iterator<Item = Arc<Shard>> + '_ {
+        (self.0.shards.iter()).filter_map(|shard| shard.get().and_then(Weak::upgrade))
+    }
+
+    /// Fires every tick up to `now`, moving the due wakers to `into` for the
+    /// caller to wake.
+    pub(crate) fn fire(&self, now: u64, into: &mut Vec<Waker>) {
+        self.shards().for_each(|shard| shard.fire(now, into));
+    }
+
+    /// The next tick a sleep waits for, now the driver's wake: sleeps filed
+    /// before it tell the driver.
+    pub(crate) fn next_tick(&self) -> Option<u64> {
+        self.shards().filter_map(|shard| shard.next_tick()).min()
+    }
+
+    /// The sleeps waiting now.
+    pub(crate) fn waiting(&self) -> usize {
+        self.shards().map(|shard| shard.waiting()).sum()
+    }
+
+    /// Fails every waiting sleep as closed, and every sleep that would wait
+    /// from now on.
+    pub(crate) fn close(&self) {
+        self.0.closed.store(true, Ordering::SeqCst);
+        self.shards().for_each(|shard| shard.close());
     }
 }
 
@@ -404,16 +559,18 @@ mod tests {
         Duration::from_millis(n)
     }
 
-    /// A wheel's sleeps on a 1 ms clock starting now, with the driver's side.
-    fn sleeps() -> (Arc<Sleeps>, SleepDriver, mpsc::UnboundedReceiver<()>) {
+    /// A wheel's sleeps on a 1 ms clock starting now, with this thread's
+    /// shard and the driver's side.
+    fn sleeps() -> (Sleeps, Arc<Shard>, SleepDriver, mpsc::UnboundedReceiver<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        let sleeps = Arc::new(Sleeps::new(tx, Clock::new(Instant::now(), ms(1))));
-        let driver = SleepDriver::new(Arc::downgrade(&sleeps));
-        (sleeps, driver, rx)
+        let sleeps = Sleeps::new(tx, Clock::new(Instant::now(), ms(1)));
+        let shard = sleeps.shard();
+        let driver = sleeps.driver();
+        (sleeps, shard, driver, rx)
     }
 
-    fn entries(sleeps: &Sleeps) -> usize {
-        sleeps.inner.lock().wheel.len()
+    fn entries(shard: &Shard) -> usize {
+        shard.inner.lock().wheel.len()
     }
 
     /// Slot 0 is the inline one; the rest index the slab one up; a slot
@@ -443,7 +600,7 @@ mod tests {
     /// told only of a tick earlier than the one it wakes for.
     #[test]
     fn a_tick_has_one_entry_while_a_sleep_waits_on_it() {
-        let (sleeps, driver, mut rx) = sleeps();
+        let (_sleeps, sleeps, driver, mut rx) = sleeps();
         let waker = futures::task::noop_waker();
         let mut a = Place::NONE;
         let mut b = Place::NONE;
@@ -476,7 +633,7 @@ mod tests {
     /// when dropped would take another tick's sleeps with it.
     #[test]
     fn a_fired_sleep_leaves_the_entry_reused_after_it_alone() {
-        let (sleeps, driver, _rx) = sleeps();
+        let (_sleeps, sleeps, driver, _rx) = sleeps();
         let waker = futures::task::noop_waker();
         let mut early = Place::NONE;
         assert_eq!(sleeps.wait(5, &mut early, &waker), Outcome::Waiting);
@@ -503,7 +660,7 @@ mod tests {
     /// fired still completes.
     #[test]
     fn closing_wakes_the_waiting_and_refuses_the_rest() {
-        let (sleeps, driver, _rx) = sleeps();
+        let (_sleeps, sleeps, driver, _rx) = sleeps();
         let woken = Arc::new(AtomicU64::new(0));
         let waker = futures::task::waker(Arc::new(Counter(Arc::clone(&woken))));
         let mut fired = Place::NONE;
@@ -530,6 +687,45 @@ mod tests {
         waiting.iter().for_each(|place| sleeps.leave(8, *place));
     }
 
+    /// Threads sleep in shards of their own, each under its own lock; the
+    /// driver fires and counts them all, and wakes for the earliest.
+    #[test]
+    fn threads_sleep_in_shards_of_their_own() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let sleeps = Arc::new(Sleeps::with_shards(
+            tx,
+            Clock::new(Instant::now(), ms(1)),
+            2,
+        ));
+        let driver = sleeps.driver();
+        let waker = futures::task::noop_waker();
+        let here = sleeps.shard();
+        let there = std::thread::scope(|scope| scope.spawn(|| sleeps.shard()).join().unwrap());
+        assert!(!Arc::ptr_eq(&here, &there));
+        let (mut a, mut b) = (Place::NONE, Place::NONE);
+        assert_eq!(here.wait(9, &mut a, &waker), Outcome::Waiting);
+        assert_eq!(there.wait(4, &mut b, &waker), Outcome::Waiting);
+        assert_eq!((driver.waiting(), driver.next_tick()), (2, Some(4)));
+        let mut woken = Vec::new();
+        driver.fire(9, &mut woken);
+        assert_eq!(woken.len(), 2);
+        assert!(here.has_fired(9) && there.has_fired(9));
+    }
+
+    /// A shard made once the driver has closed the sleeps (a thread's first
+    /// sleep, made as the wheel stops) refuses to wait, rather than hang.
+    #[test]
+    fn a_shard_made_after_closing_is_closed() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let sleeps = Sleeps::with_shards(tx, Clock::new(Instant::now(), ms(1)), 2);
+        drop(sleeps.driver());
+        assert!(sleeps.is_closed());
+        let shard = std::thread::scope(|scope| scope.spawn(|| sleeps.shard()).join().unwrap());
+        let waker = futures::task::noop_waker();
+        let mut place = Place::NONE;
+        assert_eq!(shard.wait(3, &mut place, &waker), Outcome::Closed);
+    }
+
     struct Counter(Arc<AtomicU64>);
 
     impl futures::task::ArcWake for Counter {
@@ -543,22 +739,16 @@ mod tests {
     /// only.
     #[test]
     fn the_window_gives_the_tick_of_deadlines_inside_it() {
-        let (one, _d1, _r1) = sleeps();
-        let (two, _d2, _r2) = sleeps();
+        let (one, _s1, _d1, _r1) = sleeps();
+        let (two, _s2, _d2, _r2) = sleeps();
         let window = one.clock.window(10);
         let (after, until) = window.unwrap();
         one.remember_window(10, window);
-        assert_eq!(one.tick_in_window(until), Some(10));
-        assert_eq!(
-            one.tick_in_window(after + Duration::from_nanos(1)),
-            Some(10)
-        );
-        assert_eq!(
-            one.tick_in_window(after),
-            None,
-            "a deadline at tick 9 is tick 9's"
-        );
-        assert_eq!(one.tick_in_window(until + Duration::from_nanos(1)), None);
-        assert_eq!(two.tick_in_window(until), None, "another wheel's window");
+        let tick = |sleeps: &Sleeps, at| sleeps.look(at).1;
+        assert_eq!(tick(&one, until), Some(10));
+        assert_eq!(tick(&one, after + Duration::from_nanos(1)), Some(10));
+        assert_eq!(tick(&one, after), None, "a deadline at tick 9 is tick 9's");
+        assert_eq!(tick(&one, until + Duration::from_nanos(1)), None);
+        assert_eq!(tick(&two, until), None, "another wheel's window");
     }
 }
