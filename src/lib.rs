@@ -51,10 +51,12 @@
 //! [`TimingWheel::sleep`], [`timeout`](TimingWheel::timeout) and
 //! [`interval`](TimingWheel::interval) keep the promises above (never early,
 //! within a tick late, closed at once when the wheel stops). A sleep is
-//! registered at its first `Pending`, as Tokio's are, and the sleeps waiting
-//! on one deadline tick share one entry in the driver's wheel, found through
-//! a small per-thread cache, so a burst of timeouts with one deadline tick
-//! reaches the driver once.
+//! registered at its first `Pending`, as Tokio's are: it files its waker in
+//! the sleeps' wheel of the thread that made it (a shard per thread the
+//! machine runs at once, each under its own short lock), in its deadline
+//! tick's entry, which the sleeps of that tick share. Nothing is allocated
+//! and no message is sent per sleep; the driver hears of a sleep only when
+//! its tick is earlier than any it will wake for.
 //!
 //! - **Request timeouts**, many short-lived deadlines cancelled before they
 //!   pass: the wheel's [`Timeout`] adds about a third of what
@@ -62,10 +64,11 @@
 //!   Tokio's timer is a shared lock) and about half on a current-thread
 //!   runtime; a future that is ready at its first poll registers nothing.
 //!   Prefer the wheel here.
-//! - **Many sleeps on scattered deadlines**, each in a task of its own:
-//!   `tokio::time::sleep` is cheaper (the wheel takes about 1.3 – 1.5 times
-//!   its time). A sleep alone on its tick pays a bucket of its own and the
-//!   driver's hop, where Tokio's timer entry lives inside the task.
+//! - **Many sleeps on scattered deadlines**, each in a task of its own: the
+//!   wheel takes about 0.9 of `tokio::time::sleep`'s time on a
+//!   current-thread runtime, and a pending sleep holds about as much memory
+//!   (132 bytes against 136). On a 2-worker runtime it still takes about
+//!   1.1 – 1.2 times Tokio's CPU time.
 //! - **Precision below a millisecond**: a delay future is rounded up to its
 //!   tick, and then Tokio rounds the driver's own sleep up to its
 //!   millisecond, so on the real clock it completes about half a

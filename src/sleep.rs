@@ -1,10 +1,11 @@
 //! Delay futures on the wheel: [`Sleep`], and the handle that makes them.
 //!
-//! Sleeps live in a wheel of their own, shared by the handles and the
+//! Sleeps live in wheels of their own, shared by the handles and the
 //! driver (see [`crate::sleeps`]), so they never touch the user's key
-//! space. Making a sleep takes the time and works out its tick; nothing is
-//! filed until a sleep first waits, and then it files its own waker, with
-//! no message to the driver unless it is the earliest.
+//! space. Making a sleep takes the time, works out its tick and picks the
+//! shard of the thread; nothing is filed until a sleep first waits, and
+//! then it files its own waker, with no message to the driver unless its
+//! tick is the earliest.
 
 use std::fmt;
 use std::future::Future;
@@ -122,13 +123,15 @@ pub(crate) fn far_future(now: Instant) -> Instant {
 /// hangs, and it never reports an early deadline as reached.
 ///
 /// A `Sleep` is registered when it is first polled and not yet due, as
-/// Tokio's are. A pending one costs a slot in the bucket of its deadline
-/// tick, and sleeps waiting on the same tick share one entry in the driver's
-/// wheel, so a burst of timeouts with one deadline tick reaches the driver
-/// once. Dropping a sleep takes its slot back without a message; the last
-/// sleep of a tick to go cancels the driver's entry. Making, polling or
-/// dropping a sleep never waits on the driver, even while the timers'
-/// command channel is full.
+/// Tokio's are: it files its waker in the sleeps' wheel of the thread that
+/// made it (one per thread the machine runs at once, each under its own
+/// short lock), in its deadline tick's entry, which the sleeps of one tick
+/// share. Nothing is allocated and no message is sent per sleep; the driver
+/// hears of a sleep only when its tick is earlier than any it will wake
+/// for. Dropping a sleep takes its waker back out; the last sleep of a tick
+/// to go takes the tick's entry out. Making, polling or dropping a sleep
+/// never waits on the driver, even while the timers' command channel is
+/// full.
 ///
 /// [`TimingWheel`]: crate::TimingWheel
 /// [`TimingWheel::sleep`]: crate::TimingWheel::sleep

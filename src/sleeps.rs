@@ -1,20 +1,26 @@
-//! The sleeps' own wheel, shared by the handles that make delay futures and
+//! The sleeps' own wheels, shared by the handles that make delay futures and
 //! the driver that fires them.
 //!
-//! Each [`Sleep`](crate::Sleep) that waits files its waker in this wheel
-//! itself, under a short lock, and keeps the index it got: dropping it takes
-//! the waker back out the same way. Nothing crosses a channel per sleep and
-//! nothing is allocated per sleep (the wheel's slab and slots grow to the
-//! most sleeps that ever waited at once and keep that room). The driver is
-//! told only when a sleep is filed before the earliest tick it will wake
-//! for; at each tick it takes the due wakers under the same lock, records
-//! the tick as fired, and wakes them.
+//! A wheel's sleeps are split in [`Shard`]s, one per thread the machine runs
+//! at once (rounded up to a power of two, at most 64); a thread files its
+//! sleeps in its own, so threads do not contend for one lock. Each
+//! [`Sleep`](crate::Sleep) that waits files its waker in its shard's wheel
+//! itself, under the shard's short lock, and keeps the place it got:
+//! dropping it takes the waker back out the same way. The sleeps of one tick
+//! share the tick's entry: a burst of them (timeouts of one length made
+//! together) joins it without filing in the wheel again. Nothing crosses a
+//! channel and nothing is allocated per sleep (a shard's slab and slots grow
+//! to the most sleeps that ever waited there at once and keep that room).
+//! The driver is told only when a sleep is filed before the earliest tick
+//! its shard will wake the driver for; at each tick the driver takes each
+//! shard's due wakers under its lock, records the tick as fired there, and
+//! wakes them.
 //!
 //! A sleep is never woken before its tick, and every sleep's tick is its
 //! deadline rounded up, so none completes early. When the driver stops, or
-//! is dropped with its runtime, it closes the wheel: every waiting sleep is
+//! is dropped with its runtime, it closes the shards: every waiting sleep is
 //! woken and fails as closed, and a sleep that would wait afterwards fails at
-//! once.
+//! once (a shard made afterwards is made closed).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
