@@ -390,6 +390,59 @@ async fn sleeps_complete_and_never_early_on_a_multi_thread_runtime() {
     assert_eq!(wheel.stats().await.unwrap().sleeps, 0);
 }
 
+/// Sleeps made on several threads wait in those threads' shards; awaited
+/// on other threads, each wakes its waiter, none early, and the stats count
+/// them all while they wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sleeps_made_on_many_threads_complete_wherever_they_are_awaited() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    let made: Vec<_> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let wheel = wheel.clone();
+                scope.spawn(move || {
+                    (0..250u64)
+                        .map(|i| {
+                            let delay = ms(20 + (t * 250 + i) % 40);
+                            (Instant::now(), delay, wheel.sleep(delay))
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .flat_map(|thread| thread.join().unwrap())
+            .collect()
+    });
+    let mut polled = Vec::new();
+    for (at, delay, mut sleep) in made {
+        assert!(futures::poll!(&mut sleep).is_pending());
+        polled.push((at, delay, sleep));
+    }
+    assert_eq!(wheel.stats().await.unwrap().sleeps, 1_000);
+    let tasks: Vec<_> = polled
+        .into_iter()
+        .map(|(at, delay, sleep)| {
+            tokio::spawn(async move {
+                sleep.await.unwrap();
+                (delay, at.elapsed())
+            })
+        })
+        .collect();
+    let all = tokio::time::timeout(Duration::from_secs(30), futures::future::join_all(tasks))
+        .await
+        .expect("every sleep completed");
+    for joined in all {
+        let (delay, took) = joined.unwrap();
+        assert!(
+            took >= delay,
+            "a sleep of {delay:?} completed after {took:?}"
+        );
+    }
+    assert_eq!(wheel.stats().await.unwrap().sleeps, 0);
+}
+
 #[tokio::test(start_paused = true)]
 async fn pending_sleeps_keep_the_driver_alive_after_the_handles_go() {
     let (wheel, _expired) = TimingWheel::<u32, u32>::new();
