@@ -35,16 +35,15 @@ const LAG_TICKS: u64 = 4;
 pub(crate) struct Driver<K, V> {
     wheel: Wheel<K, V>,
     rx: Receiver<Command<K, V>>,
-    /// The delay futures' wheel, of their own so they never meet the
-    /// user's keys (shared with them: see [`crate::sleeps`]). A driver of
-    /// another shard than the first holds none.
+    /// The delay futures' wheels, apart from the user's keys and shared
+    /// with the futures (see [`crate::sleeps`]). A driver of another shard
+    /// than the first holds none.
     sleeps: SleepDriver,
     /// Wakers of the sleeps whose tick fired, woken once taken.
     woken: Vec<std::task::Waker>,
     /// A message says a sleep was filed before the driver's wake: look
     /// again. Closed once no handle or sleep is left.
     sleep_rx: mpsc::UnboundedReceiver<()>,
-    sleep_batch: Vec<()>,
     shared: Arc<Shared<K, V>>,
     clock: Clock,
     /// Commands taken from the channel and not yet applied (they still
@@ -125,7 +124,6 @@ where
             rx,
             sleeps,
             sleep_rx,
-            sleep_batch: Vec::with_capacity(COMMAND_BATCH),
             woken: Vec::new(),
             clock,
             batch: VecDeque::new(),
@@ -218,8 +216,8 @@ where
                 n = std::future::poll_fn(|cx| self.rx.poll_recv_all(cx, &mut self.batch)), if open && self.batch.is_empty() => {
                     if n == 0 { Turn::HandlesGone } else { Turn::Commands }
                 }
-                n = self.sleep_rx.recv_many(&mut self.sleep_batch, COMMAND_BATCH), if sleeps_open => {
-                    if n == 0 { Turn::SleepHandlesGone } else { Turn::Sleeps }
+                message = self.sleep_rx.recv(), if sleeps_open => {
+                    if message.is_none() { Turn::SleepHandlesGone } else { Turn::Sleeps }
                 }
                 () = &mut sleep, if armed.is_some() => Turn::Clock,
                 () = tokio::task::yield_now(), if busy || passed => {
@@ -236,7 +234,8 @@ where
                     // for ever; give the runtime its turn now and then.
                     tokio::task::coop::consume_budget().await;
                 }
-                Turn::Sleeps => self.sleep_batch.clear(),
+                // The next turn looks at the sleeps' next tick again.
+                Turn::Sleeps => {}
                 Turn::SleepHandlesGone => sleeps_open = false,
                 Turn::HandlesGone => {
                     debug!(pending = self.wheel.len(), "every handle dropped");
@@ -291,7 +290,6 @@ where
         while self.sleep_rx.try_recv().is_ok() {
             any = true;
         }
-        self.sleep_batch.clear();
         any
     }
 

@@ -38,7 +38,7 @@ use crate::wheel::Wheel;
 
 /// A sleep's entry in the wheel: not filed yet. (A `u32`, as the wheel's
 /// indices are.)
-pub(crate) const NO_SLOT: u32 = u32::MAX;
+const NO_SLOT: u32 = u32::MAX;
 
 /// Where a sleep waits: its tick's entry in the wheel, and its slot among
 /// that entry's wakers.
@@ -454,11 +454,14 @@ impl Shard {
         drop(inner);
         drop((waker, gone));
     }
-}
 
-impl Shard {
     /// Fires every tick up to `now`, moving the due wakers to `into`.
     fn fire(&self, now: u64, into: &mut Vec<Waker>) {
+        // Only this advances the wheel, and it records where to: a tick
+        // already fired needs no lock (the driver asks on every turn).
+        if now <= self.fired.load(Ordering::Acquire) {
+            return;
+        }
         let mut inner = self.inner.lock();
         if inner.closed || now <= inner.wheel.elapsed() {
             return;

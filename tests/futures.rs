@@ -367,16 +367,15 @@ async fn sleeps_on_the_edges_of_a_burst_s_tick_get_their_own_ticks() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sleeps_complete_and_never_early_on_a_multi_thread_runtime() {
-    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
-    let tasks: Vec<_> = (0..2_000u64)
-        .map(|i| {
-            let made = Instant::now();
-            let sleep = wheel.sleep(ms(i % 20));
+/// Awaits each sleep, made at its instant for its delay, in a task of its
+/// own: all complete within 30 s, none before its delay.
+async fn await_each_in_a_task(sleeps: Vec<(Instant, Duration, tokio_timing_wheel::Sleep)>) {
+    let tasks: Vec<_> = sleeps
+        .into_iter()
+        .map(|(made, delay, sleep)| {
             tokio::spawn(async move {
                 sleep.await.unwrap();
-                (i, made.elapsed())
+                (delay, made.elapsed())
             })
         })
         .collect();
@@ -384,9 +383,21 @@ async fn sleeps_complete_and_never_early_on_a_multi_thread_runtime() {
         .await
         .expect("every sleep completed");
     for joined in all {
-        let (i, took) = joined.unwrap();
-        assert!(took >= ms(i % 20), "sleep {i} completed after {took:?}");
+        let (delay, took) = joined.unwrap();
+        assert!(
+            took >= delay,
+            "a sleep of {delay:?} completed after {took:?}"
+        );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sleeps_complete_and_never_early_on_a_multi_thread_runtime() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    let sleeps = (0..2_000u64)
+        .map(|i| (Instant::now(), ms(i % 20), wheel.sleep(ms(i % 20))))
+        .collect();
+    await_each_in_a_task(sleeps).await;
     assert_eq!(wheel.stats().await.unwrap().sleeps, 0);
 }
 
@@ -421,25 +432,7 @@ async fn sleeps_made_on_many_threads_complete_wherever_they_are_awaited() {
         polled.push((at, delay, sleep));
     }
     assert_eq!(wheel.stats().await.unwrap().sleeps, 1_000);
-    let tasks: Vec<_> = polled
-        .into_iter()
-        .map(|(at, delay, sleep)| {
-            tokio::spawn(async move {
-                sleep.await.unwrap();
-                (delay, at.elapsed())
-            })
-        })
-        .collect();
-    let all = tokio::time::timeout(Duration::from_secs(30), futures::future::join_all(tasks))
-        .await
-        .expect("every sleep completed");
-    for joined in all {
-        let (delay, took) = joined.unwrap();
-        assert!(
-            took >= delay,
-            "a sleep of {delay:?} completed after {took:?}"
-        );
-    }
+    await_each_in_a_task(polled).await;
     assert_eq!(wheel.stats().await.unwrap().sleeps, 0);
 }
 
