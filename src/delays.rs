@@ -79,6 +79,7 @@ where
     /// assert!(wheel.timeout(Duration::from_secs(1), slow).await.is_err());
     /// # }
     /// ```
+    #[inline]
     pub fn timeout<F: std::future::Future>(&self, delay: Duration, future: F) -> Timeout<F> {
         Timeout::new(future, self.sleeps.sleep(delay))
     }
