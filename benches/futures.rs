@@ -267,7 +267,8 @@ const KINDS: [Timeouts; 3] = [Timeouts::None, Timeouts::Tokio, Timeouts::Wheel];
 /// `TTW_INTERLEAVED=<rounds> cargo bench --bench futures`: each round runs
 /// every contender back to back, the order turning each round, so both
 /// sides of a ratio meet the same load on the machine. Prints the median
-/// over rounds of each round's ratio, wheel / `tokio::time`.
+/// over rounds of each round's ratio, wheel / `tokio::time`, and beside it
+/// the ratio of the medians and that of each side's fastest round.
 fn interleaved(count: usize) {
     let delays = delays();
     let rounds: Vec<Round> = (0..count)
@@ -281,36 +282,53 @@ fn interleaved(count: usize) {
     let med = |f: &dyn Fn(&Round) -> f64| median(rounds.iter().map(f).collect());
     let added = |t: [f64; 3]| (t[2] - t[0]) / (t[1] - t[0]);
     println!("{count} rounds; ratio = wheel / tokio::time in the same round, median over rounds");
-    println!(
-        "timeouts_1m (current-thread, paused clock)\n  whole loop: ratio {:.3}; what a timeout adds: ratio {:.3}\n  \
-         median ms: no timeout {:.1}, tokio {:.1}, wheel {:.1}",
-        med(&|r| r.requests[2] / r.requests[1]),
-        med(&|r| added(r.requests)),
-        med(&|r| r.requests[0]),
-        med(&|r| r.requests[1]),
-        med(&|r| r.requests[2]),
+    println!("  [in brackets: the ratio of the medians, then of each side's fastest round]");
+    let requests = |name: &str, pick: &dyn Fn(&Round) -> [f64; 3]| {
+        let medians: [f64; 3] = std::array::from_fn(|k| med(&|r| pick(r)[k]));
+        let fastest: [f64; 3] = std::array::from_fn(|k| least(rounds.iter().map(|r| pick(r)[k])));
+        println!(
+            "{name}\n  whole loop: ratio {:.3} [{:.3}, {:.3}]; what a timeout adds: ratio {:.3} [{:.3}, {:.3}]\n  \
+             median ms: no timeout {:.1}, tokio {:.1}, wheel {:.1}",
+            med(&|r| pick(r)[2] / pick(r)[1]),
+            medians[2] / medians[1],
+            fastest[2] / fastest[1],
+            med(&|r| added(pick(r))),
+            added(medians),
+            added(fastest),
+            medians[0],
+            medians[1],
+            medians[2],
+        );
+    };
+    let sleeps = |name: &str, pick: &dyn Fn(&Round) -> [f64; 2]| {
+        let medians: [f64; 2] = std::array::from_fn(|k| med(&|r| pick(r)[k]));
+        let fastest: [f64; 2] = std::array::from_fn(|k| least(rounds.iter().map(|r| pick(r)[k])));
+        println!(
+            "{name}\n  ratio {:.3} [{:.3}, {:.3}]; median ms: tokio {:.1}, wheel {:.1}",
+            med(&|r| pick(r)[1] / pick(r)[0]),
+            medians[1] / medians[0],
+            fastest[1] / fastest[0],
+            medians[0],
+            medians[1],
+        );
+    };
+    requests("timeouts_1m (current-thread, paused clock)", &|r| {
+        r.requests
+    });
+    sleeps("sleeps_200k (current-thread, paused clock)", &|r| r.sleeps);
+    requests(
+        &format!("timeouts_1m, {TASKS} tasks (2 workers, real clock)"),
+        &|r| r.requests_mt,
     );
-    println!(
-        "sleeps_200k (current-thread, paused clock)\n  ratio {:.3}; median ms: tokio {:.1}, wheel {:.1}",
-        med(&|r| r.sleeps[1] / r.sleeps[0]),
-        med(&|r| r.sleeps[0]),
-        med(&|r| r.sleeps[1]),
+    sleeps(
+        "sleeps_200k of 1 ms - 1 s (2 workers, real clock), process CPU time",
+        &|r| r.sleeps_mt_cpu,
     );
-    println!(
-        "timeouts_1m, {TASKS} tasks (2 workers, real clock)\n  whole loop: ratio {:.3}; what a timeout adds: ratio {:.3}\n  \
-         median ms: no timeout {:.1}, tokio {:.1}, wheel {:.1}",
-        med(&|r| r.requests_mt[2] / r.requests_mt[1]),
-        med(&|r| added(r.requests_mt)),
-        med(&|r| r.requests_mt[0]),
-        med(&|r| r.requests_mt[1]),
-        med(&|r| r.requests_mt[2]),
-    );
-    println!(
-        "sleeps_200k of 1 ms - 1 s (2 workers, real clock), process CPU time\n  ratio {:.3}; median ms: tokio {:.0}, wheel {:.0}",
-        med(&|r| r.sleeps_mt_cpu[1] / r.sleeps_mt_cpu[0]),
-        med(&|r| r.sleeps_mt_cpu[0]),
-        med(&|r| r.sleeps_mt_cpu[1]),
-    );
+}
+
+/// The least of `values`.
+fn least(values: impl Iterator<Item = f64>) -> f64 {
+    values.fold(f64::INFINITY, f64::min)
 }
 
 criterion_group!(benches, criterion_timeouts, criterion_sleeps);
