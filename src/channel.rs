@@ -364,13 +364,11 @@ impl<T> Receiver<T> {
         cx: &mut Context<'_>,
         out: &mut VecDeque<T>,
     ) -> Poll<usize> {
-        let n = self.try_recv_all(out);
-        if n > 0 {
-            return Poll::Ready(n);
-        }
+        // The waker first, then one look (the driver has just taken what was
+        // queued, so a look before registering would mostly find nothing):
+        // a send after the look wakes the receiver to look again.
         self.0.rx_waker.register(cx.waker());
-        // Look again: a send or the last sender's drop may have come between.
-        // Whether every sender is gone is read *before* that look, so a last
+        // Whether every sender is gone is read *before* the look, so a last
         // sender that pushes and then leaves is either seen leaving after
         // its push is taken here, or wakes the receiver to look once more.
         let gone = self.0.senders.load(Ordering::Acquire) == 0;
@@ -385,6 +383,9 @@ impl<T> Receiver<T> {
     pub(crate) fn try_recv_all(&mut self, out: &mut VecDeque<T>) -> usize {
         let mut state = self.0.lock();
         let n = state.queue.len();
+        if n == 0 {
+            return 0;
+        }
         if out.is_empty() {
             // Trade buffers: the queue keeps `out`'s empty allocation, so
             // once both have grown to their working size nothing is

@@ -617,6 +617,11 @@ impl<K: Eq + Hash, V> Wheel<K, V> {
     /// before higher ones, since a level's current revolution lies inside the
     /// current slot of the level above.
     fn next_slot(&self) -> Option<(usize, usize, u64)> {
+        // An empty wheel has no slot filed: asked on every turn of the
+        // driver, it answers without looking at each level.
+        if self.entries.is_empty() {
+            return None;
+        }
         self.levels.iter().enumerate().find_map(|(level, lvl)| {
             lvl.next_occupied(self.elapsed)
                 .map(|(start, slot)| (level, slot, start))
