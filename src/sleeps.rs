@@ -35,7 +35,7 @@ use tokio::time::Instant;
 use crate::clock::Clock;
 use crate::wheel::Wheel;
 
-use self::waiters::{Waiters, NO_SLOT};
+use self::waiters::{Left, Waiters, NO_SLOT};
 
 mod waiters;
 
@@ -389,12 +389,14 @@ impl Shard {
         let Some(waiters) = inner.wheel.value_at_mut(place.entry) else {
             return;
         };
-        let waker = waiters.remove(place.slot);
-        if !waiters.is_empty() {
-            drop(inner);
-            drop(waker);
-            return;
-        }
+        let waker = match waiters.remove(place.slot) {
+            Left::Others(waker) => {
+                drop(inner);
+                drop(waker);
+                return;
+            }
+            Left::None(waker) => waker,
+        };
         let gone = inner.wheel.remove_at(place.entry, &());
         if inner.last == Some((when, place.entry)) {
             inner.last = None;
@@ -415,7 +417,7 @@ impl Shard {
             return;
         }
         inner.wheel.advance(now);
-        while let Some(((), mut waiters)) = inner.wheel.pop_due_unkeyed() {
+        while let Some(((), waiters)) = inner.wheel.pop_due_unkeyed() {
             waiters.take_all(into);
         }
         self.fired.store(inner.wheel.elapsed(), Ordering::Release);
@@ -443,7 +445,7 @@ impl Shard {
         inner.wheel.drain_into(&mut entries);
         drop(inner);
         let mut woken = Vec::new();
-        for ((), mut waiters) in entries {
+        for ((), waiters) in entries {
             waiters.take_all(&mut woken);
         }
         woken.into_iter().for_each(Waker::wake);

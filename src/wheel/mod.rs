@@ -35,6 +35,12 @@ use hashbrown::{hash_table, DefaultHashBuilder, HashTable};
 use slab::Slab;
 
 use self::entry::{Entry, Place, NIL};
+
+/// The size of one entry, for tests of the values kept in one.
+#[cfg(test)]
+pub(crate) const fn entry_size<K, V>() -> usize {
+    std::mem::size_of::<Entry<K, V>>()
+}
 use self::level::{level_for, slot_for, slot_start, Level, NUM_LEVELS, SLOTS};
 use self::slot::{filed, Blocks, Slot, BLOCK};
 use crate::clock::WHOLE;
