@@ -4,7 +4,6 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::callback::{self, DEFAULT_CALLBACK_TIMEOUT, DEFAULT_MAX_CONCURRENCY};
@@ -15,7 +14,7 @@ use crate::handle::TimingWheel;
 use crate::limit::PendingLimit;
 use crate::shard::Shards;
 use crate::sleep::SleepHandle;
-use crate::sleeps::SleepDriver;
+use crate::sleeps::{signal, SleepDriver};
 use crate::stream::{Expirations, Shared};
 
 /// The default tick: 1 ms, the resolution of `tokio::time`.
@@ -368,15 +367,15 @@ impl Builder {
         let limit = self.max_pending.map(PendingLimit::new);
         let shared = Arc::new(Shared::new(limit, self.shards));
         let mut senders = Vec::with_capacity(self.shards);
-        // Sleeps go to the first shard's driver; the others' sleep channels
-        // close at once.
-        let (sleep_tx, first_sleep_rx) = mpsc::unbounded_channel();
+        // Sleeps go to the first shard's driver; the others' sleeps' signals
+        // have no signaller from the start.
+        let (sleep_tx, first_sleep_rx) = signal();
         let sleeps = SleepHandle::new(sleep_tx, clock);
         let mut first = Some((first_sleep_rx, sleeps.driver()));
         for _ in 0..self.shards {
             let (tx, rx) = channel::channel(self.command_capacity);
             let (sleep_rx, sleep_driver) = first.take().unwrap_or_else(|| {
-                let (_, rx) = mpsc::unbounded_channel();
+                let (_, rx) = signal();
                 (rx, SleepDriver::none())
             });
             let mut driver = Driver::new(rx, sleep_rx, sleep_driver, Arc::clone(&shared), clock);

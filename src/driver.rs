@@ -9,7 +9,6 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, error, trace, warn};
 
@@ -18,7 +17,7 @@ use crate::clock::Clock;
 use crate::command::Command;
 use crate::expired::Expired;
 use crate::sleep::far_future;
-use crate::sleeps::SleepDriver;
+use crate::sleeps::{SignalReceiver, SleepDriver};
 use crate::stats::Stats;
 use crate::stream::Shared;
 use crate::wheel::{AtCapacity, Wheel};
@@ -43,7 +42,7 @@ pub(crate) struct Driver<K, V> {
     woken: Vec<std::task::Waker>,
     /// A message says a sleep was filed before the driver's wake: look
     /// again. Closed once no handle or sleep is left.
-    sleep_rx: mpsc::UnboundedReceiver<()>,
+    sleep_rx: SignalReceiver,
     shared: Arc<Shared<K, V>>,
     clock: Clock,
     /// Commands taken from the channel and not yet applied (they still
@@ -114,7 +113,7 @@ where
 {
     pub(crate) fn new(
         rx: Receiver<Command<K, V>>,
-        sleep_rx: mpsc::UnboundedReceiver<()>,
+        sleep_rx: SignalReceiver,
         sleeps: SleepDriver,
         shared: Arc<Shared<K, V>>,
         clock: Clock,
@@ -160,7 +159,7 @@ where
             // Commands already queued were stamped before now: apply them
             // before the clock moves the wheel past their deadlines.
             if sleeps_open {
-                let _ = self.take_queued_sleeps();
+                self.take_queued_sleeps();
             }
             if open && self.take_queued() {
                 if let Some(reply) = self.apply_batch() {
@@ -182,8 +181,8 @@ where
                 // live sleeps keep the driver running.
                 drop(self.close.take());
             }
-            // Every `Sleep` and `Interval` holds a sleep sender, so a closed
-            // sleep channel means nobody waits on the sleeps left.
+            // Every `Sleep` and `Interval` holds a sleeps' signaller, so
+            // once none is left nobody waits on the sleeps left.
             if delivered && !sleeps_open {
                 debug!(
                     dropped = self.wheel.len(),
@@ -216,8 +215,8 @@ where
                 n = std::future::poll_fn(|cx| self.rx.poll_recv_all(cx, &mut self.batch)), if open && self.batch.is_empty() => {
                     if n == 0 { Turn::HandlesGone } else { Turn::Commands }
                 }
-                message = self.sleep_rx.recv(), if sleeps_open => {
-                    if message.is_none() { Turn::SleepHandlesGone } else { Turn::Sleeps }
+                raised = std::future::poll_fn(|cx| self.sleep_rx.poll_raised(cx)), if sleeps_open => {
+                    if raised { Turn::Sleeps } else { Turn::SleepHandlesGone }
                 }
                 () = &mut sleep, if armed.is_some() => Turn::Clock,
                 () = tokio::task::yield_now(), if busy || passed => {
@@ -234,9 +233,12 @@ where
                     // for ever; give the runtime its turn now and then.
                     tokio::task::coop::consume_budget().await;
                 }
-                // The next turn looks at the sleeps' next tick again.
-                Turn::Sleeps => {}
-                Turn::SleepHandlesGone => sleeps_open = false,
+                // A sleep was filed before the tick the driver wakes for.
+                Turn::Sleeps => self.sleeps.refresh(),
+                Turn::SleepHandlesGone => {
+                    sleeps_open = false;
+                    self.sleeps.refresh();
+                }
                 Turn::HandlesGone => {
                     debug!(pending = self.wheel.len(), "every handle dropped");
                     open = false;
@@ -282,15 +284,12 @@ where
         !self.batch.is_empty()
     }
 
-    /// Takes the sleeps' messages waiting in their channel; returns whether
-    /// there were any. (Each only says to look at the sleeps' next tick
-    /// again, which the loop does on every turn.)
-    fn take_queued_sleeps(&mut self) -> bool {
-        let mut any = false;
-        while self.sleep_rx.try_recv().is_ok() {
-            any = true;
+    /// Looks again at the sleeps' next tick if a sleep was filed before the
+    /// one the driver wakes for.
+    fn take_queued_sleeps(&mut self) {
+        if self.sleep_rx.take() {
+            self.sleeps.refresh();
         }
-        any
     }
 
     /// Applies up to [`COMMAND_BATCH`] taken commands in order and frees
@@ -410,7 +409,7 @@ where
         if self.stats_replies.is_empty() {
             return;
         }
-        while self.take_queued_sleeps() {}
+        self.take_queued_sleeps();
         self.fire_due();
         while self.wheel.has_due() {
             self.fire_due();
@@ -446,7 +445,6 @@ where
         // Pending sleeps complete with a closed error, and any that would
         // wait from now on.
         self.sleep_rx.close();
-        while self.sleep_rx.try_recv().is_ok() {}
         self.sleeps.close();
         let mut pending = Vec::new();
         self.wheel.drain_into(&mut pending);

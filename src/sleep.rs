@@ -14,19 +14,18 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::clock::Clock;
 use crate::error::Error;
-use crate::sleeps::{Outcome, Place, Shard, SleepDriver, Sleeps};
+use crate::sleeps::{Outcome, Place, Shard, Signaller, SleepDriver, Sleeps};
 
 /// What a handle needs to make sleeps: not generic, so `Sleep` is not.
 #[derive(Debug, Clone)]
 pub(crate) struct SleepHandle(Arc<Sleeps>);
 
 impl SleepHandle {
-    pub(crate) fn new(tx: mpsc::UnboundedSender<()>, clock: Clock) -> Self {
+    pub(crate) fn new(tx: Signaller, clock: Clock) -> Self {
         SleepHandle(Arc::new(Sleeps::new(tx, clock)))
     }
 

@@ -12,9 +12,11 @@
 //! channel and nothing is allocated per sleep (a shard's slab and slots grow
 //! to the most sleeps that ever waited there at once and keep that room).
 //! The driver is told only when a sleep is filed before the earliest tick
-//! its shard will wake the driver for; at each tick the driver takes each
-//! shard's due wakers under its lock, records the tick as fired there, and
-//! wakes them.
+//! its shard will wake the driver for (a raised [`signal`], a flag and a
+//! waker); at each tick the driver takes each shard's due wakers under its
+//! lock, records the tick as fired there, notes the shard's next tick in
+//! the same hold, and wakes them. A tick of one sleep (scattered deadlines)
+//! keeps its waker inline in a wheel entry of 32 bytes.
 //!
 //! A sleep is never woken before its tick, and every sleep's tick is its
 //! deadline rounded up, so none completes early. When the driver stops, or
@@ -29,14 +31,15 @@ use std::task::Waker;
 
 use spin::mutex::SpinMutex;
 use spin::relax::Yield;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::clock::Clock;
 use crate::wheel::Wheel;
 
+pub(crate) use self::signal::{signal, SignalReceiver, Signaller};
 use self::waiters::{Left, Waiters, NO_SLOT};
 
+mod signal;
 mod waiters;
 
 /// Where a sleep waits: its tick's entry in the wheel, and its slot among
@@ -129,7 +132,7 @@ pub(crate) struct Sleeps {
     pub(crate) clock: Clock,
     /// Keeps the driver running while a handle is left (each shard holds
     /// one too, for its sleeps).
-    tx: mpsc::UnboundedSender<()>,
+    tx: Signaller,
     /// A shard per thread the machine runs at once (up to [`MAX_SHARDS`]),
     /// made on the first sleep of a thread that picks it: a thread files
     /// its sleeps in its own shard, so threads do not contend for one lock.
@@ -138,8 +141,8 @@ pub(crate) struct Sleeps {
     table: Arc<Table>,
 }
 
-/// The shards as the driver holds them: weakly, so the sleeps' channel
-/// closes once no handle or sleep is left.
+/// The shards as the driver holds them: weakly, so the sleeps' signal
+/// tells the driver once no handle or sleep is left.
 struct Table {
     /// Set before the driver closes the shards it finds: a shard made
     /// afterwards closes itself.
@@ -154,7 +157,7 @@ const MAX_SHARDS: usize = 64;
 /// of their own.
 pub(crate) struct Shard {
     /// Tells the driver a sleep was filed before the tick it will wake for.
-    tx: mpsc::UnboundedSender<()>,
+    tx: Signaller,
     /// The last tick fired, as the wheel's `elapsed` once its due wakers
     /// are taken: a sleep of this tick or before has completed. Read
     /// without the lock on a sleep's fast path.
@@ -181,6 +184,15 @@ struct Inner {
     closed: bool,
 }
 
+impl Inner {
+    /// The next tick a sleep waits for (`u64::MAX`: none), which the
+    /// driver will wake for: a sleep filed before it tells the driver.
+    fn announce(&mut self) -> u64 {
+        self.announced = self.wheel.next_expiration().unwrap_or(u64::MAX);
+        self.announced
+    }
+}
+
 impl std::fmt::Debug for Sleeps {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sleeps")
@@ -199,14 +211,14 @@ impl std::fmt::Debug for Shard {
 }
 
 impl Sleeps {
-    pub(crate) fn new(tx: mpsc::UnboundedSender<()>, clock: Clock) -> Self {
+    pub(crate) fn new(tx: Signaller, clock: Clock) -> Self {
         let n = std::thread::available_parallelism().map_or(1, usize::from);
         Self::with_shards(tx, clock, n)
     }
 
     /// With `n` shards, rounded up to a power of two (so a thread's shard
     /// is a mask away, not a division), at most [`MAX_SHARDS`].
-    fn with_shards(tx: mpsc::UnboundedSender<()>, clock: Clock, n: usize) -> Self {
+    fn with_shards(tx: Signaller, clock: Clock, n: usize) -> Self {
         let n = n.clamp(1, MAX_SHARDS).next_power_of_two();
         Sleeps {
             id: WHEEL_IDS.fetch_add(1, Ordering::Relaxed),
@@ -222,7 +234,7 @@ impl Sleeps {
 
     /// The driver's side of these sleeps.
     pub(crate) fn driver(&self) -> SleepDriver {
-        SleepDriver(Arc::clone(&self.table))
+        SleepDriver::new(Arc::clone(&self.table))
     }
 
     /// This thread's shard and, if `deadline` lies in the window this
@@ -285,7 +297,7 @@ impl Sleeps {
 }
 
 impl Shard {
-    fn new(tx: mpsc::UnboundedSender<()>) -> Self {
+    fn new(tx: Signaller) -> Self {
         Shard {
             tx,
             fired: AtomicU64::new(0),
@@ -365,7 +377,7 @@ impl Shard {
         // No reply. If the driver is gone, it closes (or closed) the wheel
         // as it goes, which wakes this sleep.
         if earlier {
-            let _ = self.tx.send(());
+            self.tx.raise();
         }
         Outcome::Waiting
     }
@@ -405,30 +417,32 @@ impl Shard {
         drop((waker, gone));
     }
 
-    /// Fires every tick up to `now`, moving the due wakers to `into`.
-    fn fire(&self, now: u64, into: &mut Vec<Waker>) {
+    /// Fires every tick up to `now`, moving the due wakers to `into`, and
+    /// returns the next tick a sleep here waits for (`u64::MAX`: none), now
+    /// the driver's wake; `None` if there was nothing to fire (the tick had
+    /// fired, or the shard is closed), which leaves that tick as it was.
+    fn fire(&self, now: u64, into: &mut Vec<Waker>) -> Option<u64> {
         // Only this advances the wheel, and it records where to: a tick
         // already fired needs no lock (the driver asks on every turn).
         if now <= self.fired.load(Ordering::Acquire) {
-            return;
+            return None;
         }
         let mut inner = self.inner.lock();
         if inner.closed || now <= inner.wheel.elapsed() {
-            return;
+            return None;
         }
         inner.wheel.advance(now);
         while let Some(((), waiters)) = inner.wheel.pop_due_unkeyed() {
             waiters.take_all(into);
         }
         self.fired.store(inner.wheel.elapsed(), Ordering::Release);
+        Some(inner.announce())
     }
 
-    /// The next tick a sleep here waits for, now the driver's wake.
-    fn next_tick(&self) -> Option<u64> {
-        let mut inner = self.inner.lock();
-        let next = inner.wheel.next_expiration();
-        inner.announced = next.unwrap_or(u64::MAX);
-        next
+    /// The next tick a sleep here waits for (`u64::MAX`: none), now the
+    /// driver's wake.
+    fn next_tick(&self) -> u64 {
+        self.inner.lock().announce()
     }
 
     fn waiting(&self) -> usize {
@@ -454,7 +468,13 @@ impl Shard {
 
 /// The driver's side of a wheel's sleeps: closes them when dropped (the
 /// driver stopped, or was dropped with its runtime).
-pub(crate) struct SleepDriver(Arc<Table>);
+pub(crate) struct SleepDriver {
+    table: Arc<Table>,
+    /// For each shard, the next tick a sleep there waits for, as of the
+    /// driver's last look (`u64::MAX`: none): a sleep filed before it
+    /// raises the signal, and the driver looks again.
+    next: Box<[u64]>,
+}
 
 impl std::fmt::Debug for SleepDriver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -463,41 +483,68 @@ impl std::fmt::Debug for SleepDriver {
 }
 
 impl SleepDriver {
+    fn new(table: Arc<Table>) -> Self {
+        let next = vec![u64::MAX; table.shards.len()].into_boxed_slice();
+        SleepDriver { table, next }
+    }
+
     /// For a driver that fires no sleeps.
     pub(crate) fn none() -> Self {
-        SleepDriver(Arc::new(Table {
+        SleepDriver::new(Arc::new(Table {
             closed: AtomicBool::new(false),
             shards: Box::new([]),
         }))
     }
 
-    /// The shards made so far and still held by a handle or a sleep.
-    fn shards(&self) -> impl Iterator<Item = Arc<Shard>> + '_ {
-        (self.0.shards.iter()).filter_map(|shard| shard.get().and_then(Weak::upgrade))
+    /// The shards made so far and still held by a handle or a sleep, with
+    /// their places.
+    fn shards(table: &Table) -> impl Iterator<Item = (usize, Arc<Shard>)> + '_ {
+        (table.shards.iter().enumerate())
+            .filter_map(|(at, shard)| Some((at, shard.get().and_then(Weak::upgrade)?)))
     }
 
     /// Fires every tick up to `now`, moving the due wakers to `into` for the
     /// caller to wake.
-    pub(crate) fn fire(&self, now: u64, into: &mut Vec<Waker>) {
-        self.shards().for_each(|shard| shard.fire(now, into));
+    pub(crate) fn fire(&mut self, now: u64, into: &mut Vec<Waker>) {
+        for (at, shard) in Self::shards(&self.table) {
+            if let Some(next) = shard.fire(now, into) {
+                self.next[at] = next;
+            }
+        }
     }
 
-    /// The next tick a sleep waits for, now the driver's wake: sleeps filed
-    /// before it tell the driver.
+    /// Looks again at the next tick each shard's sleeps wait for (the
+    /// signal was raised: a sleep was filed before it).
+    pub(crate) fn refresh(&mut self) {
+        self.next.fill(u64::MAX);
+        for (at, shard) in Self::shards(&self.table) {
+            self.next[at] = shard.next_tick();
+        }
+    }
+
+    /// The next tick a sleep waits for, as of the last look, now the
+    /// driver's wake. (A sleep that left since may make it early: the
+    /// driver wakes for nothing then, and looks again.)
     pub(crate) fn next_tick(&self) -> Option<u64> {
-        self.shards().filter_map(|shard| shard.next_tick()).min()
+        self.next
+            .iter()
+            .copied()
+            .min()
+            .filter(|&tick| tick != u64::MAX)
     }
 
     /// The sleeps waiting now.
     pub(crate) fn waiting(&self) -> usize {
-        self.shards().map(|shard| shard.waiting()).sum()
+        Self::shards(&self.table)
+            .map(|(_, shard)| shard.waiting())
+            .sum()
     }
 
     /// Fails every waiting sleep as closed, and every sleep that would wait
     /// from now on.
     pub(crate) fn close(&self) {
-        self.0.closed.store(true, Ordering::SeqCst);
-        self.shards().for_each(|shard| shard.close());
+        self.table.closed.store(true, Ordering::SeqCst);
+        Self::shards(&self.table).for_each(|(_, shard)| shard.close());
     }
 }
 
@@ -520,8 +567,8 @@ mod tests {
 
     /// A wheel's sleeps on a 1 ms clock starting now, with this thread's
     /// shard and the driver's side.
-    fn sleeps() -> (Sleeps, Arc<Shard>, SleepDriver, mpsc::UnboundedReceiver<()>) {
-        let (tx, rx) = mpsc::unbounded_channel();
+    fn sleeps() -> (Sleeps, Arc<Shard>, SleepDriver, SignalReceiver) {
+        let (tx, rx) = signal();
         let sleeps = Sleeps::new(tx, Clock::new(Instant::now(), ms(1)));
         let shard = sleeps.shard();
         let driver = sleeps.driver();
@@ -537,7 +584,7 @@ mod tests {
     /// told only of a tick earlier than the one it wakes for.
     #[test]
     fn a_tick_has_one_entry_while_a_sleep_waits_on_it() {
-        let (_sleeps, sleeps, driver, mut rx) = sleeps();
+        let (_sleeps, sleeps, mut driver, rx) = sleeps();
         let waker = futures::task::noop_waker();
         let mut a = Place::NONE;
         let mut b = Place::NONE;
@@ -545,14 +592,12 @@ mod tests {
         assert_eq!(sleeps.wait(10, &mut a, &waker), Outcome::Waiting);
         assert_eq!(sleeps.wait(10, &mut b, &waker), Outcome::Waiting);
         assert_eq!(entries(&sleeps), 1);
-        assert!(
-            rx.try_recv().is_ok(),
-            "the first tick is news to the driver"
-        );
+        assert!(rx.take(), "the first tick is news to the driver");
+        driver.refresh();
         assert_eq!(driver.next_tick(), Some(10));
         assert_eq!(sleeps.wait(12, &mut c, &waker), Outcome::Waiting);
         assert_eq!(entries(&sleeps), 2);
-        assert!(rx.try_recv().is_err(), "a later tick is not");
+        assert!(!rx.take(), "a later tick is not");
         assert_eq!(driver.waiting(), 3);
         sleeps.leave(10, a);
         assert_eq!((entries(&sleeps), driver.waiting()), (2, 2));
@@ -560,6 +605,37 @@ mod tests {
         assert_eq!((entries(&sleeps), driver.waiting()), (1, 1));
         sleeps.leave(12, c);
         assert_eq!((entries(&sleeps), driver.waiting()), (0, 0));
+    }
+
+    /// The driver keeps each shard's next tick from its last look: firing
+    /// looks again at the shards it fired, a later sleep changes nothing
+    /// and does not raise the signal, an earlier one raises it, and the
+    /// driver looks again then.
+    #[test]
+    fn the_driver_looks_again_after_firing_or_when_told() {
+        let (_sleeps, sleeps, mut driver, rx) = sleeps();
+        let waker = futures::task::noop_waker();
+        let (mut a, mut b, mut c) = (Place::NONE, Place::NONE, Place::NONE);
+        assert_eq!(driver.next_tick(), None);
+        assert_eq!(sleeps.wait(5, &mut a, &waker), Outcome::Waiting);
+        assert!(rx.take(), "a first tick raises the signal");
+        assert_eq!(driver.next_tick(), None, "not looked at yet");
+        driver.refresh();
+        assert_eq!(driver.next_tick(), Some(5));
+        assert_eq!(sleeps.wait(9, &mut b, &waker), Outcome::Waiting);
+        assert!(!rx.take(), "a later tick does not");
+        let mut woken = Vec::new();
+        driver.fire(5, &mut woken);
+        assert_eq!(woken.len(), 1);
+        assert_eq!(driver.next_tick(), Some(9), "firing looked again");
+        assert_eq!(sleeps.wait(7, &mut c, &waker), Outcome::Waiting);
+        assert!(rx.take(), "an earlier tick raises the signal");
+        driver.refresh();
+        assert_eq!(driver.next_tick(), Some(7));
+        sleeps.leave(7, c);
+        assert_eq!(driver.next_tick(), Some(7), "a wake for nothing, at worst");
+        driver.fire(7, &mut woken);
+        assert_eq!((woken.len(), driver.next_tick()), (1, Some(9)));
     }
 
     /// A sleep whose tick fired completes, and going afterwards leaves the
@@ -570,7 +646,7 @@ mod tests {
     /// when dropped would take another tick's sleeps with it.
     #[test]
     fn a_fired_sleep_leaves_the_entry_reused_after_it_alone() {
-        let (_sleeps, sleeps, driver, _rx) = sleeps();
+        let (_sleeps, sleeps, mut driver, _rx) = sleeps();
         let waker = futures::task::noop_waker();
         let mut early = Place::NONE;
         assert_eq!(sleeps.wait(5, &mut early, &waker), Outcome::Waiting);
@@ -597,7 +673,7 @@ mod tests {
     /// fired still completes.
     #[test]
     fn closing_wakes_the_waiting_and_refuses_the_rest() {
-        let (_sleeps, sleeps, driver, _rx) = sleeps();
+        let (_sleeps, sleeps, mut driver, _rx) = sleeps();
         let woken = Arc::new(AtomicU64::new(0));
         let waker = futures::task::waker(Arc::new(Counter(Arc::clone(&woken))));
         let mut fired = Place::NONE;
@@ -633,13 +709,13 @@ mod tests {
     /// run in three. It now looks for a thread in the other shard.
     #[test]
     fn threads_sleep_in_shards_of_their_own() {
-        let (tx, _rx) = mpsc::unbounded_channel();
+        let (tx, _rx) = signal();
         let sleeps = Arc::new(Sleeps::with_shards(
             tx,
             Clock::new(Instant::now(), ms(1)),
             2,
         ));
-        let driver = sleeps.driver();
+        let mut driver = sleeps.driver();
         let waker = futures::task::noop_waker();
         let here = sleeps.shard();
         let there = (0..64)
@@ -649,6 +725,7 @@ mod tests {
         let (mut a, mut b) = (Place::NONE, Place::NONE);
         assert_eq!(here.wait(9, &mut a, &waker), Outcome::Waiting);
         assert_eq!(there.wait(4, &mut b, &waker), Outcome::Waiting);
+        driver.refresh();
         assert_eq!((driver.waiting(), driver.next_tick()), (2, Some(4)));
         let mut woken = Vec::new();
         driver.fire(9, &mut woken);
@@ -660,7 +737,7 @@ mod tests {
     /// sleep, made as the wheel stops) refuses to wait, rather than hang.
     #[test]
     fn a_shard_made_after_closing_is_closed() {
-        let (tx, _rx) = mpsc::unbounded_channel();
+        let (tx, _rx) = signal();
         let sleeps = Sleeps::with_shards(tx, Clock::new(Instant::now(), ms(1)), 2);
         drop(sleeps.driver());
         assert!(sleeps.is_closed());

@@ -31,6 +31,30 @@ async fn a_sleep_completes_at_its_deadline_not_before() {
     assert_ready!(sleep.poll()).unwrap();
 }
 
+/// A sleep made while the driver waits for a later one's tick (on the
+/// runtime's clock) fires at its own tick, not the later one's.
+#[tokio::test(start_paused = true)]
+async fn an_earlier_sleep_made_while_the_driver_waits_fires_first() {
+    let (wheel, _expired) = TimingWheel::<u32, u32>::new();
+    let mut late = task::spawn(wheel.sleep(ms(500)));
+    assert_pending!(late.poll());
+    settle(&wheel).await;
+    advance(ms(10)).await;
+    let mut early = task::spawn(wheel.sleep(ms(20)));
+    assert_pending!(early.poll());
+    advance(ms(19)).await;
+    settle(&wheel).await;
+    assert!(!early.is_woken(), "never early");
+    advance(ms(1)).await;
+    settle(&wheel).await;
+    assert!(early.is_woken());
+    assert_ready!(early.poll()).unwrap();
+    assert_pending!(late.poll());
+    advance(ms(470)).await;
+    settle(&wheel).await;
+    assert_ready!(late.poll()).unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn sleep_until_a_past_deadline_completes_at_once() {
     let (wheel, _expired) = TimingWheel::<u32, u32>::new();
