@@ -67,9 +67,9 @@
 //!   Prefer the wheel here.
 //! - **Many sleeps on scattered deadlines**, each in a task of its own: the
 //!   wheel takes about 0.9 of `tokio::time::sleep`'s time on a
-//!   current-thread runtime, and a pending sleep holds a little less
-//!   memory (124 bytes against 136). On a 2-worker runtime it still takes
-//!   about 1.1 – 1.2 times Tokio's CPU time.
+//!   current-thread runtime, and a pending sleep holds less memory (92
+//!   bytes against 136). On a 2-worker runtime it still takes about
+//!   1.1 – 1.2 times Tokio's CPU time.
 //! - **Precision below a millisecond**: a delay future is rounded up to its
 //!   tick, and then Tokio rounds the driver's own sleep up to its
 //!   millisecond, so on the real clock it completes about half a
