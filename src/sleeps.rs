@@ -506,9 +506,18 @@ impl SleepDriver {
     /// Fires every tick up to `now`, moving the due wakers to `into` for the
     /// caller to wake.
     pub(crate) fn fire(&mut self, now: u64, into: &mut Vec<Waker>) {
-        for (at, shard) in Self::shards(&self.table) {
-            if let Some(next) = shard.fire(now, into) {
-                self.next[at] = next;
+        for (at, shard) in self.table.shards.iter().enumerate() {
+            match shard.get().map(Weak::upgrade) {
+                Some(Some(shard)) => {
+                    if let Some(next) = shard.fire(now, into) {
+                        self.next[at] = next;
+                    }
+                }
+                // Gone with its last sleep (which need not raise the
+                // signal): nothing waits there, and a tick noted for it
+                // would have the driver wake for it on every turn.
+                Some(None) => self.next[at] = u64::MAX,
+                None => {}
             }
         }
     }
@@ -731,6 +740,43 @@ mod tests {
         driver.fire(9, &mut woken);
         assert_eq!(woken.len(), 2);
         assert!(here.has_fired(9) && there.has_fired(9));
+    }
+
+    /// Regression: the driver kept the next tick it had noted for a shard
+    /// after the shard went with its last sleep (every handle gone, and its
+    /// sleeps done or dropped, which need not raise the signal). Once that
+    /// tick passed, the driver found it due on every turn and spun, yielding
+    /// and looking again, until some other sleep raised the signal. A shard
+    /// found gone when firing now counts as waiting for nothing.
+    #[test]
+    fn a_shard_gone_with_its_last_sleep_is_not_waited_for() {
+        let (tx, _rx) = signal();
+        let sleeps = Sleeps::with_shards(tx, Clock::new(Instant::now(), ms(1)), 2);
+        let mut driver = sleeps.driver();
+        let waker = futures::task::noop_waker();
+        let here = sleeps.shard();
+        let there = (0..64)
+            .map(|_| std::thread::scope(|scope| scope.spawn(|| sleeps.shard()).join().unwrap()))
+            .find(|there| !Arc::ptr_eq(&here, there))
+            .expect("64 threads in a row numbered into this thread's shard");
+        let (mut a, mut b) = (Place::NONE, Place::NONE);
+        assert_eq!(here.wait(9, &mut a, &waker), Outcome::Waiting);
+        assert_eq!(there.wait(4, &mut b, &waker), Outcome::Waiting);
+        driver.refresh();
+        assert_eq!(driver.next_tick(), Some(4));
+        drop(sleeps);
+        there.leave(4, b);
+        drop(there);
+        let mut woken = Vec::new();
+        driver.fire(5, &mut woken);
+        assert!(woken.is_empty());
+        assert_eq!(
+            driver.next_tick(),
+            Some(9),
+            "the gone shard's tick is forgotten"
+        );
+        driver.fire(9, &mut woken);
+        assert_eq!((woken.len(), driver.next_tick()), (1, None));
     }
 
     /// A shard made once the driver has closed the sleeps (a thread's first

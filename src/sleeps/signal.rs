@@ -78,12 +78,15 @@ impl SignalReceiver {
     /// every signaller is gone, else `Pending` until one of those happens.
     pub(crate) fn poll_raised(&self, cx: &mut Context<'_>) -> Poll<bool> {
         self.0.waker.register(cx.waker());
+        // The count first: once it reads none left, every raise made before
+        // the last signaller went is seen by the look that follows. A
+        // signaller going after the count was read wakes the receiver to
+        // look again.
+        let gone = self.0.senders.load(Ordering::Acquire) == 0;
         if self.take() {
             return Poll::Ready(true);
         }
-        // A last signaller that raises and then goes is seen raising first,
-        // or wakes the receiver once more as it goes.
-        if self.0.senders.load(Ordering::Acquire) == 0 {
+        if gone {
             return Poll::Ready(false);
         }
         Poll::Pending
