@@ -40,8 +40,8 @@ pub(crate) struct Driver<K, V> {
     sleeps: SleepDriver,
     /// Wakers of the sleeps whose tick fired, woken once taken.
     woken: Vec<std::task::Waker>,
-    /// A message says a sleep was filed before the driver's wake: look
-    /// again. Closed once no handle or sleep is left.
+    /// Raised when a sleep was filed before the driver's wake: look again.
+    /// Says so once no handle or sleep is left.
     sleep_rx: SignalReceiver,
     shared: Arc<Shared<K, V>>,
     clock: Clock,
