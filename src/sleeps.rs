@@ -496,19 +496,25 @@ impl SleepDriver {
         }))
     }
 
+    /// The shards made so far, with their places: each still held by a
+    /// handle or a sleep, or `None`, gone with its last sleep.
+    fn made(table: &Table) -> impl Iterator<Item = (usize, Option<Arc<Shard>>)> + '_ {
+        (table.shards.iter().enumerate())
+            .filter_map(|(at, shard)| Some((at, shard.get()?.upgrade())))
+    }
+
     /// The shards made so far and still held by a handle or a sleep, with
     /// their places.
     fn shards(table: &Table) -> impl Iterator<Item = (usize, Arc<Shard>)> + '_ {
-        (table.shards.iter().enumerate())
-            .filter_map(|(at, shard)| Some((at, shard.get().and_then(Weak::upgrade)?)))
+        Self::made(table).filter_map(|(at, shard)| Some((at, shard?)))
     }
 
     /// Fires every tick up to `now`, moving the due wakers to `into` for the
     /// caller to wake.
     pub(crate) fn fire(&mut self, now: u64, into: &mut Vec<Waker>) {
-        for (at, shard) in self.table.shards.iter().enumerate() {
-            match shard.get().map(Weak::upgrade) {
-                Some(Some(shard)) => {
+        for (at, shard) in Self::made(&self.table) {
+            match shard {
+                Some(shard) => {
                     if let Some(next) = shard.fire(now, into) {
                         self.next[at] = next;
                     }
@@ -516,8 +522,7 @@ impl SleepDriver {
                 // Gone with its last sleep (which need not raise the
                 // signal): nothing waits there, and a tick noted for it
                 // would have the driver wake for it on every turn.
-                Some(None) => self.next[at] = u64::MAX,
-                None => {}
+                None => self.next[at] = u64::MAX,
             }
         }
     }

@@ -8,7 +8,7 @@ use std::task::Waker;
 /// A slot number no waker has; also the end of the free list.
 pub(super) const NO_SLOT: u32 = u32::MAX;
 
-/// One of [`Many::rest`].
+/// One of [`Many::slots`].
 #[derive(Debug)]
 enum Slot {
     Taken(Waker),
@@ -29,15 +29,13 @@ pub(super) enum Waiters {
     Many(Box<Many>),
 }
 
-/// More than one waker, or what is left of them. Slot 0 is `first`; slot
-/// `n + 1` is `rest[n]`.
+/// More than one waker, or what is left of them: slot `n` is `slots[n]`.
 #[derive(Debug)]
 pub(super) struct Many {
-    first: Option<Waker>,
-    rest: Vec<Slot>,
-    /// The first free slot of `rest`, [`NO_SLOT`] if none.
+    slots: Vec<Slot>,
+    /// The first free slot, [`NO_SLOT`] if none.
     free: u32,
-    /// Wakers in `rest`.
+    /// Wakers in `slots`.
     taken: u32,
 }
 
@@ -67,10 +65,9 @@ impl Waiters {
         if let Waiters::One(first) = self {
             let first = std::mem::replace(first, Waker::noop().clone());
             *self = Waiters::Many(Box::new(Many {
-                first: Some(first),
-                rest: vec![Slot::Taken(waker)],
+                slots: vec![Slot::Taken(first), Slot::Taken(waker)],
                 free: NO_SLOT,
-                taken: 1,
+                taken: 2,
             }));
         }
     }
@@ -116,8 +113,7 @@ impl Waiters {
         match self {
             Waiters::One(waker) => into.push(waker),
             Waiters::Many(many) => {
-                into.extend(many.first);
-                into.extend(many.rest.into_iter().filter_map(|slot| match slot {
+                into.extend(many.slots.into_iter().filter_map(|slot| match slot {
                     Slot::Taken(waker) => Some(waker),
                     Slot::Free(_) => None,
                 }));
@@ -138,12 +134,8 @@ pub(super) enum Left {
 impl Many {
     #[inline]
     fn insert(&mut self, waker: Waker) -> Option<u32> {
-        if self.first.is_none() {
-            self.first = Some(waker);
-            return Some(0);
-        }
         let at = self.free;
-        let at = match self.rest.get_mut(at as usize) {
+        let at = match self.slots.get_mut(at as usize) {
             Some(slot) => {
                 if let Slot::Free(next) = *slot {
                     self.free = next;
@@ -152,39 +144,32 @@ impl Many {
                 at
             }
             None => {
-                // Slot `at + 1` must be a number, and not `NO_SLOT`.
-                let at = u32::try_from(self.rest.len())
+                // A slot number, and not `NO_SLOT`.
+                let at = u32::try_from(self.slots.len())
                     .ok()
-                    .filter(|&at| at < NO_SLOT - 1)?;
-                self.rest.push(Slot::Taken(waker));
+                    .filter(|&at| at < NO_SLOT)?;
+                self.slots.push(Slot::Taken(waker));
                 at
             }
         };
         self.taken += 1;
-        Some(at + 1)
+        Some(at)
     }
 
     #[inline]
     fn get_mut(&mut self, slot: u32) -> Option<&mut Waker> {
-        match slot {
-            0 => self.first.as_mut(),
-            n => match self.rest.get_mut(n as usize - 1) {
-                Some(Slot::Taken(waker)) => Some(waker),
-                _ => None,
-            },
+        match self.slots.get_mut(slot as usize) {
+            Some(Slot::Taken(waker)) => Some(waker),
+            _ => None,
         }
     }
 
     #[inline]
     fn remove(&mut self, slot: u32) -> Option<Waker> {
-        if slot == 0 {
-            return self.first.take();
-        }
-        let at = slot - 1;
-        let here = self.rest.get_mut(at as usize)?;
+        let here = self.slots.get_mut(slot as usize)?;
         match std::mem::replace(here, Slot::Free(self.free)) {
             Slot::Taken(waker) => {
-                self.free = at;
+                self.free = slot;
                 self.taken -= 1;
                 Some(waker)
             }
@@ -197,7 +182,7 @@ impl Many {
 
     #[inline]
     fn len(&self) -> usize {
-        usize::from(self.first.is_some()) + self.taken as usize
+        self.taken as usize
     }
 }
 
@@ -221,7 +206,7 @@ mod tests {
         assert_eq!(one.len(), 1, "the last waker is left for the caller");
     }
 
-    /// Slot 0 is the first; the rest number `rest` one up; a slot freed is
+    /// Slot 0 is the first; the others follow in order; a slot freed is
     /// reused, the last freed first, and the others keep theirs. Taking
     /// the last one out says none is left.
     #[test]
@@ -242,11 +227,11 @@ mod tests {
         assert!(matches!(waiters.remove(1), Left::Others(None)));
         assert!(matches!(waiters.remove(3), Left::None(Some(_))));
         assert_eq!(waiters.len(), 0);
-        // Slot 0 first, then the free list, the last freed first.
-        assert_eq!(waiters.insert(waker.clone()), Some(0));
+        // The free list, the last freed first (3, 1, 2, 0), then a new slot.
         assert_eq!(waiters.insert(waker.clone()), Some(3));
         assert_eq!(waiters.insert(waker.clone()), Some(1));
         assert_eq!(waiters.insert(waker.clone()), Some(2));
+        assert_eq!(waiters.insert(waker.clone()), Some(0));
         assert_eq!(waiters.insert(waker.clone()), Some(4));
         assert!(waiters.get_mut(4).is_some() && waiters.get_mut(5).is_none());
         assert_eq!(waiters.len(), 5);
