@@ -7,7 +7,10 @@
 //!   it; run also with no timeout, so that what a timeout adds can be taken
 //!   apart from the loop;
 //! - **sleeps**: 200,000 spawned tasks each awaiting one sleep of 1 ms –
-//!   60 s, all run to completion.
+//!   60 s, all run to completion; in the interleaved mode also beside
+//!   [`floor`], the same tasks woken in deadline order by a timer that
+//!   costs nothing of its own, so that what each timer adds to the tasks
+//!   can be read apart from what the tasks cost.
 //!
 //! and, in the interleaved mode only, the same two on a 2-worker
 //! multi-thread runtime with the real clock: 16 tasks each issuing 62,500
@@ -138,6 +141,74 @@ async fn sleeps(delays: &[Duration], wheel: bool) {
     drop(expired);
 }
 
+/// The floor under any timer that Tokio's own timer wakes: the tasks of
+/// [`sleeps`], each waiting on a slot of its own in one table, woken in
+/// deadline order by one task that sleeps on Tokio's timer until each
+/// deadline millisecond in turn. The deadlines come sorted (`order`, made
+/// outside the timed part): no clock is read per sleep, nothing is filed,
+/// cascaded or cancelled. A real timer pays all of that on top; the runtime
+/// wakes once per deadline millisecond here as it must for any timer on a
+/// millisecond grid.
+async fn floor(order: &[(Duration, usize)]) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::task::Waker;
+
+    struct Table {
+        fired: Vec<AtomicBool>,
+        wakers: Mutex<Vec<Option<Waker>>>,
+    }
+    struct Wait(Arc<Table>, usize);
+    impl Future for Wait {
+        type Output = ();
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            let fired = |t: &Table| t.fired[self.1].load(Ordering::Acquire);
+            if fired(&self.0) {
+                return Poll::Ready(());
+            }
+            let mut wakers = self.0.wakers.lock().unwrap();
+            if fired(&self.0) {
+                return Poll::Ready(());
+            }
+            wakers[self.1] = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+
+    let n = order.len();
+    let table = Arc::new(Table {
+        fired: (0..n).map(|_| AtomicBool::new(false)).collect(),
+        wakers: Mutex::new(vec![None; n]),
+    });
+    let tasks: Vec<_> = (0..n)
+        .map(|i| tokio::spawn(Wait(Arc::clone(&table), i)))
+        .collect();
+    let start = tokio::time::Instant::now();
+    let mut woken = Vec::new();
+    let mut tick = Duration::ZERO;
+    for &(delay, i) in order {
+        if delay != tick {
+            woken.drain(..).for_each(Waker::wake);
+            tokio::time::sleep_until(start + delay).await;
+            tick = delay;
+        }
+        let mut wakers = table.wakers.lock().unwrap();
+        table.fired[i].store(true, Ordering::Release);
+        woken.extend(wakers[i].take());
+    }
+    woken.drain(..).for_each(Waker::wake);
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+/// `delays` with their places, sorted by deadline, for [`floor`].
+fn sorted(delays: &[Duration]) -> Vec<(Duration, usize)> {
+    let mut order: Vec<_> = delays.iter().copied().zip(0..).collect();
+    order.sort_unstable();
+    order
+}
+
 fn timed<F: Future<Output = ()>>(future: F) -> Duration {
     let rt = runtime();
     let start = Instant::now();
@@ -169,6 +240,10 @@ fn criterion_sleeps(c: &mut Criterion) {
             b.iter_custom(|iters| (0..iters).map(|_| timed(sleeps(&delays, wheel))).sum())
         });
     }
+    let order = sorted(&delays);
+    group.bench_function("floor", |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| timed(floor(&order))).sum())
+    });
     group.finish();
 }
 
@@ -243,11 +318,12 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// One round's times in milliseconds: `[none, tokio, wheel]` for the
-/// request loops, `[tokio, wheel]` for the sleeps.
+/// request loops, `[tokio, wheel]` for the sleeps on 2 workers and
+/// `[tokio, wheel, floor]` for those on one thread.
 #[derive(Debug, Default, Clone, Copy)]
 struct Round {
     requests: [f64; 3],
-    sleeps: [f64; 2],
+    sleeps: [f64; 3],
     requests_mt: [f64; 3],
     sleeps_mt_cpu: [f64; 2],
 }
@@ -271,10 +347,14 @@ const KINDS: [Timeouts; 3] = [Timeouts::None, Timeouts::Tokio, Timeouts::Wheel];
 /// the ratio of the medians and that of each side's fastest round.
 fn interleaved(count: usize) {
     let delays = delays();
+    let order = sorted(&delays);
     let rounds: Vec<Round> = (0..count)
         .map(|round| Round {
             requests: turn(round, |k| ms(timed(requests(KINDS[k])))),
-            sleeps: turn(round, |k| ms(timed(sleeps(&delays, k == 1)))),
+            sleeps: turn(round, |k| match k {
+                2 => ms(timed(floor(&order))),
+                _ => ms(timed(sleeps(&delays, k == 1))),
+            }),
             requests_mt: turn(round, |k| ms(requests_multi_thread(KINDS[k]))),
             sleeps_mt_cpu: turn(round, |k| ms(sleeps_multi_thread(&delays, k == 1))),
         })
@@ -315,7 +395,21 @@ fn interleaved(count: usize) {
     requests("timeouts_1m (current-thread, paused clock)", &|r| {
         r.requests
     });
-    sleeps("sleeps_200k (current-thread, paused clock)", &|r| r.sleeps);
+    sleeps("sleeps_200k (current-thread, paused clock)", &|r| {
+        [r.sleeps[0], r.sleeps[1]]
+    });
+    // What each timer adds over the floor, as "what a timeout adds" is
+    // read over the loop with none.
+    let over = |t: [f64; 3]| (t[1] - t[2]) / (t[0] - t[2]);
+    let medians: [f64; 3] = std::array::from_fn(|k| med(&|r| r.sleeps[k]));
+    println!(
+        "  floor (no timer cost of its own): ratio to tokio {:.3}, median ms {:.1}; \
+         what the timer adds over it: ratio {:.3} [{:.3}]",
+        med(&|r| r.sleeps[2] / r.sleeps[0]),
+        medians[2],
+        med(&|r| over(r.sleeps)),
+        over(medians),
+    );
     requests(
         &format!("timeouts_1m, {TASKS} tasks (2 workers, real clock)"),
         &|r| r.requests_mt,
