@@ -28,6 +28,7 @@ use support::median;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -143,15 +144,16 @@ async fn sleeps(delays: &[Duration], wheel: bool) {
 
 /// The floor under any timer that Tokio's own timer wakes: the tasks of
 /// [`sleeps`], each waiting on a slot of its own in one table, woken in
-/// deadline order by one task that sleeps on Tokio's timer until each
-/// deadline millisecond in turn. The deadlines come sorted (`order`, made
-/// outside the timed part): no clock is read per sleep, nothing is filed,
-/// cascaded or cancelled. A real timer pays all of that on top; the runtime
-/// wakes once per deadline millisecond here as it must for any timer on a
-/// millisecond grid.
-async fn floor(order: &[(Duration, usize)]) {
+/// deadline order by one task of its own (as the wheel's driver is) that
+/// sleeps on Tokio's timer until each deadline millisecond in turn, while
+/// the bench's task awaits them as in [`sleeps`]. The deadlines come sorted
+/// (`order`, made outside the timed part): no clock is read per sleep,
+/// nothing is filed, cascaded or cancelled. A real timer pays all of that
+/// on top; the runtime wakes once per deadline millisecond here, as it must
+/// for any timer on a millisecond grid.
+async fn floor(order: Arc<[(Duration, usize)]>) {
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex};
+    use std::sync::Mutex;
     use std::task::Waker;
 
     struct Table {
@@ -184,29 +186,32 @@ async fn floor(order: &[(Duration, usize)]) {
         .map(|i| tokio::spawn(Wait(Arc::clone(&table), i)))
         .collect();
     let start = tokio::time::Instant::now();
-    let mut woken = Vec::new();
-    let mut tick = Duration::ZERO;
-    for &(delay, i) in order {
-        if delay != tick {
-            woken.drain(..).for_each(Waker::wake);
-            tokio::time::sleep_until(start + delay).await;
-            tick = delay;
+    let firer = tokio::spawn(async move {
+        let mut woken = Vec::new();
+        let mut tick = Duration::ZERO;
+        for &(delay, i) in order.iter() {
+            if delay != tick {
+                woken.drain(..).for_each(Waker::wake);
+                tokio::time::sleep_until(start + delay).await;
+                tick = delay;
+            }
+            let mut wakers = table.wakers.lock().unwrap();
+            table.fired[i].store(true, Ordering::Release);
+            woken.extend(wakers[i].take());
         }
-        let mut wakers = table.wakers.lock().unwrap();
-        table.fired[i].store(true, Ordering::Release);
-        woken.extend(wakers[i].take());
-    }
-    woken.drain(..).for_each(Waker::wake);
+        woken.drain(..).for_each(Waker::wake);
+    });
     for task in tasks {
         task.await.unwrap();
     }
+    firer.await.unwrap();
 }
 
 /// `delays` with their places, sorted by deadline, for [`floor`].
-fn sorted(delays: &[Duration]) -> Vec<(Duration, usize)> {
+fn sorted(delays: &[Duration]) -> Arc<[(Duration, usize)]> {
     let mut order: Vec<_> = delays.iter().copied().zip(0..).collect();
     order.sort_unstable();
-    order
+    order.into()
 }
 
 fn timed<F: Future<Output = ()>>(future: F) -> Duration {
@@ -242,7 +247,7 @@ fn criterion_sleeps(c: &mut Criterion) {
     }
     let order = sorted(&delays);
     group.bench_function("floor", |b| {
-        b.iter_custom(|iters| (0..iters).map(|_| timed(floor(&order))).sum())
+        b.iter_custom(|iters| (0..iters).map(|_| timed(floor(Arc::clone(&order)))).sum())
     });
     group.finish();
 }
@@ -352,7 +357,7 @@ fn interleaved(count: usize) {
         .map(|round| Round {
             requests: turn(round, |k| ms(timed(requests(KINDS[k])))),
             sleeps: turn(round, |k| match k {
-                2 => ms(timed(floor(&order))),
+                2 => ms(timed(floor(Arc::clone(&order)))),
                 _ => ms(timed(sleeps(&delays, k == 1))),
             }),
             requests_mt: turn(round, |k| ms(requests_multi_thread(KINDS[k]))),
