@@ -225,6 +225,24 @@ on_both! {
     }
 }
 
+/// Regression: `ttw --help` opened with the timer crate's description ("A
+/// shared, fast, loss-free hierarchical timing wheel...") instead of saying
+/// what the tool does.
+#[tokio::test]
+async fn help_says_what_the_tool_does() {
+    let help = run(&["--help".to_string()]).await;
+    assert_eq!(help.code, 0, "{help:?}");
+    let first = help.stdout.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("Operate a tokio-timing-wheel durable task store"),
+        "{help:?}"
+    );
+    assert!(
+        !help.stdout.contains("hierarchical timing wheel"),
+        "{help:?}"
+    );
+}
+
 /// Errors are one line and exit 1 (usage errors are clap's, exit 2): no
 /// database named, a file that is not there (not created by mistake), a
 /// URL nothing answers, a URL of another kind, `--schema` on SQLite, a bad
@@ -270,6 +288,14 @@ async fn errors_are_one_line_and_a_non_zero_exit() {
     ttw(&db, &["redrive", "--all", "--state", "scheduled"])
         .await
         .refused("only finished tasks");
+    // Regression: `--in -5m` was a usage error from the argument parser
+    // ("unexpected argument '-5'"), not the tool's own line.
+    ttw(&db, &["schedule", "x", "--in", "-5m"])
+        .await
+        .refused("--in: a delay cannot be negative");
+    ttw(&db, &["redrive", "--all", "--spread", "-1m"])
+        .await
+        .refused("--spread: a delay cannot be negative");
     let usage = ttw(&db, &["show"]).await;
     assert_eq!(usage.code, 2, "{usage:?}");
     assert!(!usage.stderr.contains("panicked"), "{usage:?}");

@@ -20,7 +20,7 @@ use settings::{fast, wait_state};
 use sqlx::Connection;
 use tokio::sync::Notify;
 use tokio_timing_wheel::durable::{
-    NewTask, Redrive, Scheduled, Scheduler, SchedulerBuilder, TaskId, TaskState,
+    Backoff, NewTask, Redrive, Scheduled, Scheduler, SchedulerBuilder, TaskId, TaskState,
 };
 
 /// What the handler saw: task, payload, when it ran, when it was due.
@@ -220,6 +220,64 @@ on_both! {
         release.notify_one();
         wait_state(&store, id, TaskState::Done, Duration::from_secs(10)).await;
         assert_eq!(*payloads.lock().unwrap(), vec![b"original".to_vec()]);
+        scheduler.shutdown().await.unwrap();
+    }
+}
+
+on_both! {
+    /// Regression: a task waiting for its retry was taken for pending. After
+    /// its first attempt failed, a replacement answered `Replaced`, the
+    /// stored payload became the new one, the backoff was skipped (the
+    /// retry ran seconds early) and the retry was delivered with the new
+    /// payload, where the docs promise that retries go on with the payload
+    /// the attempt was claimed with. Now it answers `Existing` and changes
+    /// nothing: the retry runs at its backoff's time with the original.
+    async fn a_task_waiting_for_its_retry_is_not_replaced(db: Db) {
+        let store = db.open().await;
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let scheduler = {
+            let seen = seen.clone();
+            fast(&store)
+                .backoff(Backoff::exponential(Duration::from_secs(2), Duration::from_secs(2)))
+                .start(move |task| {
+                    let seen = seen.clone();
+                    async move {
+                        seen.lock().unwrap().push((task.payload().to_vec(), task.attempt(), SystemTime::now()));
+                        if task.attempt() == 1 {
+                            Err("the first attempt fails".to_string())
+                        } else {
+                            Ok(())
+                        }
+                    }
+                })
+                .await
+                .unwrap()
+        };
+        let id = store.schedule("original").idempotency_key("retry-me").await.unwrap();
+        // Wait for the failed first attempt's outcome: scheduled again, for
+        // its retry.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let waiting = loop {
+            let info = store.get(id).await.unwrap().unwrap();
+            if info.attempts == 1 && info.state == TaskState::Scheduled {
+                break info;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no retry scheduled: {info:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+
+        let r = store.schedule("newer").idempotency_key("retry-me").replace_pending().submit().await.unwrap();
+        assert_eq!(r, Scheduled::Existing(id));
+        let after = store.get(id).await.unwrap().unwrap();
+        assert_eq!(after.payload, b"original");
+        assert_eq!(after.run_at, waiting.run_at, "the retry's time is kept");
+        assert_eq!(after.state, TaskState::Scheduled);
+
+        wait_state(&store, id, TaskState::Done, Duration::from_secs(15)).await;
+        let seen = seen.lock().unwrap().clone();
+        let attempts: Vec<(Vec<u8>, u32)> = seen.iter().map(|(p, a, _)| (p.clone(), *a)).collect();
+        assert_eq!(attempts, vec![(b"original".to_vec(), 1), (b"original".to_vec(), 2)]);
+        assert!(seen[1].2 >= waiting.run_at, "the retry ran before its backoff's time");
         scheduler.shutdown().await.unwrap();
     }
 }

@@ -185,6 +185,47 @@ on_both! {
 }
 
 on_both! {
+    /// Regression: a cron occurrence later than `missed_after` ran as if on
+    /// time. With a cron every second and `missed_after` 2 s, a node whose
+    /// first pass came 2.1 s after an occurrence made that occurrence a
+    /// task under `Skip`, and two (the last missed and that one) under
+    /// `Last`: the cutoff lost its milliseconds on its way to the cron
+    /// computation. Now `Skip` runs none of the occurrences more than 2 s
+    /// late and `Last` exactly one; the interval schedule beside them, as
+    /// before.
+    async fn a_cron_occurrence_later_than_missed_after_is_missed(db: Db) {
+        let store = db.open().await;
+        let late = Duration::from_secs(2);
+        for (name, policy) in [("skip", CatchUp::Skip), ("last", CatchUp::Last)] {
+            let schedule = Recurring::cron(name, "* * * * * *").catch_up(policy).missed_after(late);
+            assert_eq!(store.register_recurring(schedule).await.unwrap(), Registered::Created);
+        }
+        let first = next_at(&store, "skip").await.max(next_at(&store, "last").await);
+        // No node runs while occurrences pass; it starts 2.1 s after the
+        // occurrence `first + 2 s`, so its cutoff falls 100 ms after that
+        // occurrence (900 ms of room before the next one is missed too).
+        let x = first + 2_000;
+        let until = UNIX_EPOCH + Duration::from_millis((x + 2_100) as u64);
+        tokio::time::sleep(until.duration_since(SystemTime::now()).unwrap_or_default()).await;
+        let started = ms(SystemTime::now());
+        let log = Log::default();
+        let scheduler = start_logging(fast(&store), &log).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        scheduler.shutdown().await.unwrap();
+        assert!(started - x < 3_000, "the node started {} ms after the occurrence", started - x);
+
+        let missed_ran = |name: &str| -> Vec<i64> {
+            log.occurrences(name).into_keys().filter(|t| *t <= x).collect()
+        };
+        assert_eq!(missed_ran("skip"), Vec::<i64>::new(), "skip ran a missed occurrence");
+        assert_eq!(missed_ran("last"), vec![x], "last runs the latest missed occurrence, once");
+        for name in ["skip", "last"] {
+            assert!(log.occurrences(name).contains_key(&(x + 3_000)), "{name} went on with the next occurrences");
+        }
+    }
+}
+
+on_both! {
     /// Registering again with the same definition changes nothing; another
     /// definition under the name is refused; update, pause (which deletes
     /// the occurrences made tasks and not started), resume and delete do

@@ -2,9 +2,11 @@
 //! rather than its id, and the replacement behind
 //! [`Schedule::replace_pending`](super::Schedule::replace_pending).
 //!
-//! What each does depends on where the key's task is: only a task still
-//! scheduled (not claimed) changes. A running task goes on as it was
-//! claimed; a finished one (done, dead, cancelled) keeps its key until the
+//! What each does depends on where the key's task is: cancel and
+//! reschedule change a task that is scheduled (never claimed, or waiting
+//! for its retry); a replacement changes only a pending task (scheduled and
+//! never claimed), never one waiting for its retry. A running task goes on
+//! as it was claimed; a finished one (done, dead, cancelled) keeps its key until the
 //! retention sweep deletes it, and is left alone.
 
 use std::time::SystemTime;
@@ -18,6 +20,12 @@ use super::notify::{Announced, ANNOUNCED};
 use super::store::{Scheduled, Store, Target};
 use super::task::{TaskId, TaskInfo, TaskState};
 use super::Error;
+
+/// A task that is pending: scheduled and never claimed. A task waiting for
+/// its retry is scheduled too, but has had an attempt: its retries go on
+/// with the payload the failed attempt was claimed with, at the time its
+/// backoff set, so a replacement leaves it alone.
+const PENDING: &str = "state = 'scheduled' AND attempts = 0";
 
 /// How many times a replacement looks again when the key's task changed
 /// between its statements (created, claimed or deleted by another writer).
@@ -140,7 +148,7 @@ impl Store {
         Ok(outcome)
     }
 
-    /// The replacement on `conn`: the key's task, if scheduled, takes
+    /// The replacement on `conn`: the key's task, if pending, takes
     /// `row`'s payload, and its time and attempt limit if they were given;
     /// without a task for the key, `row` is inserted. Returns what was done
     /// and, for a task created or replaced, the task to announce. A
@@ -148,9 +156,9 @@ impl Store {
     ///
     /// Three statements, each atomic by itself, so it works alike inside
     /// and outside a transaction and on both backends: update the key's
-    /// scheduled task; else insert, unless the key is taken; else read the
-    /// key's task. Only if that task was scheduled after all (another
-    /// writer got in between) does it go round again.
+    /// pending task; else insert, unless the key is taken; else read the
+    /// key's task. Only if that task was pending after all (another writer
+    /// got in between) does it go round again.
     pub(crate) async fn upsert_on(
         &self,
         conn: Conn<'_>,
@@ -167,13 +175,13 @@ impl Store {
             "UPDATE {tasks} SET payload = $2, run_at = COALESCE($3, run_at), \
              max_attempts = COALESCE($4, max_attempts), priority = COALESCE($5, priority), \
              updated_at = {clock} \
-             WHERE idempotency_key = $1 AND state = 'scheduled' RETURNING {ANNOUNCED}"
+             WHERE idempotency_key = $1 AND {PENDING} RETURNING {ANNOUNCED}"
         ));
         let insert = self.notifier().announcing(&format!(
             "INSERT INTO {tasks} (run_at, payload, idempotency_key, max_attempts, queue, priority, created_at, updated_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, {clock}) ON CONFLICT (idempotency_key) DO NOTHING RETURNING {ANNOUNCED}"
         ));
-        let look = format!("SELECT id, state FROM {tasks} WHERE idempotency_key = $1");
+        let look = format!("SELECT id, state, attempts FROM {tasks} WHERE idempotency_key = $1");
         let new_time = row.time_given.then_some(row.run_at);
         with_conn!(conn, c => {
             for _ in 0..REPLACE_TRIES {
@@ -206,7 +214,8 @@ impl Store {
                 }
                 if let Some(r) = sqlx::query(&look).bind(key).fetch_optional(&mut *c).await? {
                     let state = TaskState::from_sql(r.try_get("state")?)?;
-                    if state != TaskState::Scheduled {
+                    let attempts: i64 = r.try_get("attempts")?;
+                    if state != TaskState::Scheduled || attempts > 0 {
                         return Ok((Scheduled::Existing(TaskId(r.try_get("id")?)), None));
                     }
                 }

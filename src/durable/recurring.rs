@@ -166,11 +166,25 @@ impl Recurring {
     }
 
     /// A schedule named `name` that recurs as the cron expression
-    /// `expression` says: five fields (minute, hour, day of month, month,
-    /// day of week) or six with seconds first; names (`MON`, `JAN`),
-    /// ranges, steps, lists, `L`, `W` and `#` as in Vixie cron and Quartz
-    /// (parsed by the `croner` crate), in UTC unless
-    /// [`time_zone`](Self::time_zone) says otherwise.
+    /// `expression` says, in UTC unless [`time_zone`](Self::time_zone) says
+    /// otherwise.
+    ///
+    /// The dialect (parsed by the `croner` crate, with two checks of our
+    /// own): five fields (minute, hour, day of month, month, day of week)
+    /// or six with seconds first, never a year field. Each field is `*`, a
+    /// number, a name (`JAN`-`DEC`, `SUN`-`SAT`), a range `a-b`, a step
+    /// `*/n` or `a-b/n`, or a list of these (`1,15,30`; an empty item, as
+    /// in `1,,2`, is refused naming the field). The day of month also takes
+    /// `L` (the last day) and `nW` (the weekday nearest day `n`); the day
+    /// of week `L` (`5L`, the last Friday) and `#` (`1#2`, the second
+    /// Monday); both day fields take `?`, which means any day, as `*` (as
+    /// in Quartz). The nicknames `@yearly`, `@annually`, `@monthly`,
+    /// `@weekly`, `@daily` and `@hourly` stand for their five fields. When
+    /// both day fields are restricted, a day matches if either does (as in
+    /// Vixie cron), or if both do when the day of week starts with `+`
+    /// (`0 0 1-7 * +MON`, the first Monday). Anything else is refused with
+    /// [`Error::is_invalid_schedule`](super::Error::is_invalid_schedule),
+    /// naming the field at fault.
     ///
     /// Daylight-saving transitions: an occurrence in the hour that does not
     /// exist (spring forward) runs at the first time after the gap; in an

@@ -665,13 +665,16 @@ impl Schedule<'_> {
     /// option. This is the debounce of job queues: each event pushes the
     /// one pending task back and gives it the latest payload.
     ///
-    /// A task that a node has claimed (running), or that has finished
-    /// (done, dead, cancelled: kept until the retention sweep), is not
-    /// pending: nothing is changed, and the answer is
-    /// [`Scheduled::Existing`]. A running attempt goes on with the payload
-    /// it was claimed with, and its retries too. To run again after it,
-    /// schedule under a new key (for example with a generation number in
-    /// it).
+    /// A task that a node has claimed (running), that is waiting for a
+    /// retry after a failed attempt (or for its redelivery after a lost
+    /// one), or that has finished (done, dead, cancelled: kept until the
+    /// retention sweep), is not pending: nothing is changed, and the answer
+    /// is [`Scheduled::Existing`]. A running attempt goes on with the
+    /// payload it was claimed with, and its retries too, each at the time
+    /// its backoff set: a retry repeats the exact request that failed. To
+    /// run again after it, schedule under a new key (for example with a
+    /// generation number in it). A dead task [redriven](Store::redrive)
+    /// starts its attempts again and is pending until it is claimed.
     ///
     /// A key is required: without one the schedule fails with
     /// [`Error::is_config`].

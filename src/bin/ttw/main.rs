@@ -19,7 +19,7 @@ use tokio_timing_wheel::durable::{Store, TaskState};
 /// schedules; schedule, cancel, reschedule and redrive tasks; serve a
 /// dashboard and Prometheus metrics.
 #[derive(Debug, Parser)]
-#[command(name = "ttw", version, about)]
+#[command(name = "ttw", version)]
 struct Cli {
     /// The store: a SQLite file's path (or `sqlite:PATH`), or a PostgreSQL
     /// URL (`postgres://...`).
@@ -131,7 +131,12 @@ struct ListArgs {
 #[derive(Debug, Args)]
 struct When {
     /// Due after this long (e.g. 30s, 5m, 1h 30m).
-    #[arg(long = "in", value_name = "DURATION", conflicts_with = "at")]
+    #[arg(
+        long = "in",
+        value_name = "DURATION",
+        conflicts_with = "at",
+        allow_hyphen_values = true
+    )]
     after: Option<String>,
     /// Due at this time (RFC 3339, e.g. 2026-11-25T10:00:00Z).
     #[arg(long, value_name = "TIME")]
@@ -189,7 +194,13 @@ struct RedriveArgs {
     limit: u64,
     /// With --all: spread the due times from now over this span (groups of
     /// at most 500 tasks share a time), e.g. 10m.
-    #[arg(long, value_name = "DURATION", default_value = "0s", requires = "all")]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "0s",
+        requires = "all",
+        allow_hyphen_values = true
+    )]
     spread: String,
 }
 
@@ -302,7 +313,14 @@ async fn open(database: &str, schema: Option<&str>, creating: bool) -> Result<St
 }
 
 /// A duration as the command line writes it: `30s`, `5m`, `1h 30m`.
+/// A duration written with a minus sign (`-5m`) is refused as negative,
+/// not as a flag the tool does not know.
 pub(crate) fn parse_duration(what: &str, text: &str) -> Result<Duration> {
+    if text.trim_start().starts_with('-') {
+        return Err(Failure(format!(
+            "{what}: a delay cannot be negative: {text:?} (for a time in the past, use --at)"
+        )));
+    }
     humantime::parse_duration(text).map_err(|err| {
         Failure(format!(
             "{what}: not a duration: {text:?} ({err}; try 30s, 5m, 1h)"

@@ -32,6 +32,7 @@ fn parser() -> CronParser {
 /// Parses a cron expression; an invalid one fails naming the field at
 /// fault: the one whose replacement by `*` makes the expression valid.
 pub(super) fn parse_cron(expression: &str) -> Result<Cron, Error> {
+    refuse_empty_items(expression)?;
     let parser = parser();
     match parser.parse(expression) {
         Ok(cron) => Ok(cron),
@@ -64,6 +65,44 @@ pub(super) fn parse_cron(expression: &str) -> Result<Cron, Error> {
     }
 }
 
+/// `t` (ms since the epoch) down to its whole second.
+///
+/// The cron library counts in whole seconds and drops the milliseconds of a
+/// time it is given: every time that crosses into it is rounded here, in
+/// the direction its use needs, so a cutoff of 10:00:02.500 is never read
+/// as 10:00:02. Occurrences come out on whole seconds, so the milliseconds
+/// they carry are exact.
+fn floor_second(t: i64) -> i64 {
+    t.div_euclid(1000) * 1000
+}
+
+/// `t` (ms since the epoch) up to its whole second (see [`floor_second`]).
+fn ceil_second(t: i64) -> Result<i64, Error> {
+    floor_second(t)
+        .checked_add(if t.rem_euclid(1000) == 0 { 0 } else { 1000 })
+        .ok_or_else(|| Error::out_of_range("an occurrence's time"))
+}
+
+/// Refuses a list with an empty item (`1,,2`, `,5`, `5,`), naming the
+/// field: the cron library reads it as if the item were not there, where a
+/// user most likely lost a number.
+fn refuse_empty_items(expression: &str) -> Result<(), Error> {
+    let fields: Vec<&str> = expression.split_whitespace().collect();
+    let names: &[&str] = match fields.len() {
+        5 => &FIVE,
+        6 => &SIX,
+        _ => return Ok(()),
+    };
+    for (field, name) in fields.iter().zip(names) {
+        if field.contains(',') && field.split(',').any(str::is_empty) {
+            return Err(Error::invalid_schedule(format!(
+                "the cron expression '{expression}' has an invalid {name} field '{field}' (a list with an empty item)"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// When a schedule recurs, parsed: occurrences as milliseconds since the
 /// Unix epoch.
 pub(super) enum Rule {
@@ -87,8 +126,9 @@ impl Rule {
     /// occurrence).
     pub(super) fn after(&self, t: i64) -> Result<i64, Error> {
         match self {
+            // Strictly after `t` is strictly after its whole second.
             Rule::Cron(cron, zone) => Ok(cron
-                .find_next_occurrence(&Rule::at(*zone, t)?, false)
+                .find_next_occurrence(&Rule::at(*zone, floor_second(t))?, false)
                 .map_err(Rule::cron_err)?
                 .timestamp_millis()),
             Rule::Every(every) => t
@@ -113,7 +153,9 @@ impl Rule {
                 Ok((latest, first_kept))
             }
             Rule::Cron(cron, zone) => {
-                let cut = Rule::at(*zone, cutoff)?;
+                // At or after `cutoff` is at or after its second rounded
+                // up, and before `cutoff` is before that second.
+                let cut = Rule::at(*zone, ceil_second(cutoff)?)?;
                 let first_kept = cron
                     .find_next_occurrence(&cut, true)
                     .map_err(Rule::cron_err)?
@@ -249,5 +291,64 @@ mod tests {
             ]
         );
         assert_eq!(next, utc("2026-01-01T04:00:00Z"));
+    }
+
+    /// Regression: the cutoff lost its milliseconds on its way into the
+    /// cron library, so an occurrence up to 999 ms older than the cutoff
+    /// counted as on time: with a cutoff 500 ms after an every-second
+    /// occurrence, that occurrence was taken as the first on time (and run
+    /// under `CatchUp::Skip`), and the missed list ended a second early.
+    #[test]
+    fn a_cron_cutoff_keeps_its_milliseconds() {
+        let cron = Recurring::cron("c", "* * * * * *").check().unwrap();
+        let start = utc("2026-01-01T00:00:00Z");
+        let (missed, next) = cron.missed(start, start + 2_500).unwrap();
+        assert_eq!(missed, vec![start, start + 1_000, start + 2_000]);
+        assert_eq!(next, start + 3_000);
+        // A cutoff on a whole second: that occurrence is on time.
+        let (missed, next) = cron.missed(start, start + 2_000).unwrap();
+        assert_eq!(missed, vec![start, start + 1_000]);
+        assert_eq!(next, start + 2_000);
+        // A minute cron whose cutoff falls in the first second after an
+        // occurrence.
+        let minute = Recurring::cron("m", "* * * * *").check().unwrap();
+        let (missed, next) = minute.missed(start, start + 60_001).unwrap();
+        assert_eq!(missed, vec![start, start + 60_000]);
+        assert_eq!(next, start + 120_000);
+        // Strictly after a time with milliseconds, and before the epoch.
+        assert_eq!(cron.after(start + 999).unwrap(), start + 1_000);
+        assert_eq!(cron.after(start + 1_000).unwrap(), start + 2_000);
+        assert_eq!(cron.after(-1_500).unwrap(), -1_000);
+        assert_eq!(floor_second(-1_500), -2_000);
+        assert_eq!(ceil_second(-1_500).unwrap(), -1_000);
+        assert_eq!(ceil_second(-2_000).unwrap(), -2_000);
+    }
+
+    /// Regression: a list with an empty item (`1,,2`) was accepted, read as
+    /// if the item were not there. It is refused naming the field; `?` in
+    /// the day fields is accepted, documented as "any day" (as `*`).
+    #[test]
+    fn an_empty_list_item_is_refused_naming_its_field() {
+        for (expression, field) in [
+            ("1,,2 * * * *", "minute field '1,,2'"),
+            ("0 ,5 * * *", "hour field ',5'"),
+            ("0 0 1, * *", "day of month field '1,'"),
+            ("0 1,,2 * * * *", "minute field '1,,2'"),
+        ] {
+            let err = parse_cron(expression).err().unwrap();
+            assert!(err.is_invalid_schedule(), "{err}");
+            assert!(err.to_string().contains(field), "{expression}: {err}");
+        }
+        let any_day = parse_cron("0 0 ? * *").unwrap();
+        let every_day = parse_cron("0 0 * * *").unwrap();
+        let t = Rule::at(chrono_tz::UTC, utc("2026-01-01T12:00:00Z")).unwrap();
+        assert_eq!(
+            any_day.find_next_occurrence(&t, false).unwrap(),
+            every_day.find_next_occurrence(&t, false).unwrap()
+        );
+        assert!(
+            parse_cron("? 0 * * *").is_err(),
+            "`?` only in the day fields"
+        );
     }
 }
