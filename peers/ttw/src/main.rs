@@ -8,7 +8,7 @@ mod harness;
 mod polling;
 
 use harness::{Backend, Contender, Payload, Scenario, CONCURRENCY};
-use tokio_timing_wheel::durable::{Scheduler, Store};
+use ttw_durable::{Scheduler, Store};
 
 async fn store(backend: &Backend) -> Store {
     match backend {

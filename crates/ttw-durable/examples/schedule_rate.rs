@@ -1,0 +1,131 @@
+//! How fast tasks are scheduled: single schedules (16 in flight) and
+//! batches of 1,000 (`Store::schedule_batch`, one at a time), on a fresh
+//! SQLite file or PostgreSQL schema, with no scheduler running.
+//!
+//! ```text
+//! cargo run --release -p ttw-durable --example schedule_rate
+//! cargo run --release -p ttw-durable --example schedule_rate -- --postgres postgres://postgres@127.0.0.1:55432/postgres
+//! ```
+//!
+//! Options: `--tasks N` (tasks per measurement, default 50,000),
+//! `--batch N` (tasks per batch, default 1,000), `--postgres URL`.
+
+use std::time::{Duration, Instant};
+
+use futures::{stream, StreamExt};
+use ttw_durable::{NewTask, Store, StoreBuilder};
+
+struct Options {
+    postgres: Option<String>,
+    tasks: usize,
+    batch: usize,
+}
+
+fn parse() -> Result<Options, String> {
+    let mut o = Options {
+        postgres: None,
+        tasks: 50_000,
+        batch: 1_000,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
+        match arg.as_str() {
+            "--postgres" => o.postgres = Some(value("--postgres")?),
+            "--tasks" => {
+                o.tasks = value("--tasks")?
+                    .parse()
+                    .map_err(|e| format!("--tasks: {e}"))?
+            }
+            "--batch" => {
+                o.batch = value("--batch")?
+                    .parse()
+                    .map_err(|e| format!("--batch: {e}"))?
+            }
+            other => {
+                return Err(format!(
+                    "unknown argument {other} (try --postgres URL, --tasks N, --batch N)"
+                ))
+            }
+        }
+    }
+    if o.tasks == 0 || o.batch == 0 {
+        return Err("--tasks and --batch must be at least 1".into());
+    }
+    Ok(o)
+}
+
+#[tokio::main]
+async fn main() {
+    let o = match parse() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("schedule_rate: {e}");
+            std::process::exit(2);
+        }
+    };
+    let dir = std::env::temp_dir().join(format!("ttw-schedule-rate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create a temporary directory");
+    let store = match &o.postgres {
+        Some(url) => {
+            StoreBuilder::default()
+                .postgres_schema(format!("schedule_rate_{}", std::process::id()))
+                .postgres(url)
+                .await
+        }
+        None => Store::sqlite(dir.join("tasks.db")).await,
+    };
+    let store = match store {
+        Ok(store) => store,
+        Err(e) => {
+            eprintln!("schedule_rate: {e}");
+            let _ = std::fs::remove_dir_all(&dir);
+            std::process::exit(1);
+        }
+    };
+    let backend = if o.postgres.is_some() {
+        "PostgreSQL"
+    } else {
+        "SQLite"
+    };
+    let later = Duration::from_secs(3600);
+
+    let started = Instant::now();
+    let single = stream::iter(0..o.tasks)
+        .map(|i| {
+            let store = store.clone();
+            async move { store.schedule(i.to_le_bytes().to_vec()).delay(later).await }
+        })
+        .buffer_unordered(16)
+        .filter(|r| std::future::ready(r.is_ok()))
+        .count()
+        .await;
+    let single_rate = single as f64 / started.elapsed().as_secs_f64();
+
+    let started = Instant::now();
+    let mut batched = 0;
+    let mut left = o.tasks;
+    while left > 0 {
+        let n = left.min(o.batch);
+        let batch = (0..n).map(|i| NewTask::new(i.to_le_bytes().to_vec()).delay(later));
+        match store.schedule_batch(batch).await {
+            Ok(done) => batched += done.len(),
+            Err(e) => {
+                eprintln!("schedule_rate: a batch failed: {e}");
+                break;
+            }
+        }
+        left -= n;
+    }
+    let batch_rate = batched as f64 / started.elapsed().as_secs_f64();
+
+    println!("{backend}: {single} single schedules (16 in flight) at {single_rate:.0}/s");
+    println!(
+        "{backend}: {batched} tasks in batches of {} at {batch_rate:.0}/s",
+        o.batch
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    if single < o.tasks || batched < o.tasks {
+        std::process::exit(1);
+    }
+}

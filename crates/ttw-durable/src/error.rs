@@ -1,0 +1,315 @@
+//! The error returned by the durable layer.
+
+use std::fmt;
+
+/// Why a durable operation failed.
+///
+/// Opaque, with one predicate per cause. Nothing in the durable layer panics
+/// on bad input or a failing database; it returns one of these.
+///
+/// # Examples
+///
+/// ```
+/// use ttw_durable::{Store, MAX_PAYLOAD};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), ttw_durable::Error> {
+/// let store = Store::sqlite_in_memory().await?;
+/// let err = store.schedule(vec![0; MAX_PAYLOAD + 1]).await.unwrap_err();
+/// assert!(err.is_payload_too_large());
+/// # Ok(())
+/// # }
+/// ```
+pub struct Error {
+    kind: Kind,
+    /// The task of a batch this error is about, from 0.
+    task: Option<usize>,
+}
+
+enum Kind {
+    Database(sqlx::Error),
+    /// The database named here could not be opened or reached.
+    Open(String, sqlx::Error),
+    Migrate(sqlx::migrate::MigrateError),
+    SchemaTooNew(i64),
+    PayloadTooLarge {
+        len: usize,
+    },
+    OutOfRange(&'static str),
+    Config(String),
+    InvalidKey(&'static str),
+    InvalidSchedule(String),
+    InvalidQueue(String),
+    Lost,
+    Closed,
+}
+
+impl Error {
+    pub(crate) fn payload_too_large(len: usize) -> Self {
+        Self::from_kind(Kind::PayloadTooLarge { len })
+    }
+
+    pub(crate) fn out_of_range(what: &'static str) -> Self {
+        Self::from_kind(Kind::OutOfRange(what))
+    }
+
+    pub(crate) fn config(what: impl Into<String>) -> Self {
+        Self::from_kind(Kind::Config(what.into()))
+    }
+
+    pub(crate) fn invalid_schedule(why: impl Into<String>) -> Self {
+        Self::from_kind(Kind::InvalidSchedule(why.into()))
+    }
+
+    pub(crate) fn invalid_queue(why: impl Into<String>) -> Self {
+        Self::from_kind(Kind::InvalidQueue(why.into()))
+    }
+
+    pub(crate) fn invalid_key(why: &'static str) -> Self {
+        Self::from_kind(Kind::InvalidKey(why))
+    }
+
+    /// `err` from opening `target` (a file path, or a PostgreSQL host).
+    pub(crate) fn open(target: String, err: sqlx::Error) -> Self {
+        Self::from_kind(Kind::Open(target, err))
+    }
+
+    pub(crate) fn lost() -> Self {
+        Self::from_kind(Kind::Lost)
+    }
+
+    pub(crate) fn closed() -> Self {
+        Self::from_kind(Kind::Closed)
+    }
+
+    fn from_kind(kind: Kind) -> Self {
+        Error { kind, task: None }
+    }
+
+    /// This error, about task `index` (from 0) of a batch.
+    pub(crate) fn in_batch(mut self, index: usize) -> Self {
+        self.task = Some(index);
+        self
+    }
+
+    /// For an error about one task of a batch given to
+    /// [`Store::schedule_batch`](crate::Store::schedule_batch), which task
+    /// (its place in the batch, from 0); the predicates say what is wrong
+    /// with it. `None` for any other error.
+    pub fn batch_index(&self) -> Option<usize> {
+        self.task
+    }
+
+    /// The database failed or could not be reached (connection refused,
+    /// timed out, a statement failed). [`std::error::Error::source`] holds
+    /// the driver's error.
+    pub fn is_database(&self) -> bool {
+        matches!(
+            self.kind,
+            Kind::Database(_) | Kind::Open(..) | Kind::Migrate(_)
+        )
+    }
+
+    /// The database could not write because its disk is full (SQLite's
+    /// "database or disk is full", also when a store's
+    /// [`sqlite_max_size`](crate::StoreBuilder::sqlite_max_size) is reached;
+    /// PostgreSQL's `disk_full`, SQLSTATE 53100). Such a write did not
+    /// happen: a schedule that fails with it stored nothing. Also
+    /// [`Error::is_database`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ttw_durable::Store;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let dir = std::env::temp_dir().join(format!("ttw-doc-full-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// // A database allowed to grow to 1 MiB, filled with 64 KiB payloads.
+    /// let store = Store::builder().sqlite_max_size(1 << 20).sqlite(dir.join("tasks.db")).await?;
+    /// let err = loop {
+    ///     if let Err(err) = store.schedule(vec![7; 64 << 10]).await {
+    ///         break err;
+    ///     }
+    /// };
+    /// assert!(err.is_disk_full() && err.is_database());
+    /// # drop(store);
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn is_disk_full(&self) -> bool {
+        match &self.kind {
+            Kind::Database(err) | Kind::Open(_, err) => disk_full(err),
+            Kind::Migrate(sqlx::migrate::MigrateError::Execute(err))
+            | Kind::Migrate(sqlx::migrate::MigrateError::ExecuteMigration(err, _)) => {
+                disk_full(err)
+            }
+            _ => false,
+        }
+    }
+
+    /// The database holds a schema from a newer version of this crate than
+    /// the running one; nothing was changed.
+    pub fn is_schema_too_new(&self) -> bool {
+        matches!(self.kind, Kind::SchemaTooNew(_))
+    }
+
+    /// A payload was larger than [`MAX_PAYLOAD`](crate::MAX_PAYLOAD) bytes.
+    pub fn is_payload_too_large(&self) -> bool {
+        matches!(self.kind, Kind::PayloadTooLarge { .. })
+    }
+
+    /// A time was outside what the store can hold: before the Unix epoch,
+    /// or after [`MAX_RUN_AT`](crate::MAX_RUN_AT).
+    pub fn is_out_of_range(&self) -> bool {
+        matches!(self.kind, Kind::OutOfRange(_))
+    }
+
+    /// A setting was invalid (for example zero shards, or a shard count
+    /// different from the one the schema was created with).
+    pub fn is_config(&self) -> bool {
+        matches!(self.kind, Kind::Config(_))
+    }
+
+    /// An idempotency key was empty or longer than
+    /// [`MAX_IDEMPOTENCY_KEY`](crate::MAX_IDEMPOTENCY_KEY) bytes; nothing
+    /// was stored.
+    pub fn is_invalid_key(&self) -> bool {
+        matches!(self.kind, Kind::InvalidKey(_))
+    }
+
+    /// A recurring schedule was refused: a cron expression that does not
+    /// parse (the message names the field), an unknown time zone, a bad
+    /// interval or name, or a name registered with another definition.
+    /// Nothing was written.
+    pub fn is_invalid_schedule(&self) -> bool {
+        matches!(self.kind, Kind::InvalidSchedule(_))
+    }
+
+    /// A queue name was empty, longer than
+    /// [`MAX_QUEUE_NAME`](crate::MAX_QUEUE_NAME) bytes, or held a character
+    /// other than ASCII letters, digits, `_`, `-`, `.` and `:`; nothing was
+    /// stored (or the scheduler did not start).
+    pub fn is_invalid_queue(&self) -> bool {
+        matches!(self.kind, Kind::InvalidQueue(_))
+    }
+
+    /// An `ack` or `nack` came too late: the attempt no longer belongs to
+    /// this delivery (its deadline passed and it was counted as failed, or
+    /// this node lost the task's shard). The task will be, or was, delivered
+    /// again.
+    pub fn is_lost(&self) -> bool {
+        matches!(self.kind, Kind::Lost)
+    }
+
+    /// The scheduler was shut down.
+    pub fn is_closed(&self) -> bool {
+        matches!(self.kind, Kind::Closed)
+    }
+}
+
+/// The cause of a failed open in words: the I/O error's own message
+/// ("Connection refused", "failed to lookup address information") or the
+/// server's ("password authentication failed for user ..."), without
+/// sqlx's wrapping.
+fn open_cause(err: &sqlx::Error) -> String {
+    match err {
+        sqlx::Error::Io(io) => io.to_string(),
+        sqlx::Error::Database(db) => db.message().to_string(),
+        sqlx::Error::PoolTimedOut => "timed out waiting for a connection".to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// SQLite's `SQLITE_FULL` (primary result code 13) or PostgreSQL's
+/// `disk_full` (SQLSTATE 53100).
+fn disk_full(err: &sqlx::Error) -> bool {
+    const SQLITE_FULL: i64 = 13;
+    const PG_DISK_FULL: &str = "53100";
+    let sqlx::Error::Database(db) = err else {
+        return false;
+    };
+    let Some(code) = db.code() else {
+        return false;
+    };
+    if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+        code.parse::<i64>().is_ok_and(|c| c & 0xff == SQLITE_FULL)
+    } else {
+        code == PG_DISK_FULL
+    }
+}
+
+impl From<sqlx::Error> for Error {
+    fn from(err: sqlx::Error) -> Self {
+        Self::from_kind(Kind::Database(err))
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for Error {
+    fn from(err: sqlx::migrate::MigrateError) -> Self {
+        match err {
+            sqlx::migrate::MigrateError::VersionMissing(v) => {
+                Self::from_kind(Kind::SchemaTooNew(v))
+            }
+            err => Self::from_kind(Kind::Migrate(err)),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(index) = self.task {
+            write!(f, "task {index} of the batch (nothing was stored): ")?;
+        }
+        match &self.kind {
+            Kind::Database(err) if disk_full(err) => {
+                write!(
+                    f,
+                    "database error (the disk is full; nothing was written): {err}"
+                )
+            }
+            Kind::Database(err) => write!(f, "database error: {err}"),
+            Kind::Open(target, err) => write!(f, "could not open {target}: {}", open_cause(err)),
+            Kind::Migrate(err) => write!(f, "schema migration failed: {err}"),
+            Kind::SchemaTooNew(v) => write!(
+                f,
+                "the database schema is newer than this version of the crate (it has migration {v})"
+            ),
+            Kind::PayloadTooLarge { len } => write!(
+                f,
+                "payload of {len} bytes is larger than the limit of {} bytes",
+                crate::MAX_PAYLOAD
+            ),
+            Kind::OutOfRange(what) => write!(f, "{what} is out of range"),
+            Kind::Config(what) => write!(f, "invalid configuration: {what}"),
+            Kind::InvalidKey(why) => write!(f, "invalid idempotency key: {why}"),
+            Kind::InvalidSchedule(why) => write!(f, "invalid recurring schedule: {why}"),
+            Kind::InvalidQueue(why) => write!(f, "invalid queue name: {why}"),
+            Kind::Lost => f.write_str("the delivery no longer holds its task"),
+            Kind::Closed => f.write_str("the scheduler was shut down"),
+        }
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            Kind::Database(err) => f.debug_tuple("Database").field(err).finish(),
+            Kind::Open(target, err) => f.debug_tuple("Open").field(target).field(err).finish(),
+            Kind::Migrate(err) => f.debug_tuple("Migrate").field(err).finish(),
+            _ => write!(f, "Error({self})"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.kind {
+            Kind::Database(err) | Kind::Open(_, err) => Some(err),
+            Kind::Migrate(err) => Some(err),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,773 @@
+//! Recurring schedules: a named cron expression (in a time zone) or fixed
+//! interval whose occurrences become ordinary tasks, each exactly once
+//! across all nodes.
+//!
+//! How: a schedule lives in a shard (a hash of its name), and the node that
+//! holds that shard's lease makes its occurrences tasks shortly before they
+//! are due ([`ahead`]), each under the idempotency key
+//! `ttw:recurring:<name>:<occurrence ms>`, in the same transaction that
+//! moves the schedule's `next_at` past them, fenced on the `next_at` and
+//! `version` it read. Two nodes that both think they hold the shard (a lease
+//! moving) write the same keys, and one of them writes nothing; a node that
+//! dies leaves the schedule to whoever takes its shard. What happens to
+//! occurrences no node made a task in time (all nodes down) is the
+//! schedule's [`CatchUp`] policy.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::{Duration, SystemTime};
+
+use chrono_tz::Tz;
+use sqlx::Row;
+
+use crate::claims::priority_from_sql;
+use crate::db::{fnv1a, from_ms, ms, now_ms, placeholders, with_pool, Urgency};
+use crate::queue::{check_queue, DEFAULT_QUEUE};
+use crate::store::Store;
+use crate::Error;
+
+mod occurrences;
+mod rule;
+
+use rule::{parse_cron, Rule};
+
+/// The most missed occurrences [`CatchUp::All`] runs after a downtime: the
+/// latest this many.
+pub const MAX_CATCH_UP: usize = 1000;
+
+/// The shortest interval of an [`Recurring::every`] schedule.
+pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The longest name of a recurring schedule, in bytes.
+pub const MAX_RECURRING_NAME: usize = 200;
+
+/// The default of [`Recurring::missed_after`].
+const DEFAULT_MISSED_AFTER: Duration = Duration::from_secs(60);
+
+/// The most upcoming occurrences one pass makes tasks of, for one schedule.
+const MAX_PER_PASS: usize = 1000;
+
+/// How far ahead of an occurrence a node makes it a task: far enough that
+/// the task reaches the node that will deliver it (at once in this process
+/// and over `NOTIFY`, within a catch-up poll over SQLite) before it is due.
+pub(crate) fn ahead(catch_up: Duration) -> i64 {
+    ms((catch_up * 2).max(Duration::from_secs(2)))
+}
+
+/// What happens to the occurrences of a schedule that no node made a task
+/// in time (every node was down, or the schedule was paused), once a node
+/// can: those more than [`Recurring::missed_after`] late are *missed*.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum CatchUp {
+    /// Missed occurrences are dropped; the schedule goes on with the next
+    /// one due. The default: a cron job that ran late is seldom wanted.
+    #[default]
+    Skip,
+    /// The latest missed occurrence runs once, at once; the others are
+    /// dropped.
+    Last,
+    /// Every missed occurrence runs, at once, up to the latest
+    /// [`MAX_CATCH_UP`].
+    All,
+}
+
+impl CatchUp {
+    fn as_sql(self) -> &'static str {
+        match self {
+            CatchUp::Skip => "skip",
+            CatchUp::Last => "last",
+            CatchUp::All => "all",
+        }
+    }
+
+    fn from_sql(s: &str) -> Result<CatchUp, Error> {
+        match s {
+            "skip" => Ok(CatchUp::Skip),
+            "last" => Ok(CatchUp::Last),
+            "all" => Ok(CatchUp::All),
+            other => Err(Error::config(format!(
+                "the database holds an unknown catch-up policy '{other}'"
+            ))),
+        }
+    }
+}
+
+/// A recurring schedule to register with [`Store::register_recurring`] (or
+/// to change one with [`Store::update_recurring`]): a name, when it recurs,
+/// and the task each occurrence becomes.
+///
+/// Each occurrence becomes an ordinary task carrying the schedule's payload,
+/// due at the occurrence's time, under the idempotency key
+/// `ttw:recurring:<name>:<occurrence in ms since the Unix epoch>`, which
+/// the handler sees as [`Task::idempotency_key`](crate::Task::idempotency_key).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use ttw_durable::{CatchUp, Recurring};
+///
+/// // At 02:30 every night, Berlin time; after a downtime, the last missed
+/// // night runs once.
+/// let nightly = Recurring::cron("nightly-report", "0 30 2 * * *")
+///     .time_zone("Europe/Berlin")
+///     .payload("build the report")
+///     .catch_up(CatchUp::Last);
+/// // Every 90 seconds from registration.
+/// let ping = Recurring::every("ping", Duration::from_secs(90)).payload("ping");
+/// # drop((nightly, ping));
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct Recurring {
+    name: String,
+    when: When,
+    time_zone: Option<String>,
+    payload: Vec<u8>,
+    max_attempts: Option<u32>,
+    queue: String,
+    priority: i16,
+    catch_up: CatchUp,
+    missed_after: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum When {
+    Cron(String),
+    Every(Duration),
+}
+
+impl fmt::Debug for Recurring {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Recurring")
+            .field("name", &self.name)
+            .field("when", &self.when)
+            .field("time_zone", &self.time_zone)
+            .field("payload_len", &self.payload.len())
+            .field("queue", &self.queue)
+            .field("priority", &self.priority)
+            .field("catch_up", &self.catch_up)
+            .finish()
+    }
+}
+
+impl Recurring {
+    fn new(name: impl Into<String>, when: When) -> Recurring {
+        Recurring {
+            name: name.into(),
+            when,
+            time_zone: None,
+            payload: Vec::new(),
+            max_attempts: None,
+            queue: DEFAULT_QUEUE.to_string(),
+            priority: 0,
+            catch_up: CatchUp::default(),
+            missed_after: DEFAULT_MISSED_AFTER,
+        }
+    }
+
+    /// A schedule named `name` that recurs as the cron expression
+    /// `expression` says, in UTC unless [`time_zone`](Self::time_zone) says
+    /// otherwise.
+    ///
+    /// The dialect (parsed by the `croner` crate, with two checks of our
+    /// own): five fields (minute, hour, day of month, month, day of week)
+    /// or six with seconds first, never a year field. Each field is `*`, a
+    /// number, a name (`JAN`-`DEC`, `SUN`-`SAT`), a range `a-b`, a step
+    /// `*/n` or `a-b/n`, or a list of these (`1,15,30`; an empty item, as
+    /// in `1,,2`, is refused naming the field). The day of month also takes
+    /// `L` (the last day) and `nW` (the weekday nearest day `n`); the day
+    /// of week `L` (`5L`, the last Friday) and `#` (`1#2`, the second
+    /// Monday); both day fields take `?`, which means any day, as `*` (as
+    /// in Quartz). The nicknames `@yearly`, `@annually`, `@monthly`,
+    /// `@weekly`, `@daily` and `@hourly` stand for their five fields. When
+    /// both day fields are restricted, a day matches if either does (as in
+    /// Vixie cron), or if both do when the day of week starts with `+`
+    /// (`0 0 1-7 * +MON`, the first Monday). Anything else is refused with
+    /// [`Error::is_invalid_schedule`](crate::Error::is_invalid_schedule),
+    /// naming the field at fault.
+    ///
+    /// Daylight-saving transitions: an occurrence in the hour that does not
+    /// exist (spring forward) runs at the first time after the gap; in an
+    /// hour that happens twice (fall back) a fixed-time job runs once, at
+    /// the first, and a job that runs every minute or second runs through
+    /// both.
+    pub fn cron(name: impl Into<String>, expression: impl Into<String>) -> Recurring {
+        Recurring::new(name, When::Cron(expression.into()))
+    }
+
+    /// A schedule named `name` that recurs every `interval` (at least
+    /// [`MIN_INTERVAL`]), the first time one interval after it is
+    /// registered.
+    pub fn every(name: impl Into<String>, interval: Duration) -> Recurring {
+        Recurring::new(name, When::Every(interval))
+    }
+
+    /// The time zone of a cron schedule, an IANA name such as
+    /// `"America/New_York"` (default UTC). An interval has none.
+    pub fn time_zone(mut self, zone: impl Into<String>) -> Self {
+        self.time_zone = Some(zone.into());
+        self
+    }
+
+    /// The payload of every occurrence's task (at most
+    /// [`MAX_PAYLOAD`](crate::MAX_PAYLOAD) bytes; default empty).
+    pub fn payload(mut self, payload: impl Into<Vec<u8>>) -> Self {
+        self.payload = payload.into();
+        self
+    }
+
+    /// The attempt limit of every occurrence's task, instead of the
+    /// scheduler's.
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = Some(n);
+        self
+    }
+
+    /// The queue of every occurrence's task (default
+    /// [`DEFAULT_QUEUE`]). The schedule is kept by the nodes that serve
+    /// this queue: while none does, no occurrence is made a task, and when
+    /// one comes the [`CatchUp`] policy decides about those missed.
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = queue.into();
+        self
+    }
+
+    /// The priority of every occurrence's task within its queue (default 0;
+    /// see [`Schedule::priority`](crate::Schedule::priority)).
+    pub fn priority(mut self, priority: i16) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// What runs of the occurrences missed during a downtime (default
+    /// [`CatchUp::Skip`]).
+    pub fn catch_up(mut self, policy: CatchUp) -> Self {
+        self.catch_up = policy;
+        self
+    }
+
+    /// How late an occurrence may be made a task and still run as usual
+    /// (default one minute): one later than this is missed, and the
+    /// [`CatchUp`] policy decides. Occurrences made tasks in time are not
+    /// affected: a downtime shorter than this delays them, and they run
+    /// when a node is back.
+    pub fn missed_after(mut self, late: Duration) -> Self {
+        self.missed_after = late;
+        self
+    }
+
+    /// Checks everything and parses the rule: nothing is written when this
+    /// fails.
+    fn check(&self) -> Result<Rule, Error> {
+        check_name(&self.name)?;
+        check_queue(&self.queue)?;
+        if self.payload.len() > crate::MAX_PAYLOAD {
+            return Err(Error::payload_too_large(self.payload.len()));
+        }
+        if self.max_attempts == Some(0) {
+            return Err(Error::config("max_attempts must be at least 1"));
+        }
+        if self.missed_after.as_millis() > i64::MAX as u128 {
+            return Err(Error::out_of_range("missed_after"));
+        }
+        match &self.when {
+            When::Cron(expression) => {
+                let zone = match &self.time_zone {
+                    None => Tz::UTC,
+                    Some(name) => Tz::from_str(name).map_err(|_| {
+                        Error::invalid_schedule(format!("unknown time zone '{name}'"))
+                    })?,
+                };
+                Ok(Rule::Cron(Box::new(parse_cron(expression)?), zone))
+            }
+            When::Every(interval) => {
+                if self.time_zone.is_some() {
+                    return Err(Error::invalid_schedule(
+                        "an interval schedule has no time zone; only a cron schedule does",
+                    ));
+                }
+                if interval.is_zero() {
+                    return Err(Error::invalid_schedule("the interval is zero"));
+                }
+                if *interval < MIN_INTERVAL {
+                    return Err(Error::invalid_schedule(format!(
+                        "the interval {interval:?} is shorter than MIN_INTERVAL ({MIN_INTERVAL:?})"
+                    )));
+                }
+                let every = i64::try_from(interval.as_millis())
+                    .map_err(|_| Error::out_of_range("the interval"))?;
+                Ok(Rule::Every(every))
+            }
+        }
+    }
+
+    fn cron_text(&self) -> Option<&str> {
+        match &self.when {
+            When::Cron(e) => Some(e),
+            When::Every(_) => None,
+        }
+    }
+
+    fn every_ms(&self) -> Option<i64> {
+        match self.when {
+            When::Every(d) => Some(ms(d)),
+            When::Cron(_) => None,
+        }
+    }
+}
+
+/// A schedule name: 1 to [`MAX_RECURRING_NAME`] bytes of letters, digits
+/// and `_ - . :`.
+fn check_name(name: &str) -> Result<(), Error> {
+    if name.is_empty() {
+        return Err(Error::invalid_schedule("the schedule name is empty"));
+    }
+    if name.len() > MAX_RECURRING_NAME {
+        return Err(Error::invalid_schedule(format!(
+            "the schedule name is {} bytes, longer than MAX_RECURRING_NAME ({MAX_RECURRING_NAME})",
+            name.len()
+        )));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':')))
+    {
+        return Err(Error::invalid_schedule(format!(
+            "the schedule name holds {c:?}; use letters, digits and _ - . :"
+        )));
+    }
+    Ok(())
+}
+
+/// What [`Store::register_recurring`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Registered {
+    /// The schedule is new.
+    Created,
+    /// A schedule of that name and the same definition was registered
+    /// already (by another node, or an earlier start): nothing changed.
+    Unchanged,
+}
+
+/// A recurring schedule as stored, from [`Store::list_recurring`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecurringInfo {
+    /// Its name.
+    pub name: String,
+    /// Its cron expression, for a cron schedule.
+    pub cron: Option<String>,
+    /// Its time zone, for a cron schedule given one.
+    pub time_zone: Option<String>,
+    /// Its interval, for an interval schedule.
+    pub every: Option<Duration>,
+    /// Its catch-up policy.
+    pub catch_up: CatchUp,
+    /// How late an occurrence may be made a task before it counts as missed.
+    pub missed_after: Duration,
+    /// Whether it is paused.
+    pub paused: bool,
+    /// Its next occurrence not yet made a task.
+    pub next_at: SystemTime,
+    /// The payload of its occurrences' tasks.
+    pub payload: Vec<u8>,
+    /// The attempt limit of its occurrences' tasks, if it has its own.
+    pub max_attempts: Option<u32>,
+    /// The queue of its occurrences' tasks.
+    pub queue: String,
+    /// The priority of its occurrences' tasks.
+    pub priority: i16,
+}
+
+/// The columns a schedule's row is read with.
+const COLUMNS: &str = "name, cron, time_zone, every_ms, catch_up, missed_after_ms, payload, \
+                       max_attempts, queue, priority, paused, next_at, version";
+
+/// A schedule's row.
+struct StoredRow {
+    info: RecurringInfo,
+    next_at: i64,
+    version: i64,
+}
+
+impl StoredRow {
+    fn read<R: Row>(row: &R) -> Result<StoredRow, Error>
+    where
+        for<'a> &'a str: sqlx::ColumnIndex<R>,
+        for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+        for<'a> Option<String>: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+        for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+        for<'a> Option<i64>: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+        for<'a> Vec<u8>: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    {
+        let next_at: i64 = row.try_get("next_at")?;
+        let every: Option<i64> = row.try_get("every_ms")?;
+        let missed: i64 = row.try_get("missed_after_ms")?;
+        let max_attempts: Option<i64> = row.try_get("max_attempts")?;
+        Ok(StoredRow {
+            info: RecurringInfo {
+                name: row.try_get("name")?,
+                cron: row.try_get("cron")?,
+                time_zone: row.try_get("time_zone")?,
+                every: every.map(|e| Duration::from_millis(u64::try_from(e).unwrap_or(0))),
+                catch_up: CatchUp::from_sql(&row.try_get::<String, _>("catch_up")?)?,
+                missed_after: Duration::from_millis(u64::try_from(missed).unwrap_or(0)),
+                paused: row.try_get::<i64, _>("paused")? != 0,
+                next_at: from_ms(next_at),
+                payload: row.try_get("payload")?,
+                max_attempts: max_attempts.map(crate::db::clamp_u32),
+                queue: row.try_get("queue")?,
+                priority: priority_from_sql(row.try_get("priority")?),
+            },
+            next_at,
+            version: row.try_get("version")?,
+        })
+    }
+
+    /// The schedule as a [`Recurring`] again, to compare definitions and
+    /// parse its rule.
+    fn definition(&self) -> Recurring {
+        let i = &self.info;
+        Recurring {
+            name: i.name.clone(),
+            when: match (&i.cron, i.every) {
+                (Some(c), _) => When::Cron(c.clone()),
+                (None, e) => When::Every(e.unwrap_or_default()),
+            },
+            time_zone: i.time_zone.clone(),
+            payload: i.payload.clone(),
+            max_attempts: i.max_attempts,
+            queue: i.queue.clone(),
+            priority: i.priority,
+            catch_up: i.catch_up,
+            missed_after: i.missed_after,
+        }
+    }
+}
+
+/// The occurrence task's idempotency key.
+fn occurrence_key(name: &str, at: i64) -> String {
+    format!("ttw:recurring:{name}:{at}")
+}
+
+impl Store {
+    /// The shard a schedule lives in.
+    fn recurring_shard(&self, name: &str) -> i64 {
+        (fnv1a(name.as_bytes()) % u64::from(self.shards())) as i64
+    }
+
+    /// Registers a recurring schedule. Registering the same definition again
+    /// (every node at its start, say) changes nothing and answers
+    /// [`Registered::Unchanged`]; a different definition under a name taken
+    /// is refused: change a schedule with [`Store::update_recurring`].
+    ///
+    /// The schedulers of this process hear of it at once, those of other
+    /// processes over `NOTIFY` on PostgreSQL, and on SQLite at their next
+    /// window load (every half window).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_invalid_schedule`], writing nothing, for a cron
+    /// expression that does not parse (the message names the field at
+    /// fault), an unknown time zone, an interval of zero or under
+    /// [`MIN_INTERVAL`], a time zone given to an interval, a name that is
+    /// empty, longer than [`MAX_RECURRING_NAME`] or holds other than
+    /// letters, digits and `_ - . :`, or a name registered with another
+    /// definition; [`Error::is_payload_too_large`]; [`Error::is_config`] for
+    /// zero attempts; [`Error::is_database`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ttw_durable::{Recurring, Registered, Store};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// let every_5_min = Recurring::cron("cleanup", "*/5 * * * *").payload("clean");
+    /// assert_eq!(store.register_recurring(every_5_min.clone()).await?, Registered::Created);
+    /// assert_eq!(store.register_recurring(every_5_min).await?, Registered::Unchanged);
+    ///
+    /// let err = store
+    ///     .register_recurring(Recurring::cron("bad", "61 * * * *"))
+    ///     .await
+    ///     .unwrap_err();
+    /// assert!(err.is_invalid_schedule());
+    /// assert!(err.to_string().contains("minute"), "{err}");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn register_recurring(&self, schedule: Recurring) -> Result<Registered, Error> {
+        let rule = schedule.check()?;
+        let now = now_ms();
+        let next_at = rule.first(now)?;
+        let insert = format!(
+            "INSERT INTO ttw_recurring (name, shard, cron, time_zone, every_ms, catch_up, missed_after_ms, \
+             payload, max_attempts, queue, priority, next_at, created_at, updated_at) \
+             VALUES ({}, $13) ON CONFLICT (name) DO NOTHING",
+            placeholders(1, 13)
+        );
+        let look = format!("SELECT {COLUMNS} FROM ttw_recurring WHERE name = $1");
+        let turn = self.db().write_turn(Urgency::Ordinary).await;
+        let found = with_pool!(self.db(), pool => {
+            let mut tx = pool.begin().await?;
+            let created = sqlx::query(&insert)
+                .bind(&schedule.name)
+                .bind(self.recurring_shard(&schedule.name))
+                .bind(schedule.cron_text())
+                .bind(&schedule.time_zone)
+                .bind(schedule.every_ms())
+                .bind(schedule.catch_up.as_sql())
+                .bind(ms(schedule.missed_after))
+                .bind(&schedule.payload)
+                .bind(schedule.max_attempts.map(i64::from))
+                .bind(&schedule.queue)
+                .bind(i64::from(schedule.priority))
+                .bind(next_at)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+                == 1;
+            let found = if created {
+                if let Some(wake) = self.notifier().wake_recurring_sql() {
+                    sqlx::query(&wake).execute(&mut *tx).await?;
+                }
+                None
+            } else {
+                let row = sqlx::query(&look).bind(&schedule.name).fetch_one(&mut *tx).await?;
+                Some(StoredRow::read(&row)?)
+            };
+            tx.commit().await?;
+            found
+        });
+        drop(turn);
+        match found {
+            None => {
+                self.notifier().wake_recurring();
+                Ok(Registered::Created)
+            }
+            Some(stored) if stored.definition() == schedule => Ok(Registered::Unchanged),
+            Some(stored) => Err(Error::invalid_schedule(format!(
+                "a schedule named '{}' is registered already with another definition ({:?}); \
+                 change it with Store::update_recurring",
+                schedule.name,
+                stored.definition()
+            ))),
+        }
+    }
+
+    /// Changes a registered schedule to `schedule`'s definition (found by
+    /// its name). Its occurrences made tasks and not yet started are
+    /// deleted, and it goes on from the new definition's first occurrence
+    /// after now (an interval: one interval from now). Returns whether the
+    /// schedule exists. A paused schedule stays paused.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::register_recurring`], but for the name taken.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ttw_durable::{Recurring, Store};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// store.register_recurring(Recurring::every("poll", Duration::from_secs(60))).await?;
+    /// assert!(store.update_recurring(Recurring::every("poll", Duration::from_secs(30))).await?);
+    /// let list = store.list_recurring().await?;
+    /// assert_eq!(list[0].every, Some(Duration::from_secs(30)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn update_recurring(&self, schedule: Recurring) -> Result<bool, Error> {
+        let rule = schedule.check()?;
+        let now = now_ms();
+        let next_at = rule.first(now)?;
+        let update =
+            "UPDATE ttw_recurring SET cron = $2, time_zone = $3, every_ms = $4, catch_up = $5, \
+             missed_after_ms = $6, payload = $7, max_attempts = $8, next_at = $9, \
+             version = version + 1, updated_at = $10, queue = $11, priority = $12 WHERE name = $1";
+        let values = vec![
+            Value::Text(schedule.cron_text().map(str::to_string)),
+            Value::Text(schedule.time_zone.clone()),
+            Value::Int(schedule.every_ms()),
+            Value::Text(Some(schedule.catch_up.as_sql().to_string())),
+            Value::Int(Some(ms(schedule.missed_after))),
+            Value::Bytes(schedule.payload.clone()),
+            Value::Int(schedule.max_attempts.map(i64::from)),
+            Value::Int(Some(next_at)),
+            Value::Int(Some(now)),
+            Value::Text(Some(schedule.queue.clone())),
+            Value::Int(Some(i64::from(schedule.priority))),
+        ];
+        self.change_recurring(&schedule.name, update, values, false, true)
+            .await
+    }
+
+    /// Pauses a schedule: no more of its occurrences become tasks, and
+    /// those made tasks and not yet started are deleted (a task running, or
+    /// waiting for a retry, goes on). Returns whether it was running.
+    /// Resumed, its catch-up policy decides about the occurrences missed
+    /// meanwhile.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ttw_durable::{Recurring, Store};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// store.register_recurring(Recurring::every("poll", Duration::from_secs(60))).await?;
+    /// assert!(store.pause_recurring("poll").await?);
+    /// assert!(!store.pause_recurring("poll").await?);
+    /// assert!(store.list_recurring().await?[0].paused);
+    /// assert!(store.resume_recurring("poll").await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn pause_recurring(&self, name: &str) -> Result<bool, Error> {
+        let sql = "UPDATE ttw_recurring SET paused = 1, version = version + 1, \
+                   next_at = CASE WHEN $2 < next_at THEN $2 ELSE next_at END, updated_at = $3 \
+                   WHERE name = $1 AND paused = 0";
+        self.change_recurring(name, sql, Vec::new(), true, false)
+            .await
+    }
+
+    /// Resumes a paused schedule. Returns whether it was paused.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`].
+    pub async fn resume_recurring(&self, name: &str) -> Result<bool, Error> {
+        let sql = "UPDATE ttw_recurring SET paused = 0, version = version + 1, updated_at = $2 \
+                   WHERE name = $1 AND paused = 1";
+        let values = vec![Value::Int(Some(now_ms()))];
+        self.change_recurring(name, sql, values, false, true).await
+    }
+
+    /// Deletes a schedule, and its occurrences made tasks and not yet
+    /// started (a task running, or waiting for a retry, goes on). Returns
+    /// whether it existed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ttw_durable::{Recurring, Store};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// store.register_recurring(Recurring::every("poll", Duration::from_secs(60))).await?;
+    /// assert!(store.delete_recurring("poll").await?);
+    /// assert!(store.list_recurring().await?.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn delete_recurring(&self, name: &str) -> Result<bool, Error> {
+        let sql = "DELETE FROM ttw_recurring WHERE name = $1";
+        self.change_recurring(name, sql, Vec::new(), false, false)
+            .await
+    }
+
+    /// Every recurring schedule, by name, with its next occurrence not yet
+    /// made a task.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`].
+    pub async fn list_recurring(&self) -> Result<Vec<RecurringInfo>, Error> {
+        let sql = format!("SELECT {COLUMNS} FROM ttw_recurring ORDER BY name");
+        let rows = with_pool!(self.db(), pool => {
+            let mut out = Vec::new();
+            for row in sqlx::query(&sql).fetch_all(pool).await? {
+                out.push(StoredRow::read(&row)?.info);
+            }
+            out
+        });
+        Ok(rows)
+    }
+
+    /// One change of an operator to schedule `name`, in one transaction:
+    /// delete its occurrences made tasks and not yet started, then run
+    /// `sql`, bound to `name` as `$1` and then `values` (or, when
+    /// `earliest_deleted`, the earliest occurrence deleted, `i64::MAX` if
+    /// none, and now). Returns whether `sql` changed a row (if not, nothing
+    /// is deleted either); when `wake`, the schedulers are told.
+    async fn change_recurring(
+        &self,
+        name: &str,
+        sql: &str,
+        values: Vec<Value>,
+        earliest_deleted: bool,
+        wake: bool,
+    ) -> Result<bool, Error> {
+        let now = now_ms();
+        let delete = format!(
+            "DELETE FROM {} WHERE recurring = $1 AND state = 'scheduled' AND attempts = 0 RETURNING run_at",
+            self.tasks_table()
+        );
+        let turn = self.db().write_turn(Urgency::Ordinary).await;
+        let changed = with_pool!(self.db(), pool => {
+            let mut tx = pool.begin().await?;
+            let mut earliest: Option<i64> = None;
+            for row in sqlx::query(&delete).bind(name).fetch_all(&mut *tx).await? {
+                let at: i64 = row.try_get("run_at")?;
+                earliest = Some(earliest.map_or(at, |e| e.min(at)));
+            }
+            let mut query = sqlx::query(sql).bind(name);
+            if earliest_deleted {
+                query = query.bind(earliest.unwrap_or(i64::MAX)).bind(now);
+            }
+            for value in &values {
+                query = match value {
+                    Value::Int(v) => query.bind(*v),
+                    Value::Text(v) => query.bind(v.clone()),
+                    Value::Bytes(v) => query.bind(v.clone()),
+                };
+            }
+            let n = query.execute(&mut *tx).await?.rows_affected();
+            if n == 0 {
+                // Nothing to change: keep the occurrences too.
+                tx.rollback().await?;
+                return Ok(false);
+            }
+            if wake {
+                if let Some(wake) = self.notifier().wake_recurring_sql() {
+                    sqlx::query(&wake).execute(&mut *tx).await?;
+                }
+            }
+            tx.commit().await?;
+            true
+        });
+        drop(turn);
+        if changed && wake {
+            self.notifier().wake_recurring();
+        }
+        Ok(changed)
+    }
+}
+
+/// A value bound by a statement of [`Store::change_recurring`].
+enum Value {
+    Int(Option<i64>),
+    Text(Option<String>),
+    Bytes(Vec<u8>),
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,301 @@
+//! The `ttw` tool run as a person runs it: the built binary, as a child
+//! process, against a SQLite file and a PostgreSQL schema; exit codes
+//! checked, `--json` output parsed, errors one line.
+
+#[path = "support/backends.rs"]
+mod backends;
+
+use std::time::Duration;
+
+use backends::{Backend, Db};
+use serde_json::Value;
+use ttw_durable::{Recurring, Scheduler};
+
+/// What one run of the tool did.
+#[derive(Debug)]
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// The run succeeded and printed JSON: that JSON.
+    fn json(&self) -> Value {
+        assert_eq!(self.code, 0, "failed: {self:?}");
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {self:?}"))
+    }
+
+    /// The run failed as the tool should: exit 1, one line on stderr
+    /// starting `ttw: error:` and containing `what`, nothing on stdout, no
+    /// panic.
+    fn refused(&self, what: &str) {
+        assert_eq!(self.code, 1, "{self:?}");
+        assert!(self.stdout.is_empty(), "{self:?}");
+        let lines: Vec<&str> = self.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "one line: {self:?}");
+        assert!(lines[0].starts_with("ttw: error: "), "{self:?}");
+        assert!(lines[0].contains(what), "{what:?} not in {self:?}");
+        assert!(!self.stderr.contains("panicked"), "{self:?}");
+    }
+}
+
+/// Runs `ttw` with `args`, and `DATABASE_URL` unset (the database comes
+/// from the arguments).
+async fn run(args: &[String]) -> Run {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ttw-under-test"))
+        .args(args)
+        .env_remove("DATABASE_URL")
+        .env_remove("TTW_SCHEMA")
+        .env_remove("TTW_TOKEN")
+        .output()
+        .await
+        .expect("the ttw binary runs");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Runs `ttw` on `db` with `args`.
+async fn ttw(db: &Db, args: &[&str]) -> Run {
+    let mut all = db.cli_args();
+    all.extend(args.iter().map(|a| a.to_string()));
+    run(&all).await
+}
+
+fn ids(list: &Value) -> Vec<i64> {
+    list["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_i64().unwrap())
+        .collect()
+}
+
+on_both! {
+    /// A session with the tool: create the schema, schedule (text, a file,
+    /// a time, a key given twice), list by filters page by page, show by id
+    /// and key, cancel, reschedule, read the counts, and redrive dead tasks
+    /// one at a time and in bulk.
+    async fn a_session_with_the_tool(db: Db) {
+        let migrated = ttw(&db, &["--json", "migrate"]).await.json();
+        assert_eq!(migrated["schema_version"], 6);
+
+        let mut emails = Vec::new();
+        for i in 0..5 {
+            let key = format!("k{i}");
+            let out = ttw(&db, &["--json", "schedule", &format!("mail {i}"), "--in", "1h", "--queue", "emails", "--key", &key])
+                .await
+                .json();
+            assert_eq!(out["created"], true);
+            emails.push(out["id"].as_i64().unwrap());
+        }
+        let again = ttw(&db, &["--json", "schedule", "other", "--key", "k0"]).await.json();
+        assert_eq!((again["id"].as_i64(), again["created"].as_bool()), (Some(emails[0]), Some(false)));
+
+        let dir = std::env::temp_dir().join(format!("ttw_cli_{}_{}", std::process::id(), db.cli_args().len()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("payload.bin");
+        std::fs::write(&file, "<script>alert(1)</script>\n").unwrap();
+        let from_file = ttw(&db, &["--json", "schedule", "--file", file.to_str().unwrap(), "--in", "30m"])
+            .await
+            .json()["id"]
+            .as_i64()
+            .unwrap();
+        let later = ttw(&db, &["--json", "schedule", "report", "--at", "2030-01-01T00:00:00Z", "--queue", "reports", "--priority", "-3"])
+            .await
+            .json()["id"]
+            .as_i64()
+            .unwrap();
+
+        let shown = ttw(&db, &["--json", "show", &from_file.to_string()]).await.json();
+        assert_eq!(shown["payload"], "<script>alert(1)</script>\n");
+        assert_eq!(shown["queue"], "default");
+        let shown = ttw(&db, &["--json", "show", &later.to_string()]).await.json();
+        assert_eq!((shown["run_at"].as_str(), shown["priority"].as_i64()), (Some("2030-01-01T00:00:00.000Z"), Some(-3)));
+        let by_key = ttw(&db, &["--json", "show", "--key", "k3"]).await.json();
+        assert_eq!((by_key["id"].as_i64(), by_key["queue"].as_str()), (Some(emails[3]), Some("emails")));
+
+        // Pages of two, in id order, until a page that is not full.
+        let mut seen = Vec::new();
+        let mut after: Option<i64> = None;
+        for _ in 0..5 {
+            let mut args = vec!["--json", "list", "--state", "scheduled", "--queue", "emails", "--limit", "2"];
+            let after_text = after.map(|a| a.to_string());
+            if let Some(a) = &after_text {
+                args.extend(["--after", a.as_str()]);
+            }
+            let page = ttw(&db, &args).await.json();
+            seen.extend(ids(&page));
+            after = page["next_after"].as_i64();
+            if after.is_none() {
+                break;
+            }
+        }
+        assert_eq!(seen, emails, "every email once, in id order");
+        let before_2029 = ttw(&db, &["--json", "list", "--due-before", "2029-01-01T00:00:00Z"]).await.json();
+        let mut want = emails.clone();
+        want.push(from_file);
+        assert_eq!(ids(&before_2029), want);
+        let from_2029 = ttw(&db, &["--json", "list", "--due-from", "2029-01-01T00:00:00Z"]).await.json();
+        assert_eq!(ids(&from_2029), [later]);
+
+        // The text table shows the payload as text.
+        let text = ttw(&db, &["list", "--queue", "default"]).await;
+        assert_eq!(text.code, 0, "{text:?}");
+        assert!(text.stdout.starts_with("ID"), "{text:?}");
+        assert!(text.stdout.contains("<script>alert(1)</script>\\n"), "{text:?}");
+
+        // Cancel by key, once; reschedule by id.
+        assert_eq!(ttw(&db, &["--json", "cancel", "--key", "k1"]).await.json()["cancelled"], true);
+        ttw(&db, &["cancel", "--key", "k1"]).await.refused("is cancelled; only a scheduled task can be cancelled");
+        let moved = ttw(&db, &["--json", "reschedule", &emails[2].to_string(), "--at", "2031-05-01T12:00:00Z"]).await.json();
+        assert_eq!(moved["run_at"], "2031-05-01T12:00:00.000Z");
+
+        let status = ttw(&db, &["--json", "status"]).await.json();
+        assert_eq!(status["queues"]["emails"]["scheduled"], 4);
+        assert_eq!(status["queues"]["emails"]["cancelled"], 1);
+        assert_eq!(status["queues"]["reports"]["scheduled"], 1);
+        assert_eq!(status["nodes"].as_array().unwrap().len(), 0);
+
+        // Four dead emails: three redriven in bulk, then the last by id.
+        db.exec("UPDATE ttw_tasks SET state = 'dead', attempts = 3, last_error = 'boom' WHERE queue = 'emails' AND state = 'scheduled'").await;
+        let bulk = ttw(&db, &["--json", "redrive", "--all", "--queue", "emails", "--limit", "3", "--spread", "1h"]).await.json();
+        assert_eq!(bulk["redriven"], 3);
+        let status = ttw(&db, &["--json", "status"]).await.json();
+        assert_eq!((status["queues"]["emails"]["scheduled"].as_i64(), status["queues"]["emails"]["dead"].as_i64()), (Some(3), Some(1)));
+        let dead = ttw(&db, &["--json", "list", "--state", "dead"]).await.json();
+        let last = ids(&dead)[0];
+        assert_eq!(dead["tasks"][0]["last_error"], "boom");
+        assert_eq!(ttw(&db, &["--json", "redrive", &last.to_string()]).await.json()["redriven"], 1);
+        let redriven = ttw(&db, &["--json", "show", &last.to_string()]).await.json();
+        assert_eq!((redriven["state"].as_str(), redriven["attempts"].as_i64()), (Some("scheduled"), Some(0)));
+        ttw(&db, &["redrive", &last.to_string()]).await.refused("only a dead task can be redriven");
+        ttw(&db, &["show", "999999"]).await.refused("no task 999999");
+        ttw(&db, &["schedule", "x", "--queue", "no spaces"]).await.refused("queue");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+on_both! {
+    /// `status` shows a running node with the leases it holds and when
+    /// they run out; `schedules` shows the recurring schedules.
+    async fn status_shows_nodes_and_schedules(db: Db) {
+        let store = db.open().await;
+        let scheduler = Scheduler::builder(store.clone())
+            .node_id("worker-1")
+            .start(|_task| async { Ok::<_, String>(()) })
+            .await
+            .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while scheduler.stats().shards_owned != store.shards() {
+            assert!(tokio::time::Instant::now() < deadline, "the node never held its shards");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        store
+            .register_recurring(Recurring::cron("nightly", "0 3 * * *").time_zone("Europe/Berlin").queue("reports"))
+            .await
+            .unwrap();
+        store.register_recurring(Recurring::every("poll", Duration::from_secs(90))).await.unwrap();
+
+        let status = ttw(&db, &["--json", "status"]).await.json();
+        let nodes = status["nodes"].as_array().unwrap();
+        assert_eq!(nodes.len(), 1, "{status}");
+        assert_eq!(nodes[0]["node_id"], "worker-1");
+        assert_eq!(nodes[0]["queues"][0], "default");
+        assert_eq!(nodes[0]["leases"].as_u64(), Some(u64::from(store.shards())));
+        assert!(nodes[0]["lease_expires_at"].is_string(), "{status}");
+        assert_eq!(nodes[0]["live"], true);
+        let text = ttw(&db, &["status"]).await;
+        assert!(text.stdout.contains("worker-1") && text.stdout.contains("NODE"), "{text:?}");
+
+        let schedules = ttw(&db, &["--json", "schedules"]).await.json();
+        let list = schedules["schedules"].as_array().unwrap();
+        let names: Vec<&str> = list.iter().map(|s| s["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["nightly", "poll"]);
+        assert_eq!(list[0]["rule"], "cron 0 3 * * * Europe/Berlin");
+        assert_eq!(list[0]["queue"], "reports");
+        assert_eq!(list[1]["every_ms"], 90_000);
+        let text = ttw(&db, &["schedules"]).await;
+        assert!(text.stdout.contains("nightly") && text.stdout.contains("every 1m 30s"), "{text:?}");
+        scheduler.shutdown().await.unwrap();
+    }
+}
+
+/// Regression: `ttw --help` opened with the timer crate's description ("A
+/// shared, fast, loss-free hierarchical timing wheel...") instead of saying
+/// what the tool does.
+#[tokio::test]
+async fn help_says_what_the_tool_does() {
+    let help = run(&["--help".to_string()]).await;
+    assert_eq!(help.code, 0, "{help:?}");
+    let first = help.stdout.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("Operate a tokio-timing-wheel durable task store"),
+        "{help:?}"
+    );
+    assert!(
+        !help.stdout.contains("hierarchical timing wheel"),
+        "{help:?}"
+    );
+}
+
+/// Errors are one line and exit 1 (usage errors are clap's, exit 2): no
+/// database named, a file that is not there (not created by mistake), a
+/// URL nothing answers, a URL of another kind, `--schema` on SQLite, a bad
+/// duration and a bad time.
+#[tokio::test]
+async fn errors_are_one_line_and_a_non_zero_exit() {
+    let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+    run(&s(&["status"])).await.refused("no database");
+    let missing = std::env::temp_dir().join(format!("ttw_missing_{}.db", std::process::id()));
+    let missing = missing.to_str().unwrap();
+    run(&s(&["--database", missing, "status"]))
+        .await
+        .refused("no database at");
+    assert!(
+        !std::path::Path::new(missing).exists(),
+        "a misspelt path creates nothing"
+    );
+    run(&s(&[
+        "--database",
+        "postgres://nobody@127.0.0.1:1/none",
+        "status",
+    ]))
+    .await
+    .refused("cannot open the PostgreSQL store");
+    run(&s(&["--database", "mysql://localhost/x", "status"]))
+        .await
+        .refused("not a database this tool knows");
+
+    let db = Db::new(Backend::Sqlite, "cli_errors");
+    ttw(&db, &["--json", "migrate"]).await.json();
+    ttw(&db, &["--schema", "x", "status"])
+        .await
+        .refused("--schema is for PostgreSQL");
+    ttw(&db, &["schedule", "x", "--in", "5"])
+        .await
+        .refused("--in: not a duration");
+    ttw(&db, &["schedule", "x", "--at", "tomorrow"])
+        .await
+        .refused("--at: not a time");
+    ttw(&db, &["list", "--limit", "0"])
+        .await
+        .refused("a page holds 1 to 1000 tasks");
+    ttw(&db, &["redrive", "--all", "--state", "scheduled"])
+        .await
+        .refused("only finished tasks");
+    // Regression: `--in -5m` was a usage error from the argument parser
+    // ("unexpected argument '-5'"), not the tool's own line.
+    ttw(&db, &["schedule", "x", "--in", "-5m"])
+        .await
+        .refused("--in: a delay cannot be negative");
+    ttw(&db, &["redrive", "--all", "--spread", "-1m"])
+        .await
+        .refused("--spread: a delay cannot be negative");
+    let usage = ttw(&db, &["show"]).await;
+    assert_eq!(usage.code, 2, "{usage:?}");
+    assert!(!usage.stderr.contains("panicked"), "{usage:?}");
+}

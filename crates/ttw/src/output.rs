@@ -1,0 +1,135 @@
+//! How `ttw` prints: aligned text tables, times and durations for people,
+//! and JSON values for scripts.
+
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+use ttw_durable::{StateCounts, TaskInfo, TaskState};
+
+/// Rows under a header, each column as wide as its widest cell, two spaces
+/// apart; trailing spaces trimmed.
+pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut text = String::new();
+        for (cell, w) in cells.zip(&widths) {
+            let _ = write!(text, "{cell:<w$}  ");
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(&mut header.iter().copied());
+    for row in rows {
+        line(&mut row.iter().map(String::as_str));
+    }
+    out
+}
+
+/// A time as RFC 3339 in UTC, to the millisecond.
+pub(crate) fn time(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// Milliseconds since the Unix epoch, for JSON.
+pub(crate) fn epoch_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// A duration for people, to the second (`1h 2m 3s`), or in
+/// milliseconds under a second.
+pub(crate) fn span(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        return format!("{}ms", d.as_millis());
+    }
+    humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
+}
+
+/// How long ago `t` was (zero if it is ahead).
+pub(crate) fn ago(t: SystemTime) -> Duration {
+    SystemTime::now().duration_since(t).unwrap_or_default()
+}
+
+/// How long until `t` (zero if it has passed).
+pub(crate) fn until(t: SystemTime) -> Duration {
+    t.duration_since(SystemTime::now()).unwrap_or_default()
+}
+
+/// A state's name.
+pub(crate) fn state(s: TaskState) -> &'static str {
+    match s {
+        TaskState::Scheduled => "scheduled",
+        TaskState::Running => "running",
+        TaskState::Done => "done",
+        TaskState::Dead => "dead",
+        TaskState::Cancelled => "cancelled",
+        _ => "unknown",
+    }
+}
+
+/// A payload as text: its bytes as UTF-8, the invalid ones replaced.
+pub(crate) fn payload_text(payload: &[u8]) -> String {
+    String::from_utf8_lossy(payload).into_owned()
+}
+
+/// A payload shortened for a table cell: control characters shown as
+/// escapes, at most `max` characters.
+pub(crate) fn payload_cell(payload: &[u8], max: usize) -> String {
+    let text: String = payload_text(payload)
+        .chars()
+        .flat_map(char::escape_default)
+        .collect();
+    if text.chars().count() > max {
+        let mut cut: String = text.chars().take(max.saturating_sub(1)).collect();
+        cut.push('…');
+        cut
+    } else {
+        text
+    }
+}
+
+/// Counts as JSON, by state.
+pub(crate) fn counts_json(c: &StateCounts) -> Value {
+    json!({
+        "scheduled": c.scheduled,
+        "running": c.running,
+        "done": c.done,
+        "dead": c.dead,
+        "cancelled": c.cancelled,
+    })
+}
+
+/// A task as JSON. The payload is its text (`payload`, invalid UTF-8
+/// replaced) with `payload_utf8` saying whether it was valid.
+pub(crate) fn task_json(t: &TaskInfo) -> Value {
+    json!({
+        "id": t.id.get(),
+        "state": state(t.state),
+        "queue": t.queue,
+        "priority": t.priority,
+        "run_at": time(t.run_at),
+        "run_at_ms": epoch_ms(t.run_at),
+        "attempts": t.attempts,
+        "max_attempts": t.max_attempts,
+        "last_error": t.last_error,
+        "idempotency_key": t.idempotency_key,
+        "payload": payload_text(&t.payload),
+        "payload_utf8": std::str::from_utf8(&t.payload).is_ok(),
+        "payload_bytes": t.payload.len(),
+    })
+}
+
+/// Prints `value` as pretty JSON.
+pub(crate) fn print_json(value: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+    );
+}
