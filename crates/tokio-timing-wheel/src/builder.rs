@@ -9,12 +9,12 @@ use tokio::time::Instant;
 use crate::callback::{self, DEFAULT_CALLBACK_TIMEOUT, DEFAULT_MAX_CONCURRENCY};
 use crate::channel;
 use crate::clock::Clock;
+use crate::delay::sleep::SleepHandle;
+use crate::delay::sleeps::{signal, SleepDriver};
 use crate::driver::Driver;
 use crate::handle::TimingWheel;
 use crate::limit::PendingLimit;
 use crate::shard::Shards;
-use crate::sleep::SleepHandle;
-use crate::sleeps::{signal, SleepDriver};
 use crate::stream::{Expirations, Shared};
 
 /// The default tick: 1 ms, the resolution of `tokio::time`.

@@ -15,9 +15,9 @@ use tracing::{debug, error, trace, warn};
 use crate::channel::Receiver;
 use crate::clock::Clock;
 use crate::command::Command;
+use crate::delay::sleep::far_future;
+use crate::delay::sleeps::{SignalReceiver, SleepDriver};
 use crate::expired::Expired;
-use crate::sleep::far_future;
-use crate::sleeps::{SignalReceiver, SleepDriver};
 use crate::stats::Stats;
 use crate::stream::Shared;
 use crate::wheel::{AtCapacity, Wheel};
@@ -35,7 +35,7 @@ pub(crate) struct Driver<K, V> {
     wheel: Wheel<K, V>,
     rx: Receiver<Command<K, V>>,
     /// The delay futures' wheels, apart from the user's keys and shared
-    /// with the futures (see [`crate::sleeps`]). A driver of another shard
+    /// with the futures (see [`crate::delay::sleeps`]). A driver of another shard
     /// than the first holds none.
     sleeps: SleepDriver,
     /// Wakers of the sleeps whose tick fired, woken once taken.

@@ -12,10 +12,10 @@ use crate::callback::CallbackCtl;
 use crate::channel::{queue, TrySendError};
 use crate::clock::Clock;
 use crate::command::Command;
+use crate::delay::sleep::SleepHandle;
 use crate::error::Error;
 use crate::limit::Place;
 use crate::shard::Shards;
-use crate::sleep::SleepHandle;
 use crate::stats::Stats;
 use crate::stream::Shared;
 
@@ -240,7 +240,7 @@ where
         Ok(tick.map(|tick| {
             self.clock
                 .instant(tick)
-                .unwrap_or_else(|| crate::sleep::far_future(Instant::now()))
+                .unwrap_or_else(|| crate::delay::sleep::far_future(Instant::now()))
         }))
     }
 

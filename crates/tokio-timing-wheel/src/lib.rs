@@ -132,31 +132,27 @@ mod callback;
 mod channel;
 mod clock;
 mod command;
-mod delays;
+mod delay;
 mod driver;
 mod error;
 mod expired;
 mod handle;
-mod interval;
 mod limit;
 mod shard;
-mod sleep;
-mod sleeps;
 mod stats;
 mod stream;
-mod timeout;
 mod wheel;
 
 pub use builder::{Builder, DEFAULT_COMMAND_CAPACITY, DEFAULT_TICK, MAX_TICK};
 pub use callback::{DEFAULT_CALLBACK_TIMEOUT, DEFAULT_MAX_CONCURRENCY};
+pub use delay::interval::{Interval, MissedTicks};
+pub use delay::sleep::Sleep;
+pub use delay::timeout::{Elapsed, Timeout};
 pub use error::Error;
 pub use expired::Expired;
 pub use handle::TimingWheel;
-pub use interval::{Interval, MissedTicks};
-pub use sleep::Sleep;
 pub use stats::Stats;
 pub use stream::Expirations;
-pub use timeout::{Elapsed, Timeout};
 
 /// The pure wheel, exposed only so `benches/` can time it alone. Not part of
 /// the public API: it may change in any release.

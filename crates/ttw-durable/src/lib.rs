@@ -143,64 +143,32 @@
 )]
 #![doc(test(no_crate_inject, attr(deny(warnings, rust_2018_idioms))))]
 
-mod batch;
-mod claims;
-mod config;
-mod connection;
-mod counts;
-mod db;
-mod delivery;
-mod dispatch;
+mod client;
 mod error;
-mod faults;
-mod inspect;
-mod keys;
-mod lease;
-mod new_task;
+mod model;
 mod node;
 mod notify;
-mod outcome;
-mod process;
-mod queue;
 mod recurring;
-mod report;
-mod scheduler;
-mod schema;
-mod shards;
-mod store;
-mod task;
+mod sql;
 mod telemetry;
-mod window;
+mod time;
 
-use std::time::Duration;
-
-pub use connection::CallerConnection;
-pub use delivery::{Deliveries, Delivery, Task};
+pub use client::admin::{DueTimeline, NodeInfo, Redrive, TaskQuery, MAX_PAGE, REDRIVE_GROUP};
+pub use client::connection::CallerConnection;
+pub use client::store::{Schedule, Scheduled, Store, StoreBuilder};
 pub use error::Error;
-pub use inspect::{DueTimeline, NodeInfo, Redrive, TaskQuery, MAX_PAGE, REDRIVE_GROUP};
-pub use new_task::NewTask;
-pub use outcome::{Backoff, SchedulerStats};
-pub use queue::{DEFAULT_QUEUE, MAX_QUEUE_NAME};
+pub use model::limits::{MAX_IDEMPOTENCY_KEY, MAX_PAYLOAD, MAX_RUN_AT};
+pub use model::new_task::NewTask;
+pub use model::queue::{DEFAULT_QUEUE, MAX_QUEUE_NAME};
+pub use model::task::{StateCounts, TaskId, TaskInfo, TaskState};
+pub use node::delivery::{Deliveries, Delivery, Task};
+pub use node::outcome::{Backoff, SchedulerStats};
+pub use node::scheduler::{Scheduler, SchedulerBuilder};
 pub use recurring::{
     CatchUp, Recurring, RecurringInfo, Registered, MAX_CATCH_UP, MAX_RECURRING_NAME, MIN_INTERVAL,
 };
-pub use scheduler::{Scheduler, SchedulerBuilder};
-pub use schema::DEFAULT_SHARDS;
-pub use store::{Schedule, Scheduled, Store, StoreBuilder};
-pub use task::{StateCounts, TaskId, TaskInfo, TaskState};
+pub use sql::schema::DEFAULT_SHARDS;
 pub use telemetry::describe_metrics;
-
-/// The largest payload a task may carry: 1 MiB.
-pub const MAX_PAYLOAD: usize = 1 << 20;
-
-/// The longest idempotency key, in bytes: 1 KiB. Keys are unique in an
-/// index, which PostgreSQL caps at about 2.7 kB per entry; a longer natural
-/// key can be hashed into one.
-pub const MAX_IDEMPOTENCY_KEY: usize = 1024;
-
-/// The latest `run_at`, as a span after the Unix epoch: the end of the year
-/// 9999.
-pub const MAX_RUN_AT: Duration = Duration::from_millis(253_402_300_799_999);
 
 /// The README's examples, compiled and run as doc tests.
 #[cfg(doctest)]

@@ -20,11 +20,12 @@ use std::time::{Duration, SystemTime};
 use chrono_tz::Tz;
 use sqlx::Row;
 
-use crate::claims::priority_from_sql;
-use crate::db::{fnv1a, from_ms, ms, now_ms, placeholders, with_pool, Urgency};
-use crate::queue::{check_queue, DEFAULT_QUEUE};
-use crate::store::Store;
-use crate::Error;
+use crate::client::store::Store;
+use crate::error::Error;
+use crate::model::queue::{check_queue, DEFAULT_QUEUE};
+use crate::sql::db::priority_from_sql;
+use crate::sql::db::{fnv1a, placeholders, with_pool, Urgency};
+use crate::time::{from_ms, ms, now_ms};
 
 mod occurrences;
 mod rule;
@@ -415,7 +416,7 @@ impl StoredRow {
                 paused: row.try_get::<i64, _>("paused")? != 0,
                 next_at: from_ms(next_at),
                 payload: row.try_get("payload")?,
-                max_attempts: max_attempts.map(crate::db::clamp_u32),
+                max_attempts: max_attempts.map(crate::sql::db::clamp_u32),
                 queue: row.try_get("queue")?,
                 priority: priority_from_sql(row.try_get("priority")?),
             },

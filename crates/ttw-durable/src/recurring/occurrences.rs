@@ -6,10 +6,11 @@
 
 use super::rule::Rule;
 use super::{occurrence_key, CatchUp, StoredRow, COLUMNS, MAX_PER_PASS};
-use crate::db::{ms, now_ms, with_pool, Urgency};
+use crate::client::store::Store;
+use crate::error::Error;
 use crate::notify::{Announced, ANNOUNCED};
-use crate::store::Store;
-use crate::Error;
+use crate::sql::db::{with_pool, Urgency};
+use crate::time::{ms, now_ms};
 
 impl Store {
     /// One pass of a node over the schedules of the shards it holds

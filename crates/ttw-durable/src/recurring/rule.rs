@@ -9,7 +9,7 @@ use croner::parser::{CronParser, Seconds, Year};
 use croner::Cron;
 
 use super::MAX_CATCH_UP;
-use crate::Error;
+use crate::error::Error;
 
 /// The names of a cron expression's fields, for five fields and for six.
 const FIVE: [&str; 5] = ["minute", "hour", "day of month", "month", "day of week"];

@@ -1,0 +1,575 @@
+//! What an operator reads and does across many tasks: tasks listed by
+//! state, queue and due time, a page at a time ([`Store::list`]); the
+//! nodes and the leases they hold ([`Store::nodes`]); how late each queue
+//! is ([`Store::oldest_due`]); what comes due soon ([`Store::due_timeline`]);
+//! and finished tasks run again in bulk, their due times spread out
+//! ([`Store::redrive_many`]). The `ttw` tool and its dashboard are built on
+//! these.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime};
+
+use sqlx::Row;
+
+use crate::client::store::{read_task_info, Store, TASK_INFO_COLUMNS};
+use crate::error::Error;
+use crate::model::queue::check_queue;
+use crate::model::task::{TaskInfo, TaskState};
+use crate::notify::{Announced, ANNOUNCED};
+use crate::sql::db::{with_pool, write_with_pool, Urgency};
+use crate::time::{from_ms, ms, now_ms, to_ms};
+
+/// The largest page [`Store::list`] returns.
+pub const MAX_PAGE: u32 = 1000;
+
+/// How many tasks of a [`Store::redrive_many`] share one due time at most.
+pub const REDRIVE_GROUP: u64 = 500;
+
+/// Which tasks [`Store::list`] returns: filters, and a page after a task id.
+/// Pages go in id order; pass the last id of a page to [`TaskQuery::after`]
+/// for the next.
+///
+/// # Examples
+///
+/// ```
+/// use ttw_durable::{Store, TaskQuery, TaskState};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), ttw_durable::Error> {
+/// let store = Store::sqlite_in_memory().await?;
+/// for i in 0..5 {
+///     store.schedule(format!("mail {i}")).queue("emails").await?;
+/// }
+/// let query = TaskQuery::new().state(TaskState::Scheduled).queue("emails").limit(2);
+/// let first = store.list(&query).await?;
+/// assert_eq!(first.len(), 2);
+/// let next = store.list(&query.clone().after(first[1].id)).await?;
+/// assert_eq!(next.len(), 2);
+/// assert!(next[0].id > first[1].id);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct TaskQuery {
+    state: Option<TaskState>,
+    queue: Option<String>,
+    due_from: Option<SystemTime>,
+    due_before: Option<SystemTime>,
+    after: Option<i64>,
+    limit: u32,
+}
+
+impl Default for TaskQuery {
+    fn default() -> Self {
+        TaskQuery::new()
+    }
+}
+
+impl TaskQuery {
+    /// All tasks, the first 100.
+    pub fn new() -> TaskQuery {
+        TaskQuery {
+            state: None,
+            queue: None,
+            due_from: None,
+            due_before: None,
+            after: None,
+            limit: 100,
+        }
+    }
+
+    /// Only tasks in `state`.
+    pub fn state(mut self, state: TaskState) -> Self {
+        self.state = Some(state);
+        self
+    }
+
+    /// Only tasks of `queue`.
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+
+    /// Only tasks due at `from` or later.
+    pub fn due_from(mut self, from: SystemTime) -> Self {
+        self.due_from = Some(from);
+        self
+    }
+
+    /// Only tasks due before `before`.
+    pub fn due_before(mut self, before: SystemTime) -> Self {
+        self.due_before = Some(before);
+        self
+    }
+
+    /// Only tasks with ids above `id`: the page after the one `id` ended.
+    pub fn after(mut self, id: crate::TaskId) -> Self {
+        self.after = Some(id.get());
+        self
+    }
+
+    /// At most `n` tasks (1 to [`MAX_PAGE`]; [`Store::list`] refuses
+    /// others).
+    pub fn limit(mut self, n: u32) -> Self {
+        self.limit = n;
+        self
+    }
+}
+
+/// A node as the store knows it, from [`Store::nodes`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeInfo {
+    /// The node's id.
+    pub node_id: String,
+    /// The queues it serves.
+    pub queues: Vec<String>,
+    /// Its last heartbeat, by the database's clock.
+    pub heartbeat_at: SystemTime,
+    /// It is shutting down, giving its shards back.
+    pub leaving: bool,
+    /// The (queue, shard) leases its session holds.
+    pub leases: u32,
+    /// When its leases run out unless it heartbeats again: its last
+    /// heartbeat plus its lease TTL, by the database's clock. `None` if it
+    /// holds none, or it is of a version that did not record its TTL.
+    pub lease_expires_at: Option<SystemTime>,
+    /// Its leases are still live by the database's clock (the expiry is
+    /// ahead); a node that died keeps its row until another node's
+    /// heartbeat clears it, with this `false`.
+    pub live: bool,
+}
+
+/// What comes due soon, from [`Store::due_timeline`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DueTimeline {
+    /// Scheduled tasks whose time has passed already.
+    pub overdue: u64,
+    /// The span of each bucket.
+    pub bucket: Duration,
+    /// Scheduled tasks due in each bucket, the first starting now.
+    pub counts: Vec<u64>,
+}
+
+/// Which finished tasks [`Store::redrive_many`] runs again, how many at
+/// most, and over how long their due times are spread.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use ttw_durable::Redrive;
+///
+/// // At most 10,000 dead tasks of "emails", due over the next ten minutes.
+/// let redrive = Redrive::dead().queue("emails").limit(10_000).spread(Duration::from_secs(600));
+/// # let _ = redrive;
+/// ```
+#[derive(Debug, Clone)]
+pub struct Redrive {
+    state: TaskState,
+    queue: Option<String>,
+    limit: u64,
+    spread: Duration,
+}
+
+impl Redrive {
+    /// Dead tasks, at most 1,000, all due at once.
+    pub fn dead() -> Redrive {
+        Redrive {
+            state: TaskState::Dead,
+            queue: None,
+            limit: 1000,
+            spread: Duration::ZERO,
+        }
+    }
+
+    /// Tasks in `state` instead: dead, cancelled or done. A scheduled or
+    /// running task is refused by [`Store::redrive_many`].
+    pub fn state(mut self, state: TaskState) -> Self {
+        self.state = state;
+        self
+    }
+
+    /// Only tasks of `queue`.
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+
+    /// At most `n` tasks, the oldest ids first.
+    pub fn limit(mut self, n: u64) -> Self {
+        self.limit = n;
+        self
+    }
+
+    /// Due times spread evenly from now to `spread` from now, in groups of
+    /// at most [`REDRIVE_GROUP`] tasks, so that a large redrive never makes
+    /// one large batch due at once.
+    pub fn spread(mut self, spread: Duration) -> Self {
+        self.spread = spread;
+        self
+    }
+}
+
+/// The `WHERE` clause of a filter by state and queue, and the values to
+/// bind to it in order (`$1`, `$2`).
+fn state_and_queue(state: Option<TaskState>, queue: Option<&str>) -> (String, Vec<String>) {
+    let mut clause = String::from("TRUE");
+    let mut binds = Vec::new();
+    if let Some(state) = state {
+        binds.push(state.as_sql().to_string());
+        let _ = write!(clause, " AND state = ${}", binds.len());
+    }
+    if let Some(queue) = queue {
+        binds.push(queue.to_string());
+        let _ = write!(clause, " AND queue = ${}", binds.len());
+    }
+    (clause, binds)
+}
+
+impl Store {
+    /// The newest schema migration applied to the database (the store
+    /// applies what is missing when it opens): 6 for this version of the
+    /// crate.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ttw_durable::Store;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// assert_eq!(store.schema_version().await?, 6);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn schema_version(&self) -> Result<i64, Error> {
+        let version: Option<i64> = with_pool!(self.db(), pool => {
+            sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations WHERE success")
+                .fetch_one(pool)
+                .await?
+        });
+        Ok(version.unwrap_or(0))
+    }
+
+    /// Tasks that match `query`, in id order, at most its limit.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_config`] for a limit of 0 or over [`MAX_PAGE`],
+    /// [`Error::is_invalid_queue`], [`Error::is_out_of_range`] for a due
+    /// time the store cannot hold, [`Error::is_database`].
+    pub async fn list(&self, query: &TaskQuery) -> Result<Vec<TaskInfo>, Error> {
+        if query.limit == 0 || query.limit > MAX_PAGE {
+            return Err(Error::config(format!(
+                "a page holds 1 to {MAX_PAGE} tasks, not {}",
+                query.limit
+            )));
+        }
+        if let Some(queue) = &query.queue {
+            check_queue(queue)?;
+        }
+        let (mut clause, binds) = state_and_queue(query.state, query.queue.as_deref());
+        let mut numbers = Vec::new();
+        for (column, op, value) in [
+            ("run_at", ">=", query.due_from.map(to_ms).transpose()?),
+            ("run_at", "<", query.due_before.map(to_ms).transpose()?),
+            ("id", ">", query.after),
+        ] {
+            if let Some(value) = value {
+                numbers.push(value);
+                let _ = write!(
+                    clause,
+                    " AND {column} {op} ${}",
+                    binds.len() + numbers.len()
+                );
+            }
+        }
+        let sql = format!(
+            "SELECT {TASK_INFO_COLUMNS} FROM ttw_tasks WHERE {clause} ORDER BY id LIMIT {}",
+            query.limit
+        );
+        let tasks = with_pool!(self.db(), pool => {
+            let mut q = sqlx::query(&sql);
+            for b in &binds {
+                q = q.bind(b);
+            }
+            for n in &numbers {
+                q = q.bind(n);
+            }
+            let mut tasks = Vec::new();
+            for row in q.fetch_all(pool).await? {
+                tasks.push(read_task_info!(row));
+            }
+            tasks
+        });
+        Ok(tasks)
+    }
+
+    /// The nodes that have joined and not left (or not yet been cleared
+    /// after dying), by id, with the leases each holds.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ttw_durable::{Scheduler, Store};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// let scheduler = Scheduler::builder(store.clone())
+    ///     .node_id("web-1")
+    ///     .start(|_task| async { Ok::<_, String>(()) })
+    ///     .await?;
+    /// let nodes = store.nodes().await?;
+    /// assert_eq!(nodes[0].node_id, "web-1");
+    /// assert_eq!(nodes[0].queues, ["default"]);
+    /// scheduler.shutdown().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn nodes(&self) -> Result<Vec<NodeInfo>, Error> {
+        let sql = format!(
+            "SELECT n.node_id, n.queues, n.heartbeat_at, n.leaving, n.heartbeat_at + n.lease_ttl_ms AS expires, \
+             {now} AS now, \
+             (SELECT COUNT(*) FROM ttw_leases l WHERE l.owner_session = n.session) AS leases \
+             FROM ttw_nodes n ORDER BY n.node_id",
+            now = self.db().clock_sql()
+        );
+        let nodes = with_pool!(self.db(), pool => {
+            let mut nodes = Vec::new();
+            for row in sqlx::query(&sql).fetch_all(pool).await? {
+                let queues: String = row.try_get("queues")?;
+                let leases = u32::try_from(row.try_get::<i64, _>("leases")?).unwrap_or(u32::MAX);
+                let expires: Option<i64> = row.try_get("expires")?;
+                let now: i64 = row.try_get("now")?;
+                nodes.push(NodeInfo {
+                    node_id: row.try_get("node_id")?,
+                    queues: queues.split(',').filter(|q| !q.is_empty()).map(str::to_string).collect(),
+                    heartbeat_at: from_ms(row.try_get("heartbeat_at")?),
+                    leaving: row.try_get::<i64, _>("leaving")? != 0,
+                    leases,
+                    lease_expires_at: expires.filter(|_| leases > 0).map(from_ms),
+                    live: expires.is_some_and(|at| at > now),
+                });
+            }
+            nodes
+        });
+        Ok(nodes)
+    }
+
+    /// For each queue with a scheduled task whose time has passed, the
+    /// oldest such `run_at`: how far behind the queue is (nothing served
+    /// it, or its nodes cannot keep up). A queue that is on time is absent.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use ttw_durable::Store;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
+    /// store.schedule("late").queue("reports").at(an_hour_ago).await?;
+    /// store.schedule("later").delay(Duration::from_secs(60)).await?;
+    /// let oldest = store.oldest_due().await?;
+    /// assert_eq!(oldest.keys().collect::<Vec<_>>(), ["reports"]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn oldest_due(&self) -> Result<BTreeMap<String, SystemTime>, Error> {
+        let rows: Vec<(String, i64)> = with_pool!(self.db(), pool => {
+            sqlx::query_as(
+                "SELECT queue, MIN(run_at) FROM ttw_tasks WHERE state = 'scheduled' AND run_at <= $1 \
+                 GROUP BY queue",
+            )
+            .bind(now_ms())
+            .fetch_all(pool)
+            .await?
+        });
+        Ok(rows.into_iter().map(|(q, at)| (q, from_ms(at))).collect())
+    }
+
+    /// Scheduled tasks by when they come due: those overdue, then a count
+    /// per `bucket` for `buckets` buckets from now.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_config`] for a zero bucket or more than 10,000 buckets,
+    /// [`Error::is_database`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ttw_durable::Store;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// store.schedule("soon").delay(Duration::from_secs(90)).await?;
+    /// let timeline = store.due_timeline(Duration::from_secs(60), 60).await?;
+    /// assert_eq!(timeline.counts[1], 1);
+    /// assert_eq!(timeline.counts.iter().sum::<u64>(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn due_timeline(&self, bucket: Duration, buckets: u32) -> Result<DueTimeline, Error> {
+        let width = ms(bucket);
+        if width == 0 || buckets > 10_000 {
+            return Err(Error::config(
+                "a due timeline takes a bucket of at least 1 ms and at most 10,000 buckets",
+            ));
+        }
+        let now = now_ms();
+        let end = now.saturating_add(width.saturating_mul(i64::from(buckets)));
+        let rows: Vec<(i64, i64)> = with_pool!(self.db(), pool => {
+            sqlx::query_as(
+                "SELECT CASE WHEN run_at < $1 THEN -1 ELSE (run_at - $1) / $2 END AS b, COUNT(*) \
+                 FROM ttw_tasks WHERE state = 'scheduled' AND run_at < $3 GROUP BY b",
+            )
+            .bind(now)
+            .bind(width)
+            .bind(end)
+            .fetch_all(pool)
+            .await?
+        });
+        let mut timeline = DueTimeline {
+            overdue: 0,
+            bucket,
+            counts: vec![0; buckets as usize],
+        };
+        for (b, n) in rows {
+            let n = u64::try_from(n).unwrap_or(0);
+            match usize::try_from(b) {
+                Ok(b) if b < timeline.counts.len() => timeline.counts[b] += n,
+                Ok(_) => {}
+                Err(_) => timeline.overdue += n,
+            }
+        }
+        Ok(timeline)
+    }
+
+    /// Runs finished tasks again: those in the state `redrive` names (dead
+    /// by default), of its queue if it names one, at most its limit, oldest
+    /// ids first. Each is scheduled with its attempts reset and its last
+    /// error kept (until the next attempt), its due times spread from now
+    /// over the redrive's span in groups of at most [`REDRIVE_GROUP`].
+    /// Returns how many were redriven. Each group is one statement: a
+    /// failure part-way leaves the groups before it redriven and the rest
+    /// as they were, so running it again finishes the job.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_config`] for a state that is not finished (scheduled,
+    /// running), [`Error::is_invalid_queue`], [`Error::is_database`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ttw_durable::{Redrive, Store, TaskState};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// let id = store.schedule("x").delay(Duration::from_secs(60)).await?;
+    /// store.cancel(id).await?;
+    /// let redrive = Redrive::dead().state(TaskState::Cancelled).spread(Duration::from_secs(60));
+    /// assert_eq!(store.redrive_many(&redrive).await?, 1);
+    /// assert_eq!(store.get(id).await?.unwrap().state, TaskState::Scheduled);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn redrive_many(&self, redrive: &Redrive) -> Result<u64, Error> {
+        if !matches!(
+            redrive.state,
+            TaskState::Dead | TaskState::Cancelled | TaskState::Done
+        ) {
+            return Err(Error::config(format!(
+                "only finished tasks (dead, cancelled, done) can be redriven, not {:?}",
+                redrive.state
+            )));
+        }
+        if let Some(queue) = &redrive.queue {
+            check_queue(queue)?;
+        }
+        let (clause, binds) = state_and_queue(Some(redrive.state), redrive.queue.as_deref());
+        let count_sql = format!("SELECT COUNT(*) FROM ttw_tasks WHERE {clause}");
+        let count: i64 = with_pool!(self.db(), pool => {
+            let mut q = sqlx::query_scalar(&count_sql);
+            for b in &binds {
+                q = q.bind(b);
+            }
+            q.fetch_one(pool).await?
+        });
+        let total = u64::try_from(count).unwrap_or(0).min(redrive.limit);
+        let start = now_ms();
+        let spread = ms(redrive.spread);
+        let mut done: u64 = 0;
+        let mut redriven: u64 = 0;
+        let mut after: i64 = 0;
+        while done < total {
+            let take = (total - done).min(REDRIVE_GROUP);
+            let select = format!(
+                "SELECT id FROM ttw_tasks WHERE {clause} AND id > {after} ORDER BY id LIMIT {take}"
+            );
+            let ids: Vec<i64> = with_pool!(self.db(), pool => {
+                let mut q = sqlx::query_scalar(&select);
+                for b in &binds {
+                    q = q.bind(b);
+                }
+                q.fetch_all(pool).await?
+            });
+            let Some(&last) = ids.last() else {
+                break;
+            };
+            after = last;
+            // This group's place in the span: spread * done / total.
+            let offset =
+                i64::try_from(i128::from(spread) * i128::from(done) / i128::from(total.max(1)))
+                    .unwrap_or(0);
+            let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+            let sql = self.notifier().announcing(&format!(
+                "UPDATE ttw_tasks SET state = 'scheduled', run_at = $1, attempts = 0, finished_at = NULL, \
+                 updated_at = {} WHERE id IN ({list}) AND state = $2 RETURNING {ANNOUNCED}",
+                self.db().clock_sql()
+            ));
+            let changed: Vec<Announced> = write_with_pool!(self.db(), Urgency::Ordinary, pool => {
+                let mut changed = Vec::new();
+                for row in sqlx::query(&sql)
+                    .bind(start.saturating_add(offset))
+                    .bind(redrive.state.as_sql())
+                    .fetch_all(pool)
+                    .await?
+                {
+                    changed.push(Announced::read(&row)?);
+                }
+                changed
+            });
+            done += ids.len() as u64;
+            redriven += changed.len() as u64;
+            for task in changed {
+                self.notifier().announce(task);
+            }
+        }
+        Ok(redriven)
+    }
+}

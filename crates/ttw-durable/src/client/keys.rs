@@ -1,0 +1,229 @@
+//! Tasks by their idempotency key: read, cancel and move a task by its key
+//! rather than its id, and the replacement behind
+//! [`Schedule::replace_pending`](crate::Schedule::replace_pending).
+//!
+//! What each does depends on where the key's task is: cancel and
+//! reschedule change a task that is scheduled (never claimed, or waiting
+//! for its retry); a replacement changes only a pending task (scheduled and
+//! never claimed), never one waiting for its retry. A running task goes on
+//! as it was claimed; a finished one (done, dead, cancelled) keeps its key until the
+//! retention sweep deletes it, and is left alone.
+
+use std::time::SystemTime;
+
+use sqlx::Row;
+
+use crate::client::connection::{with_conn, Conn};
+use crate::client::store::{Scheduled, Store, Target};
+use crate::error::Error;
+use crate::model::new_task::{NewRow, NewTask};
+use crate::model::task::{TaskId, TaskInfo, TaskState};
+use crate::notify::{Announced, ANNOUNCED};
+use crate::sql::db::Urgency;
+use crate::time::{now_ms, to_ms};
+
+/// A task that is pending: scheduled and never claimed. A task waiting for
+/// its retry is scheduled too, but has had an attempt: its retries go on
+/// with the payload the failed attempt was claimed with, at the time its
+/// backoff set, so a replacement leaves it alone.
+const PENDING: &str = "state = 'scheduled' AND attempts = 0";
+
+/// How many times a replacement looks again when the key's task changed
+/// between its statements (created, claimed or deleted by another writer).
+const REPLACE_TRIES: usize = 3;
+
+impl Store {
+    /// The task that holds idempotency key `key`, as [`Store::get`] reads
+    /// it, or `None` if no task has it (never had, or the task was deleted
+    /// after its retention).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ttw_durable::Store;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// let id = store.schedule("x").idempotency_key("invoice:9").await?;
+    /// assert_eq!(store.get_by_key("invoice:9").await?.unwrap().id, id);
+    /// assert!(store.get_by_key("invoice:10").await?.is_none());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn get_by_key(&self, key: &str) -> Result<Option<TaskInfo>, Error> {
+        self.get_where(Target::Key(key)).await
+    }
+
+    /// Cancels the task that holds idempotency key `key`, if it is still
+    /// scheduled, as [`Store::cancel`] does. Returns whether it was: `false`
+    /// when no task has the key, or its task is running (the attempt goes
+    /// on, and its retries if it fails), or finished. A cancelled task keeps
+    /// its key until the retention sweep deletes it: scheduling with the
+    /// key until then answers [`Scheduled::Existing`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ttw_durable::{Store, TaskState};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// store.schedule("x").idempotency_key("trial-ends:7").delay(Duration::from_secs(60)).await?;
+    /// assert!(store.cancel_by_key("trial-ends:7").await?);
+    /// assert!(!store.cancel_by_key("trial-ends:7").await?);
+    /// let info = store.get_by_key("trial-ends:7").await?.unwrap();
+    /// assert_eq!(info.state, TaskState::Cancelled);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn cancel_by_key(&self, key: &str) -> Result<bool, Error> {
+        self.cancel_where(Target::Key(key)).await
+    }
+
+    /// Moves the task that holds idempotency key `key`, if it is still
+    /// scheduled, to a new time, as [`Store::reschedule`] does. Returns
+    /// whether it was: `false` when no task has the key, or its task is
+    /// running or finished (then nothing changes).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_out_of_range`] for a time the store cannot hold,
+    /// [`Error::is_database`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use ttw_durable::Store;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// store.schedule("x").idempotency_key("digest:ann").delay(Duration::from_secs(60)).await?;
+    /// let later = SystemTime::now() + Duration::from_secs(3600);
+    /// assert!(store.reschedule_by_key("digest:ann", later).await?);
+    /// assert!(!store.reschedule_by_key("digest:bob", later).await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn reschedule_by_key(&self, key: &str, at: SystemTime) -> Result<bool, Error> {
+        self.make_due(Target::Key(key), TaskState::Scheduled, to_ms(at)?, "")
+            .await
+    }
+
+    /// [`Schedule::replace_pending`](crate::Schedule::replace_pending) on
+    /// the store's own pool: each statement commits by itself, and this
+    /// process's schedulers hear of the change after it.
+    pub(crate) async fn upsert(&self, task: NewTask) -> Result<Scheduled, Error> {
+        let row = NewRow::check(task)?;
+        let db = self.db();
+        let turn = db.write_turn(Urgency::Ordinary).await;
+        let (outcome, changed) = match db {
+            crate::sql::db::Db::Sqlite(pool, _) => {
+                let mut conn = pool.acquire().await?;
+                self.upsert_on(Conn::from(&mut *conn), &row).await?
+            }
+            crate::sql::db::Db::Postgres(pool) => {
+                let mut conn = pool.acquire().await?;
+                self.upsert_on(Conn::from(&mut *conn), &row).await?
+            }
+        };
+        drop(turn);
+        if let Some(task) = changed {
+            if matches!(outcome, Scheduled::Created(_)) {
+                crate::telemetry::scheduled(&task.queue, 1);
+            }
+            self.notifier().announce(task);
+        }
+        Ok(outcome)
+    }
+
+    /// The replacement on `conn`: the key's task, if pending, takes
+    /// `row`'s payload, and its time and attempt limit if they were given;
+    /// without a task for the key, `row` is inserted. Returns what was done
+    /// and, for a task created or replaced, the task to announce. A
+    /// replaced task keeps its queue, and its priority unless one was given.
+    ///
+    /// Three statements, each atomic by itself, so it works alike inside
+    /// and outside a transaction and on both backends: update the key's
+    /// pending task; else insert, unless the key is taken; else read the
+    /// key's task. Only if that task was pending after all (another writer
+    /// got in between) does it go round again.
+    pub(crate) async fn upsert_on(
+        &self,
+        conn: Conn<'_>,
+        row: &NewRow,
+    ) -> Result<(Scheduled, Option<Announced>), Error> {
+        let Some(key) = row.idempotency_key.as_deref() else {
+            return Err(Error::config(
+                "replace_pending needs an idempotency key to find the task by",
+            ));
+        };
+        let tasks = self.tasks_table();
+        let clock = self.db().clock_sql();
+        let update = self.notifier().announcing(&format!(
+            "UPDATE {tasks} SET payload = $2, run_at = COALESCE($3, run_at), \
+             max_attempts = COALESCE($4, max_attempts), priority = COALESCE($5, priority), \
+             updated_at = {clock} \
+             WHERE idempotency_key = $1 AND {PENDING} RETURNING {ANNOUNCED}"
+        ));
+        let insert = self.notifier().announcing(&format!(
+            "INSERT INTO {tasks} (run_at, payload, idempotency_key, max_attempts, queue, priority, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, {clock}) ON CONFLICT (idempotency_key) DO NOTHING RETURNING {ANNOUNCED}"
+        ));
+        let look = format!("SELECT id, state, attempts FROM {tasks} WHERE idempotency_key = $1");
+        let new_time = row.time_given.then_some(row.run_at);
+        with_conn!(conn, c => {
+            for _ in 0..REPLACE_TRIES {
+                // Read to its end (see the notes of `db`).
+                let replaced = sqlx::query(&update)
+                    .bind(key)
+                    .bind(&row.payload)
+                    .bind(new_time)
+                    .bind(row.max_attempts)
+                    .bind(row.priority)
+                    .fetch_all(&mut *c)
+                    .await?;
+                if let Some(r) = replaced.first() {
+                    let task = Announced::read(r)?;
+                    return Ok((Scheduled::Replaced(TaskId(task.id)), Some(task)));
+                }
+                let inserted = sqlx::query(&insert)
+                    .bind(row.run_at)
+                    .bind(&row.payload)
+                    .bind(key)
+                    .bind(row.max_attempts)
+                    .bind(&row.queue)
+                    .bind(row.priority_or_default())
+                    .bind(now_ms())
+                    .fetch_all(&mut *c)
+                    .await?;
+                if let Some(r) = inserted.first() {
+                    let task = Announced::read(r)?;
+                    return Ok((Scheduled::Created(TaskId(task.id)), Some(task)));
+                }
+                if let Some(r) = sqlx::query(&look).bind(key).fetch_optional(&mut *c).await? {
+                    let state = TaskState::from_sql(r.try_get("state")?)?;
+                    let attempts: i64 = r.try_get("attempts")?;
+                    if state != TaskState::Scheduled || attempts > 0 {
+                        return Ok((Scheduled::Existing(TaskId(r.try_get("id")?)), None));
+                    }
+                }
+            }
+            Err(Error::config(
+                "the idempotency key's task kept changing under the replacement",
+            ))
+        })
+    }
+}

@@ -1,0 +1,777 @@
+//! The client: [`Store`] opens the task store (SQLite or PostgreSQL) and
+//! schedules, moves, cancels, reads and redrives tasks; [`Schedule`] is one
+//! task being scheduled.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::future::{Future, IntoFuture};
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use sqlx::Row;
+
+use crate::error::Error;
+use crate::model::new_task::{NewRow, NewTask};
+use crate::model::task::{TaskId, TaskInfo, TaskState};
+use crate::notify::{Announced, Notifier, ANNOUNCED};
+use crate::sql::db::{with_pool, write_with_pool, Db, PoolSettings, Urgency, SQLITE_MIN_SIZE};
+use crate::sql::schema;
+use crate::time::{now_ms, to_ms};
+
+/// A durable task store on SQLite or PostgreSQL: the client that schedules
+/// tasks, and what a [`Scheduler`](crate::Scheduler) runs on.
+///
+/// Cheap to clone; clones share one pool. Tasks scheduled through a store
+/// reach the schedulers of the same process at once, those of other
+/// processes through PostgreSQL `LISTEN/NOTIFY`, and every scheduler's
+/// catch-up poll finds what a notification missed.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use ttw_durable::{Store, TaskState};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), ttw_durable::Error> {
+/// let store = Store::sqlite_in_memory().await?;
+/// let id = store
+///     .schedule(b"send the reminder".to_vec())
+///     .delay(Duration::from_secs(30 * 60))
+///     .idempotency_key("reminder:order-42")
+///     .max_attempts(5)
+///     .await?;
+/// // The same key again creates nothing and answers with the first id.
+/// let again = store.schedule(b"other".to_vec()).idempotency_key("reminder:order-42").await?;
+/// assert_eq!(again, id);
+///
+/// assert_eq!(store.get(id).await?.unwrap().state, TaskState::Scheduled);
+/// assert!(store.cancel(id).await?);
+/// assert!(!store.cancel(id).await?); // no longer pending
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<StoreInner>,
+}
+
+struct StoreInner {
+    db: Db,
+    shards: u32,
+    notifier: Notifier,
+    /// The tasks table, named in the store's PostgreSQL schema if it has
+    /// one: for statements on a caller's connection, whose `search_path`
+    /// may differ from the pool's.
+    tasks_table: String,
+    /// The queues [`Store::publish_task_counts`] last set gauges for, so
+    /// that a queue whose tasks are all gone is set to zero, not left at
+    /// its last counts.
+    published_queues: Mutex<BTreeSet<String>>,
+    /// For an in-memory store, the connection outside the pool that keeps
+    /// the database alive (see [`PoolSettings::sqlite_in_memory`]).
+    _memory_keeper: Option<Mutex<sqlx::SqliteConnection>>,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store")
+            .field("backend", &self.inner.db.name())
+            .field("shards", &self.inner.shards)
+            .finish()
+    }
+}
+
+/// Options for opening a [`Store`], from [`Store::builder`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use ttw_durable::Store;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), ttw_durable::Error> {
+/// let dir = std::env::temp_dir().join(format!("ttw-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let store = Store::builder()
+///     .shards(16)
+///     .max_connections(4)
+///     .connect_timeout(Duration::from_secs(5))
+///     .sqlite(dir.join("tasks.db"))
+///     .await?;
+/// assert_eq!(store.shards(), 16);
+/// # drop(store);
+/// # std::fs::remove_dir_all(&dir).ok();
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct StoreBuilder {
+    shards: Option<u32>,
+    schema: Option<String>,
+    pool: PoolSettings,
+}
+
+impl StoreBuilder {
+    /// The number of logical shards, used when the schema is created
+    /// (default [`DEFAULT_SHARDS`](crate::DEFAULT_SHARDS), 256). A task's
+    /// shard is `id % shards`. Opening an existing schema with a different
+    /// number is an error ([`Error::is_config`]).
+    pub fn shards(mut self, shards: u32) -> Self {
+        self.shards = Some(shards);
+        self
+    }
+
+    /// The most connections the pool opens (default 8).
+    pub fn max_connections(mut self, n: u32) -> Self {
+        self.pool.max_connections = n.max(1);
+        self
+    }
+
+    /// How long to wait for a connection before failing with
+    /// [`Error::is_database`] (default 10 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.pool.connect_timeout = timeout;
+        self
+    }
+
+    /// PostgreSQL only: keep the tables in this schema (created if
+    /// missing) instead of `public`, so several independent stores can share
+    /// one database. Letters, digits and `_` only.
+    pub fn postgres_schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = Some(schema.into());
+        self
+    }
+
+    /// SQLite only: the most bytes the database file may hold (SQLite's
+    /// `max_page_count`, in whole 4 KiB pages; at least 64 KiB). A write
+    /// that would grow it further fails with [`Error::is_disk_full`], as it
+    /// would on a full disk, and stores nothing; reads, and writes that fit
+    /// in pages freed by the retention sweep, go on. A database already
+    /// larger keeps its size as its limit. Default: no limit but the disk.
+    ///
+    /// The write-ahead log (`-wal` file) is not counted: it is bounded by
+    /// SQLite's checkpoints, not by this limit.
+    pub fn sqlite_max_size(mut self, bytes: u64) -> Self {
+        self.pool.sqlite_max_size = Some(bytes);
+        self
+    }
+
+    fn check(&self) -> Result<(), Error> {
+        if self.shards == Some(0) {
+            return Err(Error::config("the shard count must be at least 1"));
+        }
+        if self
+            .pool
+            .sqlite_max_size
+            .is_some_and(|b| b < SQLITE_MIN_SIZE)
+        {
+            return Err(Error::config(format!(
+                "the SQLite size limit must be at least {SQLITE_MIN_SIZE} bytes"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Opens (creating if missing) an SQLite database file in WAL mode.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`] if the file cannot be opened (its message
+    /// names the path, and says when its directory does not exist),
+    /// [`Error::is_schema_too_new`] if a newer version of the crate wrote it,
+    /// [`Error::is_config`] for a shard count that does not match.
+    pub async fn sqlite(self, path: impl AsRef<Path>) -> Result<Store, Error> {
+        self.check()?;
+        let open = self.pool.sqlite(path.as_ref()).await?;
+        self.finish(open.db, None, open.keeper).await
+    }
+
+    /// Opens a private in-memory SQLite database, for tests and examples. It
+    /// lives as long as the store (one connection, never recycled).
+    ///
+    /// # Errors
+    ///
+    /// As [`StoreBuilder::sqlite`].
+    pub async fn sqlite_in_memory(self) -> Result<Store, Error> {
+        self.check()?;
+        let open = self.pool.sqlite_in_memory().await?;
+        self.finish(open.db, None, open.keeper).await
+    }
+
+    /// Connects to PostgreSQL (`postgres://user@host:port/db`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_config`] at once for a URL that is not PostgreSQL's (not a
+    /// URL, or another scheme); [`Error::is_database`] if the server cannot
+    /// be reached within the connect timeout, with the cause (refused,
+    /// unknown host, authentication) in its message; otherwise as
+    /// [`StoreBuilder::sqlite`].
+    pub async fn postgres(self, url: &str) -> Result<Store, Error> {
+        self.check()?;
+        let (db, options) = self.pool.postgres(url, self.schema.as_deref()).await?;
+        self.finish(db, Some(options), None).await
+    }
+
+    async fn finish(
+        self,
+        db: Db,
+        listen: Option<sqlx::postgres::PgConnectOptions>,
+        memory_keeper: Option<sqlx::SqliteConnection>,
+    ) -> Result<Store, Error> {
+        let shards = schema::prepare(&db, self.shards).await?;
+        let tasks_table = match (&listen, &self.schema) {
+            (Some(_), Some(schema)) => format!("{schema}.ttw_tasks"),
+            _ => "ttw_tasks".to_string(),
+        };
+        let notifier = Notifier::new(listen.map(|options| (options, self.schema.as_deref())));
+        Ok(Store {
+            inner: Arc::new(StoreInner {
+                db,
+                shards,
+                notifier,
+                tasks_table,
+                published_queues: Mutex::default(),
+                _memory_keeper: memory_keeper.map(Mutex::new),
+            }),
+        })
+    }
+}
+
+impl Store {
+    /// The queues whose task gauges were last published.
+    pub(crate) fn published_queues(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        // Only names are kept here: a panic elsewhere leaves them whole.
+        self.inner
+            .published_queues
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Store {
+    /// Options for opening a store: shard count, pool size, timeouts.
+    pub fn builder() -> StoreBuilder {
+        StoreBuilder::default()
+    }
+
+    /// Opens (creating if missing) an SQLite database file: the embedded
+    /// default, nothing to set up. See [`StoreBuilder::sqlite`].
+    ///
+    /// # Errors
+    ///
+    /// As [`StoreBuilder::sqlite`].
+    pub async fn sqlite(path: impl AsRef<Path>) -> Result<Store, Error> {
+        StoreBuilder::default().sqlite(path).await
+    }
+
+    /// A private in-memory SQLite store, for tests. See
+    /// [`StoreBuilder::sqlite_in_memory`].
+    ///
+    /// # Errors
+    ///
+    /// As [`StoreBuilder::sqlite`].
+    pub async fn sqlite_in_memory() -> Result<Store, Error> {
+        StoreBuilder::default().sqlite_in_memory().await
+    }
+
+    /// Connects to PostgreSQL, for many processes. See
+    /// [`StoreBuilder::postgres`].
+    ///
+    /// # Errors
+    ///
+    /// As [`StoreBuilder::postgres`].
+    pub async fn postgres(url: &str) -> Result<Store, Error> {
+        StoreBuilder::default().postgres(url).await
+    }
+
+    /// The schema's shard count.
+    pub fn shards(&self) -> u32 {
+        self.inner.shards
+    }
+
+    /// Whether this store is on PostgreSQL.
+    pub fn is_postgres(&self) -> bool {
+        matches!(self.inner.db, Db::Postgres(_))
+    }
+
+    pub(crate) fn db(&self) -> &Db {
+        &self.inner.db
+    }
+
+    /// The tasks table, as statements on a caller's connection name it.
+    pub(crate) fn tasks_table(&self) -> &str {
+        &self.inner.tasks_table
+    }
+
+    /// Where announcements of new and moved tasks go out, and schedulers
+    /// listen.
+    pub(crate) fn notifier(&self) -> &Notifier {
+        &self.inner.notifier
+    }
+
+    /// Starts scheduling a task carrying `payload` (at most
+    /// [`MAX_PAYLOAD`](crate::MAX_PAYLOAD) bytes). Await the returned
+    /// builder to store it; by default it is due at once.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use ttw_durable::Store;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// let at = SystemTime::now() + Duration::from_secs(15 * 60);
+    /// let id = store.schedule(b"cancel unpaid order 7".to_vec()).at(at).await?;
+    /// assert_eq!(store.get(id).await?.unwrap().attempts, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn schedule(&self, payload: impl Into<Vec<u8>>) -> Schedule<'_> {
+        Schedule {
+            store: self,
+            task: NewTask::new(payload),
+            replace: false,
+        }
+    }
+
+    async fn insert(&self, task: NewTask) -> Result<Scheduled, Error> {
+        let row = NewRow::check(task)?;
+        let now = now_ms();
+        let db = self.db();
+        // Two tries: a conflicting task could be deleted (its retention
+        // ran out) between the insert and the lookup.
+        let sql = self.inner.notifier.announcing(&format!(
+            "INSERT INTO ttw_tasks (run_at, payload, idempotency_key, max_attempts, queue, priority, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, {}) ON CONFLICT (idempotency_key) DO NOTHING RETURNING {ANNOUNCED}",
+            db.clock_sql()
+        ));
+        for _ in 0..2 {
+            // Read to its end, so that a commit that failed is an error
+            // here and never an id (see the module's notes).
+            let inserted: Option<Announced> = write_with_pool!(db, Urgency::Ordinary, pool => {
+                sqlx::query(&sql)
+                .bind(row.run_at)
+                .bind(&row.payload)
+                .bind(&row.idempotency_key)
+                .bind(row.max_attempts)
+                .bind(&row.queue)
+                .bind(row.priority_or_default())
+                .bind(now)
+                .fetch_all(pool)
+                .await?
+                .first()
+                .map(Announced::read)
+                .transpose()?
+            });
+            if let Some(task) = inserted {
+                let id = task.id;
+                crate::telemetry::scheduled(&task.queue, 1);
+                self.inner.notifier.announce(task);
+                return Ok(Scheduled::Created(TaskId(id)));
+            }
+            let existing: Option<i64> = with_pool!(db, pool => {
+                sqlx::query("SELECT id FROM ttw_tasks WHERE idempotency_key = $1")
+                    .bind(&row.idempotency_key)
+                    .fetch_optional(pool)
+                    .await?
+                    .map(|row| row.try_get::<i64, _>("id"))
+                    .transpose()?
+            });
+            if let Some(id) = existing {
+                return Ok(Scheduled::Existing(TaskId(id)));
+            }
+        }
+        Err(Error::config(
+            "the idempotency key kept conflicting with a task being deleted",
+        ))
+    }
+
+    /// Cancels a task that is still scheduled. Returns whether it was: `false`
+    /// if it is running, finished, dead, cancelled already, or unknown. A
+    /// cancelled task is never delivered afterwards; one that a node claimed
+    /// first is not cancelled.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`].
+    pub async fn cancel(&self, id: TaskId) -> Result<bool, Error> {
+        self.cancel_where(Target::Id(id.0)).await
+    }
+
+    /// Cancels the task `target` names if it is still scheduled; returns
+    /// whether it was.
+    pub(crate) async fn cancel_where(&self, target: Target<'_>) -> Result<bool, Error> {
+        let now = now_ms();
+        let sql = format!(
+            "UPDATE ttw_tasks SET state = 'cancelled', updated_at = {}, finished_at = $2 \
+             WHERE {} = $1 AND state = 'scheduled'",
+            self.db().clock_sql(),
+            target.column()
+        );
+        let n = write_with_pool!(self.db(), Urgency::Ordinary, pool => {
+            let query = sqlx::query(&sql);
+            let query = match target {
+                Target::Id(id) => query.bind(id),
+                Target::Key(key) => query.bind(key),
+            };
+            query.bind(now).execute(pool).await?.rows_affected()
+        });
+        Ok(n == 1)
+    }
+
+    /// Moves a task that is still scheduled to a new time. Returns whether it
+    /// was still scheduled (as [`Store::cancel`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_out_of_range`] for a time the store cannot hold,
+    /// [`Error::is_database`].
+    pub async fn reschedule(&self, id: TaskId, at: SystemTime) -> Result<bool, Error> {
+        self.make_due(Target::Id(id.0), TaskState::Scheduled, to_ms(at)?, "")
+            .await
+    }
+
+    /// Schedules a dead task again, due at once with its attempts reset.
+    /// Returns whether it was dead.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`].
+    pub async fn redrive(&self, id: TaskId) -> Result<bool, Error> {
+        self.make_due(
+            Target::Id(id.0),
+            TaskState::Dead,
+            now_ms(),
+            ", attempts = 0, finished_at = NULL",
+        )
+        .await
+    }
+
+    /// Makes the task `target` names scheduled and due at `run_at` if it
+    /// is in state `from`, with the assignments in `also`, and announces
+    /// it. Returns whether it was in that state.
+    pub(crate) async fn make_due(
+        &self,
+        target: Target<'_>,
+        from: TaskState,
+        run_at: i64,
+        also: &str,
+    ) -> Result<bool, Error> {
+        let sql = self.inner.notifier.announcing(&format!(
+            "UPDATE ttw_tasks SET state = 'scheduled', run_at = $2, updated_at = {}{also} \
+             WHERE {} = $1 AND state = $3 RETURNING {ANNOUNCED}",
+            self.db().clock_sql(),
+            target.column()
+        ));
+        // Read to its end (see the notes of `db`).
+        let changed: Vec<Announced> = write_with_pool!(self.db(), Urgency::Ordinary, pool => {
+            let query = sqlx::query(&sql);
+            let query = match target {
+                Target::Id(id) => query.bind(id),
+                Target::Key(key) => query.bind(key),
+            };
+            let mut changed = Vec::new();
+            for row in query.bind(run_at).bind(from.as_sql()).fetch_all(pool).await? {
+                changed.push(Announced::read(&row)?);
+            }
+            changed
+        });
+        let any = !changed.is_empty();
+        for task in changed {
+            self.inner.notifier.announce(task);
+        }
+        Ok(any)
+    }
+
+    /// A task's state, attempts, last error and payload, or `None` if there
+    /// is no such task (never was, or deleted after its retention).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`].
+    pub async fn get(&self, id: TaskId) -> Result<Option<TaskInfo>, Error> {
+        self.get_where(Target::Id(id.0)).await
+    }
+
+    /// The task `target` names, or `None`.
+    pub(crate) async fn get_where(&self, target: Target<'_>) -> Result<Option<TaskInfo>, Error> {
+        let sql = format!(
+            "SELECT {TASK_INFO_COLUMNS} FROM ttw_tasks WHERE {} = $1",
+            target.column()
+        );
+        let info = with_pool!(self.db(), pool => {
+            let query = sqlx::query(&sql);
+            let query = match target {
+                Target::Id(id) => query.bind(id),
+                Target::Key(key) => query.bind(key),
+            };
+            match query.fetch_optional(pool).await? {
+                None => None,
+                Some(row) => Some(read_task_info!(row)),
+            }
+        });
+        Ok(info)
+    }
+}
+
+/// The columns a [`TaskInfo`] is read from, by [`read_task_info`].
+pub(crate) const TASK_INFO_COLUMNS: &str =
+    "id, state, run_at, attempts, max_attempts, last_error, \
+     idempotency_key, payload, queue, priority";
+
+/// A [`TaskInfo`] from a row of [`TASK_INFO_COLUMNS`] (a macro: the rows of
+/// the two backends are different types); `?` on the enclosing function.
+macro_rules! read_task_info {
+    ($row:expr) => {{
+        let row = &$row;
+        $crate::model::task::TaskInfo {
+            id: $crate::model::task::TaskId(row.try_get("id")?),
+            state: $crate::model::task::TaskState::from_sql(row.try_get("state")?)?,
+            run_at: $crate::time::from_ms(row.try_get("run_at")?),
+            attempts: $crate::sql::db::clamp_u32(row.try_get("attempts")?),
+            max_attempts: row
+                .try_get::<Option<i64>, _>("max_attempts")?
+                .map($crate::sql::db::clamp_u32),
+            last_error: row.try_get("last_error")?,
+            idempotency_key: row.try_get("idempotency_key")?,
+            payload: row.try_get("payload")?,
+            queue: row.try_get("queue")?,
+            priority: $crate::sql::db::priority_from_sql(row.try_get("priority")?),
+        }
+    }};
+}
+pub(crate) use read_task_info;
+
+/// Which task a statement is about: by id, or by idempotency key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Target<'a> {
+    Id(i64),
+    Key(&'a str),
+}
+
+impl Target<'_> {
+    /// The column that names the task.
+    pub(crate) fn column(self) -> &'static str {
+        match self {
+            Target::Id(_) => "id",
+            Target::Key(_) => "idempotency_key",
+        }
+    }
+}
+
+/// A task being scheduled, from [`Store::schedule`]; `.await` it to store the
+/// task and get its [`TaskId`].
+///
+/// # Errors
+///
+/// [`Error::is_payload_too_large`], [`Error::is_out_of_range`] (a time before
+/// the Unix epoch or after [`MAX_RUN_AT`](crate::MAX_RUN_AT), or a delay that
+/// overflows), [`Error::is_invalid_key`], [`Error::is_config`] (zero
+/// attempts, or [`Schedule::replace_pending`] without a key),
+/// [`Error::is_database`] ([`Error::is_disk_full`] when the database's disk
+/// is full). A schedule that fails stored nothing; an id is returned only
+/// once the task's row has committed.
+#[must_use = "a task is stored only when the builder is awaited"]
+pub struct Schedule<'a> {
+    pub(super) store: &'a Store,
+    pub(super) task: NewTask,
+    pub(super) replace: bool,
+}
+
+impl fmt::Debug for Schedule<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Schedule")
+            .field("task", &self.task)
+            .field("replace", &self.replace)
+            .finish()
+    }
+}
+
+impl Schedule<'_> {
+    /// Due this long from now.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.task = self.task.delay(delay);
+        self
+    }
+
+    /// Due at this time (a time in the past is due at once).
+    pub fn at(mut self, at: SystemTime) -> Self {
+        self.task = self.task.at(at);
+        self
+    }
+
+    /// Scheduling another task with the same key, while this one is kept,
+    /// creates nothing and returns this task's id ([`Schedule::submit`]
+    /// tells which happened). A key is 1 to
+    /// [`MAX_IDEMPOTENCY_KEY`](crate::MAX_IDEMPOTENCY_KEY) bytes; an empty
+    /// or longer one fails with [`Error::is_invalid_key`]. A key is kept
+    /// as long as its task: until the retention sweep deletes it, after it
+    /// finished.
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.task = self.task.idempotency_key(key);
+        self
+    }
+
+    /// This task's own attempt limit, instead of the scheduler's. Zero
+    /// fails with [`Error::is_config`], as
+    /// [`SchedulerBuilder::max_attempts`](crate::SchedulerBuilder::max_attempts)
+    /// does.
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.task = self.task.max_attempts(n);
+        self
+    }
+
+    /// The queue the task belongs to (default
+    /// [`DEFAULT_QUEUE`](crate::DEFAULT_QUEUE)): it is delivered by the
+    /// nodes serving that queue, to its handler
+    /// ([`SchedulerBuilder::handle`](crate::SchedulerBuilder::handle)), and
+    /// waits, scheduled, while no node serves it. A name is 1 to
+    /// [`MAX_QUEUE_NAME`](crate::MAX_QUEUE_NAME) bytes of ASCII letters,
+    /// digits, `_`, `-`, `.` and `:`; any other fails with
+    /// [`Error::is_invalid_queue`]. A task's queue never changes: a
+    /// [replacement](Self::replace_pending) keeps it.
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.task = self.task.queue(queue);
+        self
+    }
+
+    /// The task's priority within its queue (default 0). Priority orders
+    /// tasks that are due and wait for room under the node's or the
+    /// queue's concurrency limit: the lowest number is claimed first, then
+    /// the earliest due, then the first scheduled. It never makes a task
+    /// run before its time, and a node with room runs every due task at
+    /// once whatever its priority. A [replacement](Self::replace_pending)
+    /// takes it if given.
+    pub fn priority(mut self, priority: i16) -> Self {
+        self.task = self.task.priority(priority);
+        self
+    }
+
+    /// If the idempotency key belongs to a task still pending (scheduled,
+    /// not yet claimed), replace it rather than keep it: its payload
+    /// becomes this payload, its due time this time (kept if neither
+    /// [`at`](Self::at) nor [`delay`](Self::delay) was given), its attempt
+    /// limit this one (kept if none was given), and
+    /// [`Schedule::submit`] answers [`Scheduled::Replaced`] with its id.
+    /// Without a task for the key, a new one is created, as without this
+    /// option. This is the debounce of job queues: each event pushes the
+    /// one pending task back and gives it the latest payload.
+    ///
+    /// A task that a node has claimed (running), that is waiting for a
+    /// retry after a failed attempt (or for its redelivery after a lost
+    /// one), or that has finished (done, dead, cancelled: kept until the
+    /// retention sweep), is not pending: nothing is changed, and the answer
+    /// is [`Scheduled::Existing`]. A running attempt goes on with the
+    /// payload it was claimed with, and its retries too, each at the time
+    /// its backoff set: a retry repeats the exact request that failed. To
+    /// run again after it, schedule under a new key (for example with a
+    /// generation number in it). A dead task [redriven](Store::redrive)
+    /// starts its attempts again and is pending until it is claimed.
+    ///
+    /// A key is required: without one the schedule fails with
+    /// [`Error::is_config`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ttw_durable::{Scheduled, Store};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// let delay = Duration::from_secs(5);
+    /// let first = store.schedule("v1").idempotency_key("sync:user-7").delay(delay)
+    ///     .replace_pending().submit().await?;
+    /// let second = store.schedule("v2").idempotency_key("sync:user-7").delay(delay)
+    ///     .replace_pending().submit().await?;
+    /// assert!(first.is_created());
+    /// assert_eq!(second, Scheduled::Replaced(first.id()));
+    /// assert_eq!(store.get(first.id()).await?.unwrap().payload, b"v2");
+    /// assert_eq!(store.counts().await?.scheduled, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn replace_pending(mut self) -> Self {
+        self.replace = true;
+        self
+    }
+
+    /// Stores the task, as `.await` does, and tells whether it was created,
+    /// replaced a pending task ([`Schedule::replace_pending`]), or its
+    /// idempotency key found a task already kept.
+    ///
+    /// # Errors
+    ///
+    /// As awaiting the [`Schedule`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ttw_durable::{Scheduled, Store};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// let first = store.schedule(b"a".to_vec()).idempotency_key("k").submit().await?;
+    /// let again = store.schedule(b"b".to_vec()).idempotency_key("k").submit().await?;
+    /// assert!(matches!(first, Scheduled::Created(_)));
+    /// assert_eq!(again, Scheduled::Existing(first.id()));
+    /// assert!(!again.is_created());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn submit(self) -> Result<Scheduled, Error> {
+        if self.replace {
+            self.store.upsert(self.task).await
+        } else {
+            self.store.insert(self.task).await
+        }
+    }
+}
+
+/// What [`Schedule::submit`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scheduled {
+    /// A new task was stored with this id.
+    Created(TaskId),
+    /// The idempotency key belongs to this task, kept already; nothing was
+    /// stored.
+    Existing(TaskId),
+    /// The idempotency key belonged to this task, pending, and
+    /// [`Schedule::replace_pending`] replaced its payload and time.
+    Replaced(TaskId),
+}
+
+impl Scheduled {
+    /// The task's id, either way.
+    pub fn id(self) -> TaskId {
+        match self {
+            Scheduled::Created(id) | Scheduled::Existing(id) | Scheduled::Replaced(id) => id,
+        }
+    }
+
+    /// Whether a new task was stored.
+    pub fn is_created(self) -> bool {
+        matches!(self, Scheduled::Created(_))
+    }
+}
+
+impl<'a> IntoFuture for Schedule<'a> {
+    type Output = Result<TaskId, Error>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<TaskId, Error>> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move { self.submit().await.map(Scheduled::id) })
+    }
+}
+
+#[cfg(test)]
+mod tests;

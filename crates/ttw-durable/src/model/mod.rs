@@ -1,0 +1,8 @@
+//! What the task system is about, with no database in it: a task and its
+//! state, a task to schedule, and the rule for queue names.
+
+pub(crate) mod lanes;
+pub(crate) mod limits;
+pub(crate) mod new_task;
+pub(crate) mod queue;
+pub(crate) mod task;

@@ -1,0 +1,162 @@
+//! What the store says about tasks: ids, states, a task as kept
+//! ([`TaskInfo`]) and the count of tasks in each state ([`StateCounts`]).
+
+use std::fmt;
+use std::time::SystemTime;
+
+use crate::error::Error;
+
+/// The id of a durable task, unique in its store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TaskId(pub(crate) i64);
+
+impl TaskId {
+    /// A task id from its stored number (as kept by an application that
+    /// recorded [`TaskId::get`]).
+    pub fn new(id: i64) -> TaskId {
+        TaskId(id)
+    }
+
+    /// The id as stored in the database.
+    pub fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Where a task is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TaskState {
+    /// Waiting for its `run_at` (or for a retry).
+    Scheduled,
+    /// Claimed by a node and being delivered.
+    Running,
+    /// Delivered and acknowledged; kept for the scheduler's retention, then
+    /// deleted.
+    Done,
+    /// Failed on every allowed attempt; kept until redriven.
+    Dead,
+    /// Cancelled before it ran; kept for the retention, then deleted.
+    Cancelled,
+}
+
+impl TaskState {
+    /// The state as the `state` column holds it.
+    pub(crate) fn as_sql(self) -> &'static str {
+        match self {
+            TaskState::Scheduled => "scheduled",
+            TaskState::Running => "running",
+            TaskState::Done => "done",
+            TaskState::Dead => "dead",
+            TaskState::Cancelled => "cancelled",
+        }
+    }
+
+    /// Reads the `state` column. A value this build does not know (a
+    /// newer version wrote it, or the row was edited by hand) is an error
+    /// that names it ([`Error::is_database`]), never taken for another
+    /// state.
+    pub(crate) fn from_sql(s: &str) -> Result<TaskState, Error> {
+        Ok(match s {
+            "scheduled" => TaskState::Scheduled,
+            "running" => TaskState::Running,
+            "done" => TaskState::Done,
+            "dead" => TaskState::Dead,
+            "cancelled" => TaskState::Cancelled,
+            other => {
+                return Err(Error::from(sqlx::Error::Decode(
+                    format!("unknown task state {other:?} in ttw_tasks").into(),
+                )))
+            }
+        })
+    }
+}
+
+/// A task as the store holds it, from [`Store::get`](crate::Store::get).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TaskInfo {
+    /// The task's id.
+    pub id: TaskId,
+    /// Its state.
+    pub state: TaskState,
+    /// When it is (or was last) due.
+    pub run_at: SystemTime,
+    /// Delivery attempts started so far.
+    pub attempts: u32,
+    /// Its own attempt limit, if it was scheduled with one; otherwise the
+    /// scheduler's applies.
+    pub max_attempts: Option<u32>,
+    /// The error of the last failed attempt.
+    pub last_error: Option<String>,
+    /// Its idempotency key.
+    pub idempotency_key: Option<String>,
+    /// The payload.
+    pub payload: Vec<u8>,
+    /// Its queue.
+    pub queue: String,
+    /// Its priority within its queue.
+    pub priority: i16,
+}
+
+/// How many tasks are in each state, from
+/// [`Store::counts`](crate::Store::counts).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StateCounts {
+    /// Waiting for their time.
+    pub scheduled: u64,
+    /// Being delivered.
+    pub running: u64,
+    /// Delivered and acknowledged (within the retention).
+    pub done: u64,
+    /// Out of attempts.
+    pub dead: u64,
+    /// Cancelled (within the retention).
+    pub cancelled: u64,
+}
+
+impl StateCounts {
+    /// The count of tasks in `state`.
+    pub(crate) fn slot(&mut self, state: TaskState) -> &mut u64 {
+        match state {
+            TaskState::Scheduled => &mut self.scheduled,
+            TaskState::Running => &mut self.running,
+            TaskState::Done => &mut self.done,
+            TaskState::Dead => &mut self.dead,
+            TaskState::Cancelled => &mut self.cancelled,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_state_reads_back_as_itself() {
+        for state in [
+            TaskState::Scheduled,
+            TaskState::Running,
+            TaskState::Done,
+            TaskState::Dead,
+            TaskState::Cancelled,
+        ] {
+            assert_eq!(TaskState::from_sql(state.as_sql()).unwrap(), state);
+        }
+    }
+
+    /// Regression: an unknown state was read as `Cancelled`, silently.
+    #[test]
+    fn an_unknown_state_is_an_error_naming_it() {
+        let err = TaskState::from_sql("paused").unwrap_err();
+        assert!(err.is_database());
+        assert!(err.to_string().contains("\"paused\""), "{err}");
+    }
+}

@@ -1,0 +1,95 @@
+//! The announcing side, one per store: the `NOTIFY` a statement that
+//! makes tasks due sends on PostgreSQL, and the in-process broadcast to this
+//! process's schedulers after the change commits.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use sqlx::postgres::PgConnectOptions;
+use tokio::sync::{broadcast, watch};
+
+use super::listen::Listener;
+use super::{channel, Announced, RECURRING};
+
+/// Schedules within this process the broadcast holds before a slow
+/// listener lags (and reloads its window instead).
+const LOCAL_BACKLOG: usize = 4096;
+
+/// The sending side, one per store.
+pub(crate) struct Notifier {
+    local: broadcast::Sender<Announced>,
+    /// Bumped when a recurring schedule is registered, changed or resumed
+    /// in this process: the schedulers make its occurrences tasks at once.
+    recurring: watch::Sender<u64>,
+    /// On PostgreSQL: the options a `LISTEN` connection opens with, and the
+    /// channel (one per schema).
+    postgres: Option<(PgConnectOptions, String)>,
+}
+
+impl Notifier {
+    /// A notifier for a store; `postgres` holds the connection options and
+    /// the schema of a PostgreSQL store.
+    pub(crate) fn new(postgres: Option<(PgConnectOptions, Option<&str>)>) -> Notifier {
+        let (local, _) = broadcast::channel(LOCAL_BACKLOG);
+        Notifier {
+            local,
+            recurring: watch::Sender::new(0),
+            postgres: postgres.map(|(options, schema)| (options, channel(schema))),
+        }
+    }
+
+    /// `change`, a statement that makes tasks due and ends in
+    /// `RETURNING` [`ANNOUNCED`] (and any other columns), made to announce them to the schedulers of
+    /// other processes: on PostgreSQL it sends a `NOTIFY` per row it
+    /// returns, in its own transaction, so the notifications go out if and
+    /// only if the change commits, with no round trip of their own. On
+    /// SQLite it is `change` itself; other processes' schedulers find the
+    /// change by their catch-up poll.
+    pub(crate) fn announcing(&self, change: &str) -> String {
+        match &self.postgres {
+            // The channel is letters, digits and '_' (see `channel`), safe
+            // to write as a literal.
+            Some((_, channel)) => format!(
+                "WITH changed AS ({change}) SELECT changed.* FROM changed, \
+                 pg_notify('{channel}', changed.id || ':' || changed.run_at || ':' || changed.priority \
+                 || ':' || changed.queue)"
+            ),
+            None => change.to_string(),
+        }
+    }
+
+    /// Tells this process's schedulers that a task is due, once the change
+    /// has committed (those of other processes heard of it from the
+    /// statement made by [`announcing`](Self::announcing)).
+    pub(crate) fn announce(&self, task: Announced) {
+        let _ = self.local.send(task);
+    }
+
+    /// Tells this process's schedulers that a recurring schedule was
+    /// registered, changed or resumed.
+    pub(crate) fn wake_recurring(&self) {
+        self.recurring.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// What this process's schedulers watch for [`wake_recurring`](Self::wake_recurring).
+    pub(crate) fn watch_recurring(&self) -> watch::Receiver<u64> {
+        self.recurring.subscribe()
+    }
+
+    /// On PostgreSQL, a statement that tells the schedulers of other
+    /// processes, at commit, that a recurring schedule changed.
+    pub(crate) fn wake_recurring_sql(&self) -> Option<String> {
+        self.postgres
+            .as_ref()
+            .map(|(_, channel)| format!("SELECT pg_notify('{channel}', '{RECURRING}')"))
+    }
+
+    /// Starts hearing announcements. The in-process subscription starts
+    /// now, so call this before the first window load: nothing scheduled in
+    /// this process from here on is missed. The `LISTEN` connection opens
+    /// when the listener is first awaited; `listening` says, from then on,
+    /// whether it is up.
+    pub(crate) fn listen(&self, listening: Arc<AtomicBool>) -> Listener {
+        Listener::new(self.local.subscribe(), self.postgres.clone(), listening)
+    }
+}

@@ -1,0 +1,173 @@
+//! The hearing side, one per scheduler: the in-process broadcast, and on
+//! PostgreSQL a `LISTEN` connection, opened again when it is lost.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use tokio::sync::broadcast;
+use tokio::time::Instant;
+
+use super::{parse, Announced, RECURRING};
+
+/// How long a `LISTEN` connection that could not be opened waits before
+/// the next try.
+const RECONNECT: Duration = Duration::from_secs(5);
+
+/// What a [`Listener`] heard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Heard {
+    /// A task is due.
+    Due(Announced),
+    /// Announcements were missed (the listener fell behind, or its
+    /// `LISTEN` connection has just opened): load the window again.
+    Missed,
+    /// A recurring schedule was registered, changed or resumed in another
+    /// process.
+    Recurring,
+    /// The store is gone: nothing more will be heard.
+    Closed,
+}
+
+/// The hearing side, one per scheduler.
+pub(crate) struct Listener {
+    local: broadcast::Receiver<Announced>,
+    /// On PostgreSQL: the options and channel a `LISTEN` connection opens
+    /// with.
+    connect: Option<(PgConnectOptions, String)>,
+    /// The `LISTEN` connection, while it is up.
+    postgres: Option<PgListener>,
+    /// When to try opening it again, after a try failed.
+    retry_at: Option<Instant>,
+    /// Whether the `LISTEN` connection is up, for the scheduler's catch-up
+    /// poll, which rests while it is.
+    listening: Arc<AtomicBool>,
+}
+
+impl Listener {
+    /// A listener on the in-process broadcast `local` and, on PostgreSQL,
+    /// the `LISTEN` connection `connect` opens when first awaited.
+    pub(super) fn new(
+        local: broadcast::Receiver<Announced>,
+        connect: Option<(PgConnectOptions, String)>,
+        listening: Arc<AtomicBool>,
+    ) -> Listener {
+        Listener {
+            local,
+            connect,
+            postgres: None,
+            retry_at: None,
+            listening,
+        }
+    }
+
+    /// The next announcement.
+    ///
+    /// On PostgreSQL, once the `LISTEN` connection is open (the first time,
+    /// and again after it was lost), this is [`Heard::Missed`]: what was
+    /// notified before it opened was not heard, so the window is loaded
+    /// again, and from then on notifications bring every change. A
+    /// connection lost is [`Heard::Missed`] as well, and another is opened;
+    /// one that cannot be opened is tried again every [`RECONNECT`], and
+    /// meanwhile the catch-up poll finds the changes.
+    pub(crate) async fn next(&mut self) -> Heard {
+        loop {
+            if let Some(opened) = self.reopen().await {
+                return opened;
+            }
+            let retry_at = self.retry_at;
+            let remote = async {
+                match (self.postgres.as_mut(), retry_at) {
+                    (Some(listener), _) => Some(listener.try_recv().await),
+                    (None, Some(at)) => {
+                        tokio::time::sleep_until(at).await;
+                        None
+                    }
+                    (None, None) => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                heard = self.local.recv() => return match heard {
+                    Ok(due) => Heard::Due(due),
+                    Err(broadcast::error::RecvError::Lagged(_)) => Heard::Missed,
+                    Err(broadcast::error::RecvError::Closed) => Heard::Closed,
+                },
+                heard = remote => match heard {
+                    Some(Ok(Some(notification))) => {
+                        if let Some(due) = parse(notification.payload()) {
+                            return Heard::Due(due);
+                        }
+                        if notification.payload() == RECURRING {
+                            return Heard::Recurring;
+                        }
+                    }
+                    // The connection was lost, and with it what was sent
+                    // since it last delivered: load the window, and open
+                    // another (`reopen`) at the next call.
+                    Some(Ok(None)) => {
+                        tracing::info!("LISTEN connection lost; opening another");
+                        self.lost();
+                        return Heard::Missed;
+                    }
+                    Some(Err(err)) => {
+                        tracing::warn!(%err, "LISTEN failed; opening another, relying on the catch-up poll meanwhile");
+                        self.lost();
+                        return Heard::Missed;
+                    }
+                    // Time to try opening again.
+                    None => {}
+                },
+            }
+        }
+    }
+
+    /// The `LISTEN` connection is gone: the catch-up poll takes over until
+    /// another opens.
+    fn lost(&mut self) {
+        self.postgres = None;
+        self.retry_at = None;
+        self.listening.store(false, Ordering::SeqCst);
+    }
+
+    /// Opens the `LISTEN` connection if there is none and it is time to
+    /// try: `Some(Heard::Missed)` once it is open.
+    async fn reopen(&mut self) -> Option<Heard> {
+        let (options, channel) = self.connect.as_ref()?;
+        if self.postgres.is_some() || self.retry_at.is_some_and(|at| Instant::now() < at) {
+            return None;
+        }
+        match open(options.clone(), channel).await {
+            Some(listener) => {
+                self.postgres = Some(listener);
+                self.retry_at = None;
+                self.listening.store(true, Ordering::SeqCst);
+                Some(Heard::Missed)
+            }
+            None => {
+                self.retry_at = Some(Instant::now() + RECONNECT);
+                None
+            }
+        }
+    }
+}
+
+/// Opens a `LISTEN` connection on `channel`, or logs why not.
+async fn open(options: PgConnectOptions, channel: &str) -> Option<PgListener> {
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_lazy_with(options);
+    match PgListener::connect_with(&pool).await {
+        Ok(mut listener) => match listener.listen(channel).await {
+            Ok(()) => Some(listener),
+            Err(err) => {
+                tracing::warn!(%err, "LISTEN failed; relying on the catch-up poll");
+                None
+            }
+        },
+        Err(err) => {
+            tracing::warn!(%err, "LISTEN connection failed; relying on the catch-up poll");
+            None
+        }
+    }
+}

@@ -1,0 +1,446 @@
+//! The statements a scheduler runs on tasks, one method each: the window
+//! loads (the due window and the catch-up poll), the fenced claim, the look
+//! at why a fired task was not claimed, the fenced outcomes (complete,
+//! fail), the reclaim of tasks whose delivery ended without an outcome, and
+//! the retention sweep. Each fragment written in more than one of them is
+//! named once below, and each returns named rows.
+
+use std::sync::Arc;
+
+use sqlx::Row;
+
+use crate::error::Error;
+use crate::model::lanes::Lanes;
+use crate::model::task::TaskState;
+use crate::sql::db::{
+    clamp_u32, placeholders, priority_from_sql, with_pool, write_with_pool, Db, Urgency,
+};
+use crate::time::now_ms;
+
+/// The lease of the task's lane: its queue and its shard (`shards` is the
+/// shard count, SQL).
+fn task_lane(shards: &str) -> String {
+    format!("l.queue = ttw_tasks.queue AND l.shard = ttw_tasks.id % {shards}")
+}
+
+/// The task's lane is one whose lease `session` holds (`shards` is the
+/// shard count). Both are SQL: placeholders or column names.
+fn in_held_shard(session: &str, shards: &str) -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM ttw_leases l WHERE {} AND l.owner_session = {session})",
+        task_lane(shards)
+    )
+}
+
+/// The fence on an outcome: task `id` is still running under the claim
+/// that counted `claim`, by `session`, which still holds the shard's lease
+/// at the epoch the claim stamped. (The claim count, unlike the attempt
+/// number, never starts again, so an outcome from before a redrive is
+/// refused.)
+fn fenced(id: &str, claim: &str, session: &str, shards: &str) -> String {
+    format!(
+        "id = {id} AND claims = {claim} AND state = 'running' AND locked_by = {session} \
+         AND EXISTS (SELECT 1 FROM ttw_leases l WHERE {} \
+         AND l.owner_session = {session} AND l.epoch = ttw_tasks.lock_epoch)",
+        task_lane(shards)
+    )
+}
+
+/// The task has used every attempt it may: its own limit, or
+/// `default_max` when it has none.
+fn out_of_attempts(default_max: &str) -> String {
+    format!("attempts >= COALESCE(max_attempts, {default_max})")
+}
+
+/// The assignments that end an attempt without success: scheduled again at
+/// `retry_at`, or dead (finished at `now`) when out of attempts.
+fn retry_or_dead(default_max: &str, retry_at: &str, now: &str) -> String {
+    let out = out_of_attempts(default_max);
+    format!(
+        "state = CASE WHEN {out} THEN 'dead' ELSE 'scheduled' END, \
+         run_at = CASE WHEN {out} THEN run_at ELSE {retry_at} END, \
+         finished_at = CASE WHEN {out} THEN {now} ELSE NULL END"
+    )
+}
+
+/// The assignments that take a task's lock off.
+const UNLOCK: &str = "locked_by = NULL, locked_until = NULL";
+
+/// A scheduled task due at `run_at` (ms), in lane `lane` of this node (see
+/// [`Lanes`]), with its priority within its queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Due {
+    pub(crate) id: i64,
+    pub(crate) run_at: i64,
+    pub(crate) lane: u32,
+    pub(crate) priority: i16,
+}
+
+/// The columns a [`Due`] is read from.
+const DUE_COLUMNS: &str = "id, run_at, queue, priority";
+
+/// A row of [`DUE_COLUMNS`].
+type DueRow = (i64, i64, String, i64);
+
+/// What a catch-up poll read.
+#[derive(Debug)]
+pub(crate) struct Changes {
+    /// The database's clock as the statement ran.
+    pub(crate) db_now: i64,
+    pub(crate) due: Vec<Due>,
+}
+
+/// One attempt at a task: what its outcome is fenced on, and where a
+/// retry is armed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Attempt {
+    pub(crate) id: i64,
+    /// Which attempt, from 1.
+    pub(crate) number: u32,
+    /// The task's claim count after this claim.
+    pub(crate) claim: i64,
+    /// The task's lane on this node.
+    pub(crate) lane: u32,
+    pub(crate) priority: i16,
+}
+
+/// A task claimed for delivery: what the claim statement returned.
+#[derive(Debug, Clone)]
+pub(crate) struct Claimed {
+    pub(crate) attempt: Attempt,
+    pub(crate) run_at: i64,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) idempotency_key: Option<String>,
+}
+
+/// A fired task the claim did not take, as it is now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Unclaimed {
+    pub(crate) id: i64,
+    pub(crate) state: TaskState,
+    pub(crate) run_at: i64,
+    /// Whether this session holds the task's shard.
+    pub(crate) held: bool,
+}
+
+/// A running task the reclaim took back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Reclaimed {
+    /// Out of attempts: dead rather than scheduled again.
+    pub(crate) dead: bool,
+    /// The task, due again (`None` when dead).
+    pub(crate) due: Option<Due>,
+}
+
+/// What a failure outcome did to the task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failed {
+    /// Scheduled again at this time (ms).
+    Retry(i64),
+    /// Out of attempts.
+    Dead,
+}
+
+/// The statements of one scheduler session.
+#[derive(Clone)]
+pub(crate) struct Claims {
+    db: Db,
+    shards: i64,
+    session: String,
+    lanes: Arc<Lanes>,
+}
+
+impl Claims {
+    /// Statements for session `session` serving the queues of `lanes`.
+    pub(crate) fn new(db: Db, lanes: Arc<Lanes>, shards: u32, session: String) -> Claims {
+        Claims {
+            db,
+            shards: i64::from(shards),
+            session,
+            lanes,
+        }
+    }
+
+    /// A task read back as due, if its queue is one this node serves.
+    fn due(&self, (id, run_at, queue, priority): DueRow) -> Option<Due> {
+        Some(Due {
+            id,
+            run_at,
+            lane: self.lanes.lane(&queue, id)?,
+            priority: priority_from_sql(priority),
+        })
+    }
+
+    /// The session these statements are bound to.
+    pub(crate) fn session(&self) -> &str {
+        &self.session
+    }
+
+    /// Scheduled tasks of this session's shards due before `horizon`.
+    pub(crate) async fn due_before(&self, horizon: i64) -> Result<Vec<Due>, Error> {
+        let sql = format!(
+            "SELECT {DUE_COLUMNS} FROM ttw_tasks WHERE state = 'scheduled' AND run_at < $1 AND {}",
+            in_held_shard("$3", "$2")
+        );
+        let rows: Vec<DueRow> = with_pool!(&self.db, pool => {
+            sqlx::query_as(&sql)
+                .bind(horizon)
+                .bind(self.shards)
+                .bind(&self.session)
+                .fetch_all(pool)
+                .await?
+        });
+        Ok(rows.into_iter().filter_map(|row| self.due(row)).collect())
+    }
+
+    /// One catch-up poll in one statement: the database's clock, and the
+    /// scheduled tasks of this session's shards due before `horizon` whose
+    /// change stamp is at or after `since` (or, on the first poll, `slack`
+    /// before that clock).
+    pub(crate) async fn changed_since(
+        &self,
+        horizon: i64,
+        since: Option<i64>,
+        slack: i64,
+    ) -> Result<Changes, Error> {
+        let sql = format!(
+            "WITH c AS (SELECT {} AS db_now) \
+             SELECT c.db_now, {DUE_COLUMNS} FROM c LEFT JOIN ttw_tasks \
+             ON ttw_tasks.state = 'scheduled' AND ttw_tasks.run_at < $1 \
+             AND ttw_tasks.updated_at >= COALESCE($2, c.db_now - $5) AND {}",
+            self.db.clock_sql(),
+            in_held_shard("$4", "$3")
+        );
+        type Row = (i64, Option<i64>, Option<i64>, Option<String>, Option<i64>);
+        let rows: Vec<Row> = with_pool!(&self.db, pool => {
+            sqlx::query_as(&sql)
+                .bind(horizon)
+                .bind(since)
+                .bind(self.shards)
+                .bind(&self.session)
+                .bind(slack)
+                .fetch_all(pool)
+                .await?
+        });
+        let db_now = rows
+            .first()
+            .map(|r| r.0)
+            .ok_or_else(|| Error::config("the database returned no clock reading"))?;
+        let due = rows
+            .into_iter()
+            .filter_map(|(_, id, run_at, queue, priority)| {
+                self.due((id?, run_at?, queue?, priority?))
+            })
+            .collect();
+        Ok(Changes { db_now, due })
+    }
+
+    /// The claim, in one statement: of `fired` (in id order), those still
+    /// scheduled, due by `now`, and in a lane whose lease this session holds
+    /// move to running, with the attempt counted, the session and lease
+    /// epoch stamped, and a lock until `locked_until`.
+    pub(crate) async fn claim(
+        &self,
+        fired: &[Due],
+        now: i64,
+        locked_until: i64,
+    ) -> Result<Vec<Claimed>, Error> {
+        let sql = format!(
+            "UPDATE ttw_tasks SET state = 'running', attempts = attempts + 1, claims = claims + 1, locked_by = $1, \
+             lock_epoch = (SELECT l.epoch FROM ttw_leases l WHERE {}), \
+             locked_until = $3, updated_at = {} \
+             WHERE state = 'scheduled' AND run_at <= $4 AND {} AND id IN ({}) \
+             RETURNING id, run_at, attempts, claims, payload, idempotency_key",
+            task_lane("$2"),
+            self.db.clock_sql(),
+            in_held_shard("$1", "$2"),
+            placeholders(5, fired.len())
+        );
+        let claimed = write_with_pool!(&self.db, Urgency::Urgent, pool => {
+            let mut query = sqlx::query(&sql)
+                .bind(&self.session)
+                .bind(self.shards)
+                .bind(locked_until)
+                .bind(now);
+            for due in fired {
+                query = query.bind(due.id);
+            }
+            let rows = query.fetch_all(pool).await?;
+            let mut out = Vec::with_capacity(rows.len());
+            for row in rows {
+                let id: i64 = row.try_get("id")?;
+                let Ok(at) = fired.binary_search_by_key(&id, |due| due.id) else {
+                    continue;
+                };
+                out.push(Claimed {
+                    attempt: Attempt {
+                        id,
+                        number: clamp_u32(row.try_get("attempts")?),
+                        claim: row.try_get("claims")?,
+                        lane: fired[at].lane,
+                        priority: fired[at].priority,
+                    },
+                    run_at: row.try_get("run_at")?,
+                    payload: row.try_get("payload")?,
+                    idempotency_key: row.try_get("idempotency_key")?,
+                });
+            }
+            out
+        });
+        Ok(claimed)
+    }
+
+    /// Of `ids`, which a claim did not take, each as it is now, and whether
+    /// this session holds its shard.
+    pub(crate) async fn why_unclaimed(&self, ids: &[i64]) -> Result<Vec<Unclaimed>, Error> {
+        let sql = format!(
+            "SELECT ttw_tasks.id, ttw_tasks.state, ttw_tasks.run_at, \
+             CASE WHEN {} THEN 1 ELSE 0 END AS held \
+             FROM ttw_tasks WHERE ttw_tasks.id IN ({})",
+            in_held_shard("$1", "$2"),
+            placeholders(3, ids.len())
+        );
+        let rows = with_pool!(&self.db, pool => {
+            let mut query = sqlx::query(&sql).bind(&self.session).bind(self.shards);
+            for id in ids {
+                query = query.bind(id);
+            }
+            let rows = query.fetch_all(pool).await?;
+            let mut out = Vec::with_capacity(rows.len());
+            for row in rows {
+                out.push(Unclaimed {
+                    id: row.try_get("id")?,
+                    state: TaskState::from_sql(row.try_get("state")?)?,
+                    run_at: row.try_get("run_at")?,
+                    held: row.try_get::<i32, _>("held")? == 1,
+                });
+            }
+            out
+        });
+        Ok(rows)
+    }
+
+    /// Marks the task done, if `attempt` still holds it (see [`fenced`]).
+    pub(crate) async fn complete(&self, attempt: &Attempt) -> Result<bool, Error> {
+        let sql = format!(
+            "UPDATE ttw_tasks SET state = 'done', {UNLOCK}, updated_at = {}, finished_at = $3 \
+             WHERE {}",
+            self.db.clock_sql(),
+            fenced("$1", "$2", "$4", "$5")
+        );
+        let n = write_with_pool!(&self.db, Urgency::Ordinary, pool => {
+            sqlx::query(&sql)
+                .bind(attempt.id)
+                .bind(attempt.claim)
+                .bind(now_ms())
+                .bind(&self.session)
+                .bind(self.shards)
+                .execute(pool)
+                .await?
+                .rows_affected()
+        });
+        Ok(n == 1)
+    }
+
+    /// Records a failed attempt under the same fence as
+    /// [`complete`](Self::complete): a retry at `retry_at`, or dead once the
+    /// attempts reach the task's limit (`default_max` when it has none).
+    /// `None` if the fence refused it.
+    pub(crate) async fn fail(
+        &self,
+        attempt: &Attempt,
+        error: &str,
+        retry_at: i64,
+        default_max: i64,
+    ) -> Result<Option<Failed>, Error> {
+        let sql = format!(
+            "UPDATE ttw_tasks SET {}, last_error = $8, {UNLOCK}, updated_at = {} \
+             WHERE {} RETURNING state, run_at",
+            retry_or_dead("$6", "$7", "$3"),
+            self.db.clock_sql(),
+            fenced("$1", "$2", "$4", "$5")
+        );
+        // Read to its end (see the notes of `db`).
+        let rows: Vec<(String, i64)> = write_with_pool!(&self.db, Urgency::Ordinary, pool => {
+            sqlx::query_as(&sql)
+                .bind(attempt.id)
+                .bind(attempt.claim)
+                .bind(now_ms())
+                .bind(&self.session)
+                .bind(self.shards)
+                .bind(default_max)
+                .bind(retry_at)
+                .bind(error)
+                .fetch_all(pool)
+                .await?
+        });
+        match rows.into_iter().next() {
+            None => Ok(None),
+            Some((state, run_at)) => Ok(Some(match TaskState::from_sql(&state)? {
+                TaskState::Dead => Failed::Dead,
+                _ => Failed::Retry(run_at),
+            })),
+        }
+    }
+
+    /// Running tasks of this session's shards go back to scheduled, due at
+    /// once, or to dead when out of attempts: those claimed under an earlier
+    /// epoch of the shard's lease by a session proven dead (its membership
+    /// row is gone: its process was found gone, or its node id started
+    /// again), and those whose lock ran out. A task whose claimer is only
+    /// silent waits for its lock: that node may be alive and still running
+    /// the handler, which its own `callback_timeout` ends before the lock
+    /// does.
+    pub(crate) async fn reclaim(&self, default_max: i64) -> Result<Vec<Reclaimed>, Error> {
+        let sql = format!(
+            "UPDATE ttw_tasks SET {}, \
+             last_error = CASE WHEN locked_until < $2 \
+             THEN 'lock expired: the node delivering it stopped or lost its shard' \
+             ELSE 'the node delivering it died; the shard''s new owner took it back' END, \
+             {UNLOCK}, updated_at = {} \
+             WHERE state = 'running' \
+             AND EXISTS (SELECT 1 FROM ttw_leases l WHERE {} AND l.owner_session = $4 \
+             AND (ttw_tasks.locked_until < $2 \
+             OR ((ttw_tasks.lock_epoch IS NULL OR ttw_tasks.lock_epoch < l.epoch) \
+             AND NOT EXISTS (SELECT 1 FROM ttw_nodes n WHERE n.session = ttw_tasks.locked_by)))) \
+             RETURNING {DUE_COLUMNS}, state",
+            retry_or_dead("$1", "$2", "$2"),
+            self.db.clock_sql(),
+            task_lane("$3")
+        );
+        let rows: Vec<(i64, i64, String, i64, String)> = write_with_pool!(&self.db, Urgency::Ordinary, pool => {
+            sqlx::query_as(&sql)
+                .bind(default_max)
+                .bind(now_ms())
+                .bind(self.shards)
+                .bind(&self.session)
+                .fetch_all(pool)
+                .await?
+        });
+        rows.into_iter()
+            .map(|(id, run_at, queue, priority, state)| {
+                let dead = TaskState::from_sql(&state)? == TaskState::Dead;
+                Ok(Reclaimed {
+                    dead,
+                    due: if dead {
+                        None
+                    } else {
+                        self.due((id, run_at, queue, priority))
+                    },
+                })
+            })
+            .collect()
+    }
+
+    /// Deletes done and cancelled tasks that finished before `before`.
+    pub(crate) async fn sweep(&self, before: i64) -> Result<u64, Error> {
+        let n = write_with_pool!(&self.db, Urgency::Ordinary, pool => {
+            sqlx::query("DELETE FROM ttw_tasks WHERE state IN ('done', 'cancelled') AND finished_at < $1")
+                .bind(before)
+                .execute(pool)
+                .await?
+                .rows_affected()
+        });
+        Ok(n)
+    }
+}

@@ -1,0 +1,408 @@
+//! The backend: a pool on SQLite or PostgreSQL, opened with the settings a
+//! [`StoreBuilder`](crate::StoreBuilder) gathered, and what every statement
+//! shares (numbered placeholders, the database's clock as SQL, times as
+//! milliseconds since the Unix epoch).
+//!
+//! Every write runs to its end: `execute`, or `fetch_all` when it returns
+//! rows, never `fetch_one` or `fetch_optional`. On SQLite a statement read
+//! only to its first row is reset rather than finished, and its automatic
+//! commit happens at that reset, where a failure ("database or disk is
+//! full") is never reported: the caller would get a row, an id, for a change
+//! that was rolled back. Run to its end, a failed commit is the statement's
+//! own error.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
+};
+use sqlx::Connection;
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+use crate::error::Error;
+
+/// Runs `$body` with `$pool` bound to whichever pool `$db` holds. The body is
+/// compiled once per backend, so the same statement text and row decoding
+/// serve both.
+macro_rules! with_pool {
+    ($db:expr, $pool:ident => $body:expr) => {
+        match $db {
+            $crate::sql::db::Db::Sqlite($pool, _) => $body,
+            $crate::sql::db::Db::Postgres($pool) => $body,
+        }
+    };
+}
+pub(crate) use with_pool;
+
+/// Runs the write `$body` as [`with_pool!`] does, after taking this
+/// process's turn at SQLite's one writer with `$urgency` (see [`Writes`]);
+/// on PostgreSQL it runs at once.
+macro_rules! write_with_pool {
+    ($db:expr, $urgency:expr, $pool:ident => $body:expr) => {{
+        let db = $db;
+        let _turn = db.write_turn($urgency).await;
+        $crate::sql::db::with_pool!(db, $pool => $body)
+    }};
+}
+pub(crate) use write_with_pool;
+
+/// The pool of one backend; on SQLite, with the turns its writes take.
+#[derive(Clone)]
+pub(crate) enum Db {
+    Sqlite(SqlitePool, Writes),
+    Postgres(PgPool),
+}
+
+/// How soon a write must run: what decides its place among this process's
+/// writes waiting for SQLite's one writer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Urgency {
+    /// Lateness depends on it: a claim at fire time, or a heartbeat that
+    /// keeps the leases. It waits for the write running now and at most
+    /// one ordinary write already at the head of the line.
+    Urgent,
+    /// Everything else (schedules, outcomes, reclaims, sweeps), in the
+    /// order asked.
+    Ordinary,
+}
+
+/// This process's writes to one SQLite database, taken in turn.
+///
+/// SQLite lets one connection write at a time. Left to themselves, the
+/// pool's connections find the writer busy and sleep in SQLite's busy
+/// handler (1, 2, 5, 10, 15, 20, 25 ms... between tries), so a claim at
+/// fire time could sleep behind a burst of schedules for tens of
+/// milliseconds. Here each write waits for its turn in the process
+/// instead, and the turn passes the moment the last write ends: ordinary
+/// writes line up first in a lobby (first come, first served), and only
+/// the one at its head waits for the turn itself, where urgent writes go
+/// straight. Writers in other processes still meet the busy handler.
+#[derive(Clone, Default)]
+pub(crate) struct Writes {
+    lobby: Arc<Mutex<()>>,
+    turn: Arc<Mutex<()>>,
+}
+
+/// A write's turn, held while it runs. The turn is given up before the
+/// lobby, so an urgent write waiting gets it ahead of the next ordinary
+/// one.
+pub(crate) struct WriteTurn {
+    _turn: OwnedMutexGuard<()>,
+    _lobby: Option<OwnedMutexGuard<()>>,
+}
+
+impl Db {
+    /// The database's own clock, in milliseconds since the Unix epoch, as
+    /// SQL read while the statement runs. On SQLite that is after the
+    /// statement has the write lock, so a change is stamped with about the
+    /// time it commits, however long it waited for the lock; on PostgreSQL
+    /// it is the time of the call (`clock_timestamp()`, not the
+    /// transaction's start), and no node's clock is involved.
+    pub(crate) fn clock_sql(&self) -> &'static str {
+        match self {
+            Db::Sqlite(..) => "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)",
+            Db::Postgres(_) => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+        }
+    }
+
+    /// `"sqlite"` or `"postgres"`.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Db::Sqlite(..) => "sqlite",
+            Db::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Waits for this process's turn to write, on SQLite (see [`Writes`]);
+    /// `None` at once on PostgreSQL, where writers lock rows, not the
+    /// database.
+    pub(crate) async fn write_turn(&self, urgency: Urgency) -> Option<WriteTurn> {
+        let Db::Sqlite(_, writes) = self else {
+            return None;
+        };
+        let lobby = match urgency {
+            Urgency::Urgent => None,
+            Urgency::Ordinary => Some(writes.lobby.clone().lock_owned().await),
+        };
+        Some(WriteTurn {
+            _turn: writes.turn.clone().lock_owned().await,
+            _lobby: lobby,
+        })
+    }
+}
+
+/// How to open a pool: the connection settings of a
+/// [`StoreBuilder`](crate::StoreBuilder).
+#[derive(Debug, Clone)]
+pub(crate) struct PoolSettings {
+    pub(crate) max_connections: u32,
+    pub(crate) connect_timeout: Duration,
+    /// SQLite only: the most bytes the database file may hold.
+    pub(crate) sqlite_max_size: Option<u64>,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
+            max_connections: 8,
+            connect_timeout: Duration::from_secs(10),
+            sqlite_max_size: None,
+        }
+    }
+}
+
+/// SQLite's page size for the databases this crate creates (sqlx's
+/// default), the unit of the size limit.
+const SQLITE_PAGE_SIZE: u64 = 4096;
+
+/// The smallest SQLite size limit accepted: room for the schema and a few
+/// tasks.
+pub(crate) const SQLITE_MIN_SIZE: u64 = 64 * 1024;
+
+/// An open SQLite database: its pool, and for an in-memory one a
+/// connection outside the pool that keeps the database alive (an in-memory
+/// SQLite database ends with its last connection, and the pool may close
+/// and replace its one connection after a statement cut off by a cancelled
+/// future).
+pub(crate) struct OpenSqlite {
+    pub(crate) db: Db,
+    pub(crate) keeper: Option<SqliteConnection>,
+}
+
+impl PoolSettings {
+    /// Applies the SQLite settings every connection shares.
+    fn sqlite_options(&self, options: SqliteConnectOptions) -> SqliteConnectOptions {
+        match self.sqlite_max_size {
+            Some(bytes) => options.pragma("max_page_count", (bytes / SQLITE_PAGE_SIZE).to_string()),
+            None => options,
+        }
+    }
+
+    /// Opens (creating if missing) an SQLite database file in WAL mode.
+    pub(crate) async fn sqlite(&self, path: &Path) -> Result<OpenSqlite, Error> {
+        let shown = path.display().to_string();
+        match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => {
+                return Err(Error::open(
+                    shown,
+                    sqlx::Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        format!("its directory {} does not exist", dir.display()),
+                    )),
+                ));
+            }
+            _ => {}
+        }
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(10));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(self.max_connections)
+            .acquire_timeout(self.connect_timeout)
+            .connect_with(self.sqlite_options(options))
+            .await
+            .map_err(|err| Error::open(shown, err))?;
+        Ok(OpenSqlite {
+            db: Db::Sqlite(pool, Writes::default()),
+            keeper: None,
+        })
+    }
+
+    /// Opens a private in-memory SQLite database: one pooled connection,
+    /// never recycled, and a keeper outside the pool.
+    pub(crate) async fn sqlite_in_memory(&self) -> Result<OpenSqlite, Error> {
+        let options = self.sqlite_options(SqliteConnectOptions::from_str("sqlite::memory:")?);
+        // The options name one shared in-memory database; the keeper opens
+        // it first and holds it for the store's life.
+        let keeper = sqlx::ConnectOptions::connect(&options).await?;
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .acquire_timeout(self.connect_timeout)
+            .connect_with(options)
+            .await?;
+        Ok(OpenSqlite {
+            db: Db::Sqlite(pool, Writes::default()),
+            keeper: Some(keeper),
+        })
+    }
+
+    /// Connects to PostgreSQL, with the tables in `schema` (created if
+    /// missing) when one is given. Returns the pool and the options its
+    /// connections use, for a `LISTEN` connection of their own.
+    pub(crate) async fn postgres(
+        &self,
+        url: &str,
+        schema: Option<&str>,
+    ) -> Result<(Db, PgConnectOptions), Error> {
+        let mut options = postgres_options(url)?;
+        if let Some(schema) = schema {
+            if schema.is_empty()
+                || !schema
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_')
+            {
+                return Err(Error::config("a schema name is letters, digits and '_'"));
+            }
+        }
+        // One connection first, within the connect timeout: a pool would
+        // retry a refused or failing connection until its timeout and then
+        // report only that it timed out.
+        let target = format!(
+            "PostgreSQL at {}:{}",
+            options.get_host(),
+            options.get_port()
+        );
+        match tokio::time::timeout(self.connect_timeout, PgConnection::connect_with(&options)).await
+        {
+            Ok(Ok(conn)) => {
+                let _ = conn.close().await;
+            }
+            Ok(Err(err)) => return Err(Error::open(target, err)),
+            Err(_) => return Err(Error::open(target, sqlx::Error::PoolTimedOut)),
+        }
+        if let Some(schema) = schema {
+            let admin = PgPoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(self.connect_timeout)
+                .connect_with(options.clone())
+                .await?;
+            sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+                .execute(&admin)
+                .await?;
+            admin.close().await;
+            options = options.options([("search_path", schema)]);
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(self.max_connections)
+            .acquire_timeout(self.connect_timeout)
+            .connect_with(options.clone())
+            .await?;
+        Ok((Db::Postgres(pool), options))
+    }
+}
+
+/// Parses a PostgreSQL URL, refusing at once what cannot be one (another
+/// scheme, or not a URL at all) rather than trying to connect.
+fn postgres_options(url: &str) -> Result<PgConnectOptions, Error> {
+    let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+    if !matches!(scheme, Some("postgres" | "postgresql")) {
+        return Err(Error::config(
+            "a PostgreSQL URL starts with postgres:// or postgresql:// (postgres://user@host:port/database)",
+        ));
+    }
+    PgConnectOptions::from_str(url)
+        .map_err(|err| Error::config(format!("not a valid PostgreSQL URL: {err}")))
+}
+
+/// `$first, $first+1, ...`: `n` numbered placeholders.
+pub(crate) fn placeholders(first: usize, n: usize) -> String {
+    let mut s = String::with_capacity(n * 6);
+    for i in 0..n {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        s.push('$');
+        s.push_str(&(first + i).to_string());
+    }
+    s
+}
+
+/// A count read from the database as a `u32`, negative as zero and too
+/// large as `u32::MAX`.
+pub(crate) fn clamp_u32(n: i64) -> u32 {
+    u32::try_from(n.max(0)).unwrap_or(u32::MAX)
+}
+
+/// FNV-1a of `bytes`: a stable spread (every process computes the same),
+/// not a secret.
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// A task's priority as the store holds it, in the range the API takes.
+pub(crate) fn priority_from_sql(p: i64) -> i16 {
+    p.clamp(i64::from(i16::MIN), i64::from(i16::MAX)) as i16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The order writes get their turn in: behind an ordinary write, an
+    /// urgent one that asked last goes first, then the ordinary ones in the
+    /// order they asked; behind an urgent write, the ordinary write at the
+    /// head of the lobby (waiting for the turn itself already) goes before
+    /// an urgent one that came after it.
+    #[tokio::test]
+    async fn urgent_writes_pass_the_ordinary_ones_in_line() {
+        let pool = SqlitePoolOptions::new()
+            .connect_lazy("sqlite::memory:")
+            .unwrap();
+        let db = Db::Sqlite(pool, Writes::default());
+        for (first, expected) in [
+            (
+                Urgency::Ordinary,
+                ["urgent", "ordinary 1", "ordinary 2", "ordinary 3"],
+            ),
+            (
+                Urgency::Urgent,
+                ["ordinary 1", "urgent", "ordinary 2", "ordinary 3"],
+            ),
+        ] {
+            let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let running = db.write_turn(first).await.expect("SQLite takes turns");
+            let mut waiting = Vec::new();
+            for (name, urgency) in [
+                ("ordinary 1", Urgency::Ordinary),
+                ("ordinary 2", Urgency::Ordinary),
+                ("ordinary 3", Urgency::Ordinary),
+                ("urgent", Urgency::Urgent),
+            ] {
+                let (db, order) = (db.clone(), order.clone());
+                waiting.push(tokio::spawn(async move {
+                    let _turn = db.write_turn(urgency).await;
+                    order.lock().unwrap().push(name);
+                    tokio::task::yield_now().await;
+                }));
+                // Let it get in line before the next one asks.
+                for _ in 0..4 {
+                    tokio::task::yield_now().await;
+                }
+            }
+            assert!(
+                order.lock().unwrap().is_empty(),
+                "nobody writes while a write runs"
+            );
+            drop(running);
+            for task in waiting {
+                task.await.unwrap();
+            }
+            assert_eq!(*order.lock().unwrap(), expected, "behind {first:?}");
+        }
+    }
+
+    /// PostgreSQL locks rows, not the database: its writes take no turn.
+    #[tokio::test]
+    async fn postgres_writes_take_no_turn() {
+        let pool = PgPoolOptions::new()
+            .connect_lazy("postgres://nobody@127.0.0.1:1/none")
+            .unwrap();
+        assert!(Db::Postgres(pool)
+            .write_turn(Urgency::Urgent)
+            .await
+            .is_none());
+    }
+}

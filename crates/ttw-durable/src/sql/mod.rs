@@ -1,0 +1,8 @@
+//! The database: pools on SQLite or PostgreSQL and their write turns,
+//! placeholders and times in milliseconds (`db.rs`), the embedded
+//! migrations and lease rows (`schema.rs`), and the scheduler's statements
+//! on `ttw_tasks` (`claims.rs`).
+
+pub(crate) mod claims;
+pub(crate) mod db;
+pub(crate) mod schema;
