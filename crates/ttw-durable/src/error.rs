@@ -37,6 +37,11 @@ enum Kind {
     },
     OutOfRange(&'static str),
     Config(String),
+    /// The database holds what this version cannot read.
+    Corrupt(String),
+    /// An invariant of this crate did not hold, or a race it retries did
+    /// not settle.
+    Internal(String),
     InvalidKey(&'static str),
     InvalidSchedule(String),
     InvalidQueue(String),
@@ -55,6 +60,26 @@ impl Error {
 
     pub(crate) fn config(what: impl Into<String>) -> Self {
         Self::from_kind(Kind::Config(what.into()))
+    }
+
+    /// The database holds `what`, which this version cannot read: a value
+    /// written by a newer version, or edited by hand.
+    pub(crate) fn corrupt(what: impl Into<String>) -> Self {
+        Self::from_kind(Kind::Corrupt(what.into()))
+    }
+
+    /// `what` went wrong inside this crate: a bug, or a race given up on.
+    pub(crate) fn internal(what: impl Into<String>) -> Self {
+        Self::from_kind(Kind::Internal(what.into()))
+    }
+
+    /// A database failure made up by fault injection (the workspace's own
+    /// tests): to the code under test it is a failed statement.
+    #[cfg_attr(not(feature = "test-faults"), allow(dead_code))]
+    pub(crate) fn injected(what: &str) -> Self {
+        Self::from(sqlx::Error::Io(std::io::Error::other(format!(
+            "{what} failed by fault injection"
+        ))))
     }
 
     pub(crate) fn invalid_schedule(why: impl Into<String>) -> Self {
@@ -106,8 +131,24 @@ impl Error {
     pub fn is_database(&self) -> bool {
         matches!(
             self.kind,
-            Kind::Database(_) | Kind::Open(..) | Kind::Migrate(_)
+            Kind::Database(_) | Kind::Open(..) | Kind::Migrate(_) | Kind::Corrupt(_)
         )
+    }
+
+    /// The database holds something this version of the crate cannot read
+    /// (an unknown task state or catch-up policy, an impossible shard
+    /// count, no answer where one is always given): written by a newer
+    /// version, or edited by hand. The message names it. Also
+    /// [`Error::is_database`].
+    pub fn is_corrupt(&self) -> bool {
+        matches!(self.kind, Kind::Corrupt(_))
+    }
+
+    /// Something went wrong inside this crate: an invariant that did not
+    /// hold (a bug: please report it with the message), or a race with
+    /// other writers that did not settle after a few tries (try again).
+    pub fn is_internal(&self) -> bool {
+        matches!(self.kind, Kind::Internal(_))
     }
 
     /// The database could not write because its disk is full (SQLite's
@@ -284,6 +325,11 @@ impl fmt::Display for Error {
             ),
             Kind::OutOfRange(what) => write!(f, "{what} is out of range"),
             Kind::Config(what) => write!(f, "invalid configuration: {what}"),
+            Kind::Corrupt(what) => write!(
+                f,
+                "the database holds what this version cannot read: {what}"
+            ),
+            Kind::Internal(what) => write!(f, "internal error: {what}"),
             Kind::InvalidKey(why) => write!(f, "invalid idempotency key: {why}"),
             Kind::InvalidSchedule(why) => write!(f, "invalid recurring schedule: {why}"),
             Kind::InvalidQueue(why) => write!(f, "invalid queue name: {why}"),

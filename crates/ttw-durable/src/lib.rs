@@ -162,7 +162,8 @@ pub use model::new_task::NewTask;
 pub use model::queue::{DEFAULT_QUEUE, MAX_QUEUE_NAME};
 pub use model::task::{StateCounts, TaskId, TaskInfo, TaskState};
 pub use node::delivery::{Deliveries, Delivery, Task};
-pub use node::outcome::{Backoff, SchedulerStats};
+pub use node::events::SchedulerStats;
+pub use node::outcome::Backoff;
 pub use node::scheduler::{Scheduler, SchedulerBuilder};
 pub use recurring::{
     CatchUp, Recurring, RecurringInfo, Registered, MAX_CATCH_UP, MAX_RECURRING_NAME, MIN_INTERVAL,

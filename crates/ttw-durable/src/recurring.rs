@@ -86,8 +86,8 @@ impl CatchUp {
             "skip" => Ok(CatchUp::Skip),
             "last" => Ok(CatchUp::Last),
             "all" => Ok(CatchUp::All),
-            other => Err(Error::config(format!(
-                "the database holds an unknown catch-up policy '{other}'"
+            other => Err(Error::corrupt(format!(
+                "an unknown catch-up policy '{other}' in ttw_recurring"
             ))),
         }
     }

@@ -27,7 +27,8 @@ use metrics::{Counter, Gauge, Histogram, Unit};
 /// | `ttw_attempts_succeeded_total` | counter | `queue` | attempts recorded as succeeded |
 /// | `ttw_attempts_failed_total` | counter | `queue` | attempts recorded as failed (error, panic, timeout, dropped delivery) |
 /// | `ttw_retries_total` | counter | `queue` | failed attempts scheduled to run again |
-/// | `ttw_tasks_dead_total` | counter | `queue` | tasks marked dead, out of attempts |
+/// | `ttw_tasks_dead_total` | counter | `queue` | tasks marked dead, out of attempts (after a failed attempt, or when a reclaim finds a lost attempt was the last) |
+/// | `ttw_tasks_reclaimed_total` | counter | `queue` | running tasks whose delivery ended without an outcome (the node died, or the lock ran out), taken back by this process's nodes: due again, or dead when out of attempts |
 /// | `ttw_lateness_seconds` | histogram | `queue` | from a task's `run_at` to its claim |
 /// | `ttw_handler_duration_seconds` | histogram | `queue` | from the start of a delivery to its outcome written (the handler returned, or the streamed delivery settled) |
 /// | `ttw_claims_lost_total` | counter | `node` | fired tasks whose claim was refused: another node holds the lease now (fencing) |
@@ -77,6 +78,11 @@ pub fn describe_metrics() {
         "ttw_tasks_dead_total",
         Unit::Count,
         "Tasks marked dead, out of attempts."
+    );
+    describe_counter!(
+        "ttw_tasks_reclaimed_total",
+        Unit::Count,
+        "Running tasks whose delivery ended without an outcome, taken back."
     );
     describe_histogram!(
         "ttw_lateness_seconds",
@@ -130,6 +136,7 @@ pub(crate) struct QueueMetrics {
     pub(crate) failed: Counter,
     pub(crate) retried: Counter,
     pub(crate) dead: Counter,
+    pub(crate) reclaimed: Counter,
     pub(crate) lateness: Histogram,
     pub(crate) handler: Histogram,
 }
@@ -143,6 +150,7 @@ impl QueueMetrics {
             failed: metrics::counter!("ttw_attempts_failed_total", "queue" => q.clone()),
             retried: metrics::counter!("ttw_retries_total", "queue" => q.clone()),
             dead: metrics::counter!("ttw_tasks_dead_total", "queue" => q.clone()),
+            reclaimed: metrics::counter!("ttw_tasks_reclaimed_total", "queue" => q.clone()),
             lateness: metrics::histogram!("ttw_lateness_seconds", "queue" => q.clone()),
             handler: metrics::histogram!("ttw_handler_duration_seconds", "queue" => q),
         }

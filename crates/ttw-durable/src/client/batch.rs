@@ -187,7 +187,7 @@ impl Store {
                 for &i in chunk {
                     let key = rows[i].idempotency_key.as_deref().unwrap_or_default();
                     let id = found.get(key).ok_or_else(|| {
-                        Error::config("the idempotency key kept conflicting with a task being deleted")
+                        Error::internal("the idempotency key kept conflicting with a task being deleted")
                             .in_batch(i)
                     })?;
                     outcomes[i] = Some(Scheduled::Existing(TaskId(*id)));
@@ -196,7 +196,7 @@ impl Store {
         });
         let outcomes = outcomes
             .into_iter()
-            .map(|o| o.ok_or_else(|| Error::config("a task of the batch has no outcome")))
+            .map(|o| o.ok_or_else(|| Error::internal("a task of the batch has no outcome")))
             .collect::<Result<_, _>>()?;
         Ok((outcomes, created))
     }

@@ -238,7 +238,7 @@ impl Schedule<'_> {
                 store.insert_rows(conn, std::slice::from_ref(&row)).await?;
             let outcome = outcomes
                 .pop()
-                .ok_or_else(|| Error::config("the task has no outcome"))?;
+                .ok_or_else(|| Error::internal("the task has no outcome"))?;
             (outcome, created)
         };
         store.announce_uncommitted(created);

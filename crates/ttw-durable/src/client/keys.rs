@@ -221,7 +221,7 @@ impl Store {
                     }
                 }
             }
-            Err(Error::config(
+            Err(Error::internal(
                 "the idempotency key's task kept changing under the replacement",
             ))
         })

@@ -60,8 +60,8 @@ impl TaskState {
 
     /// Reads the `state` column. A value this build does not know (a
     /// newer version wrote it, or the row was edited by hand) is an error
-    /// that names it ([`Error::is_database`]), never taken for another
-    /// state.
+    /// that names it ([`Error::is_corrupt`], also [`Error::is_database`]),
+    /// never taken for another state.
     pub(crate) fn from_sql(s: &str) -> Result<TaskState, Error> {
         Ok(match s {
             "scheduled" => TaskState::Scheduled,
@@ -70,8 +70,8 @@ impl TaskState {
             "dead" => TaskState::Dead,
             "cancelled" => TaskState::Cancelled,
             other => {
-                return Err(Error::from(sqlx::Error::Decode(
-                    format!("unknown task state {other:?} in ttw_tasks").into(),
+                return Err(Error::corrupt(format!(
+                    "an unknown task state {other:?} in ttw_tasks"
                 )))
             }
         })
@@ -157,6 +157,7 @@ mod tests {
     fn an_unknown_state_is_an_error_naming_it() {
         let err = TaskState::from_sql("paused").unwrap_err();
         assert!(err.is_database());
+        assert!(err.is_corrupt());
         assert!(err.to_string().contains("\"paused\""), "{err}");
     }
 }

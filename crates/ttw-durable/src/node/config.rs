@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::node::clock::Clock;
 use crate::node::outcome::Backoff;
 
 /// The longest any duration setting of a scheduler is taken to be: 30
@@ -28,6 +29,9 @@ pub(crate) struct Config {
     pub(crate) retention: Duration,
     pub(crate) lease_ttl: Duration,
     pub(crate) heartbeat: Duration,
+    /// What the node's decisions take as now: the system's clock, or in
+    /// unit tests one that follows a paused Tokio clock.
+    pub(crate) clock: Clock,
 }
 
 impl Default for Config {
@@ -45,6 +49,7 @@ impl Default for Config {
             retention: Duration::from_secs(24 * 3600),
             lease_ttl: Duration::from_secs(10),
             heartbeat: Duration::from_secs(2),
+            clock: Clock::System,
         }
     }
 }

@@ -16,13 +16,13 @@ use tracing::Instrument;
 
 use crate::error::Error;
 use crate::model::task::TaskState;
+use crate::node::config::Config;
 use crate::node::delivery::{Delivery, Task};
-use crate::node::outcome::Counters;
 use crate::node::report::Failing;
 use crate::node::window::Retry;
 use crate::node::Node;
-use crate::sql::claims::Due;
-use crate::time::{ms, now_ms};
+use crate::sql::claims::{Due, Unclaimed};
+use crate::time::ms;
 use tokio_timing_wheel::Expirations;
 
 /// The most ids claimed in one statement.
@@ -204,8 +204,7 @@ async fn claim_and_run(
     // so that it always ends (and its outcome is written within the grace)
     // before its lock runs out and the task is reclaimed.
     let deadline = Instant::now() + node.config.callback_timeout;
-    let now = now_ms();
-    let lock = now + ms(node.config.callback_timeout) + ms(node.config.lock_grace);
+    let (now, lock) = claim_times(node.config.clock.now_ms(), &node.config);
     let claimed = match node.claims.claim(&dues, now, lock).await {
         Ok(claimed) => claimed,
         Err(err) => {
@@ -216,7 +215,7 @@ async fn claim_and_run(
             return Err(err);
         }
     };
-    let claimed_at = now_ms();
+    let claimed_at = node.config.clock.now_ms();
     let mut permits: Vec<Option<Permits>> = entered.into_iter().map(|(_, p)| Some(p)).collect();
     let mut taken = vec![false; dues.len()];
     for c in claimed {
@@ -227,11 +226,9 @@ async fn claim_and_run(
         let Some(permit) = permits[at].take() else {
             continue;
         };
-        Counters::bump(&node.counters().delivered);
         let lateness_ms = claimed_at.saturating_sub(c.run_at).max(0);
-        let metrics = node.outcomes.queue_metrics(&c.attempt);
-        metrics.delivered.increment(1);
-        metrics.lateness.record(lateness_ms as f64 / 1000.0);
+        node.events()
+            .delivered(node.outcomes.queue_of(&c.attempt), lateness_ms);
         let task = Task::from_claimed(c, window.lanes.queue_of(dues[at].lane).clone());
         // The handler, its outcome and whatever they log run in this span.
         let span = tracing::info_span!(
@@ -280,20 +277,14 @@ fn exit_all(node: &Node, dues: &[Due]) {
 /// finished, cancelled or claimed already (dropped).
 async fn explain_unclaimed(node: &Node, missing: &[Due]) -> Result<(), Error> {
     if node.faults.fail_explain() {
-        return Err(Error::config("unclaimed lookup failed by fault injection"));
+        return Err(Error::injected("the unclaimed lookup"));
     }
-    let now = now_ms();
+    let now = node.config.clock.now_ms();
     let ids: Vec<i64> = missing.iter().map(|due| due.id).collect();
     for task in node.claims.why_unclaimed(&ids).await? {
-        // Another node's lease: lost to fencing, whether that node has
-        // claimed the task by now or not.
-        if !task.held {
-            Counters::bump(&node.counters().claims_lost);
-            node.outcomes.metrics.claims_lost.increment(1);
-            continue;
-        }
-        if task.state != TaskState::Scheduled {
-            continue;
+        let verdict = verdict(&task, now);
+        if verdict == Verdict::LostToFencing {
+            node.events().claim_lost();
         }
         let Ok(at) = ids.binary_search(&task.id) else {
             continue;
@@ -302,13 +293,54 @@ async fn explain_unclaimed(node: &Node, missing: &[Due]) -> Result<(), Error> {
             run_at: task.run_at,
             ..missing[at]
         };
-        if task.run_at > now {
-            node.window.arm(due).await;
-        } else {
-            node.window.retry(due, Retry::NotDueYet).await;
+        match verdict {
+            Verdict::LostToFencing | Verdict::Gone => {}
+            Verdict::NotDue => node.window.arm(due).await,
+            Verdict::Again => node.window.retry(due, Retry::NotDueYet).await,
         }
     }
     Ok(())
+}
+
+/// When a claim takes tasks, and until when it holds them: every task due
+/// at `now` or before (never one due later), locked for the callback
+/// timeout and the lock grace after `now`, so its delivery ends and its
+/// outcome is written before the lock runs out and it is reclaimed.
+fn claim_times(now: i64, config: &Config) -> (i64, i64) {
+    let lock = now
+        .saturating_add(ms(config.callback_timeout))
+        .saturating_add(ms(config.lock_grace));
+    (now, lock)
+}
+
+/// What becomes of a fired task that the claim did not take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// Another node's lease: lost to fencing, whether that node has
+    /// claimed the task by now or not.
+    LostToFencing,
+    /// Finished, cancelled or claimed already: nothing to do.
+    Gone,
+    /// Not due by this node's clock (moved later, or the wheel fired a
+    /// moment early by the wall clock): armed again for its time.
+    NotDue,
+    /// Due and scheduled, yet not taken (the database's clock disagreed by
+    /// a moment): looked at again shortly.
+    Again,
+}
+
+/// The verdict on `task`, read back after a claim that did not take it, at
+/// `now` by the node's clock.
+fn verdict(task: &Unclaimed, now: i64) -> Verdict {
+    if !task.held {
+        Verdict::LostToFencing
+    } else if task.state != TaskState::Scheduled {
+        Verdict::Gone
+    } else if task.run_at > now {
+        Verdict::NotDue
+    } else {
+        Verdict::Again
+    }
 }
 
 /// Delivers one claimed task and records its outcome, by `deadline`.
@@ -371,10 +403,10 @@ async fn supervise(node: Arc<Node>, task: Task, mode: Mode, permits: Permits, de
             node.report(Failing::Outcome, &err);
         }
     }
-    outcomes
-        .queue_metrics(&task.attempt)
-        .handler
-        .record(started.elapsed().as_secs_f64());
+    node.events().settled(
+        outcomes.queue_of(&task.attempt),
+        started.elapsed().as_secs_f64(),
+    );
     node.window.exit(task.attempt.lane);
     drop(permits);
 }
@@ -387,5 +419,71 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "a non-string panic payload".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::node::clock::Clock;
+
+    fn unclaimed(run_at: i64, state: TaskState, held: bool) -> Unclaimed {
+        Unclaimed {
+            id: 1,
+            state,
+            run_at,
+            held,
+        }
+    }
+
+    /// A claim takes what is due by the node's clock and locks it for the
+    /// callback timeout and the grace from then; as the clock moves, so do
+    /// both.
+    #[tokio::test(start_paused = true)]
+    async fn a_claim_locks_for_the_timeout_and_the_grace_from_now() {
+        let clock = Clock::following_tokio(1_000_000);
+        let config = Config {
+            callback_timeout: Duration::from_secs(30),
+            lock_grace: Duration::from_secs(5),
+            ..Config::default()
+        };
+        assert_eq!(claim_times(clock.now_ms(), &config), (1_000_000, 1_035_000));
+        tokio::time::advance(Duration::from_millis(1_500)).await;
+        assert_eq!(claim_times(clock.now_ms(), &config), (1_001_500, 1_036_500));
+    }
+
+    /// A fired task the claim did not take: never delivered early (armed
+    /// again while its time is ahead by the node's clock, looked at again
+    /// once it has come), lost to fencing in another node's shard, left
+    /// alone once finished.
+    #[tokio::test(start_paused = true)]
+    async fn an_unclaimed_task_waits_for_its_time_by_the_node_s_clock() {
+        let clock = Clock::following_tokio(5_000);
+        let due_later = unclaimed(5_100, TaskState::Scheduled, true);
+        assert_eq!(verdict(&due_later, clock.now_ms()), Verdict::NotDue);
+        tokio::time::advance(Duration::from_millis(99)).await;
+        assert_eq!(verdict(&due_later, clock.now_ms()), Verdict::NotDue);
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(verdict(&due_later, clock.now_ms()), Verdict::Again);
+
+        let now = clock.now_ms();
+        assert_eq!(
+            verdict(&unclaimed(now + 60_000, TaskState::Scheduled, false), now),
+            Verdict::LostToFencing
+        );
+        for state in [
+            TaskState::Running,
+            TaskState::Done,
+            TaskState::Cancelled,
+            TaskState::Dead,
+        ] {
+            assert_eq!(
+                verdict(&unclaimed(0, state, true), now),
+                Verdict::Gone,
+                "{state:?}"
+            );
+        }
     }
 }

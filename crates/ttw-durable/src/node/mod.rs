@@ -3,9 +3,11 @@
 //! polls and sweeps; announcements heard). Dispatch is in
 //! [`crate::node::dispatch`]; starting and stopping in [`crate::node::scheduler`].
 
+pub(crate) mod clock;
 pub(crate) mod config;
 pub(crate) mod delivery;
 pub(crate) mod dispatch;
+pub(crate) mod events;
 pub(crate) mod faults;
 pub(crate) mod lease;
 pub(crate) mod outcome;
@@ -26,16 +28,20 @@ use tokio::time::{Instant, MissedTickBehavior};
 use crate::client::store::Store;
 use crate::error::Error;
 use crate::node::config::Config;
+use crate::node::events::{Events, SchedulerStats};
 use crate::node::faults::Faults;
 use crate::node::lease::Leases;
-use crate::node::outcome::{Counters, Outcomes, SchedulerStats};
+use crate::node::outcome::Outcomes;
 use crate::node::poll::CatchUp;
 use crate::node::report::{Failing, Reports};
 use crate::node::window::Window;
 use crate::notify::{Heard, Listener};
 use crate::recurring;
 use crate::sql::claims::Claims;
-use crate::time::{ms, now_ms};
+use crate::time::ms;
+
+/// The most rows one statement of the retention sweep deletes.
+const SWEEP_BATCH: u64 = 1_000;
 
 /// How often reclaims run while no lock is expected to run out unseen: a
 /// safety net (see [`Node::watch_locks`]).
@@ -109,6 +115,7 @@ impl Node {
             config.backoff,
             config.max_attempts,
             node_id.clone(),
+            config.clock.clone(),
         ));
         let queue_limits = window
             .lanes
@@ -146,12 +153,13 @@ impl Node {
         }
     }
 
-    pub(crate) fn counters(&self) -> &Counters {
-        &self.outcomes.counters
+    /// Where what happens to the node's tasks is reported.
+    pub(crate) fn events(&self) -> &Events {
+        &self.outcomes.events
     }
 
     pub(crate) fn stats(&self) -> SchedulerStats {
-        self.counters().snapshot(&self.window)
+        self.events().snapshot(&self.window)
     }
 
     /// Warns of a failed database call, at most once per interval for each
@@ -252,14 +260,9 @@ impl Node {
         if lost > 0 {
             tracing::info!(node = %self.node_id, lost, "gave back or lost shard leases");
         }
-        self.counters()
-            .takeovers
-            .fetch_add(beat.takeovers, Ordering::Relaxed);
-        let metrics = &self.outcomes.metrics;
-        metrics.takeovers.increment(beat.takeovers);
-        metrics.shards_owned.set(f64::from(shards.owned_count()));
+        self.events().took_over(beat.takeovers);
         if let Ok(wheel) = self.window.wheel().stats().await {
-            metrics.window_tasks.set(wheel.pending as f64);
+            self.events().gauges(shards.owned_count(), wheel.pending);
         }
         if !beat.acquired.is_empty() {
             tracing::debug!(node = %self.node_id, acquired = beat.acquired.len(), takeovers = beat.takeovers, "took shards");
@@ -299,15 +302,15 @@ impl Node {
         let started = Instant::now();
         let reclaimed = self
             .claims
-            .reclaim(i64::from(self.config.max_attempts))
+            .reclaim(
+                i64::from(self.config.max_attempts),
+                self.config.clock.now_ms(),
+            )
             .await?;
         *self.last_reclaim.lock().unwrap_or_else(|e| e.into_inner()) = Some(started);
         self.reclaim_owed.store(false, Ordering::SeqCst);
         for task in reclaimed {
-            Counters::bump(&self.counters().reclaimed);
-            if task.dead {
-                Counters::bump(&self.counters().dead);
-            }
+            self.events().reclaimed(task.queue, task.dead);
             if let Some(due) = task.due {
                 self.window.arm(due).await;
             }
@@ -318,9 +321,13 @@ impl Node {
     /// Loads every scheduled task of the held shards due within the window.
     async fn load_window(&self) -> Result<(), Error> {
         if self.faults.fail_load() {
-            return Err(Error::config("window load failed by fault injection"));
+            return Err(Error::injected("the window load"));
         }
-        let horizon = now_ms().saturating_add(ms(self.config.window));
+        let horizon = self
+            .config
+            .clock
+            .now_ms()
+            .saturating_add(ms(self.config.window));
         self.window.extend(horizon);
         for due in self.claims.due_before(horizon).await? {
             self.window.arm(due).await;
@@ -412,7 +419,10 @@ impl Node {
         let fallback = now + self.config.window / 2;
         *at = match earliest {
             Some(next) => {
-                let wait = next.saturating_sub(ahead).saturating_sub(now_ms()).max(0);
+                let wait = next
+                    .saturating_sub(ahead)
+                    .saturating_sub(self.config.clock.now_ms())
+                    .max(0);
                 (now + Duration::from_millis(wait as u64)).min(fallback)
             }
             None => fallback,
@@ -440,8 +450,12 @@ impl Node {
             return Ok(());
         }
         let started = Instant::now();
-        let before = now_ms().saturating_sub(ms(self.config.retention));
-        self.claims.sweep(before).await?;
+        let before = self
+            .config
+            .clock
+            .now_ms()
+            .saturating_sub(ms(self.config.retention));
+        self.claims.sweep(before, SWEEP_BATCH).await?;
         *self.last_sweep.lock().unwrap_or_else(|e| e.into_inner()) = Some(started);
         Ok(())
     }

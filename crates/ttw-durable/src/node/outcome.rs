@@ -1,91 +1,19 @@
 //! What becomes of an attempt: success marks the task done; a failure
 //! schedules a retry after the [`Backoff`], or marks the task dead when it
 //! is out of attempts. Both are written under the claim's fence, and both
-//! are counted in the node's [`SchedulerStats`].
+//! are reported to the node's [`Events`].
 
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::node::clock::Clock;
+use crate::node::events::Events;
 use crate::node::window::Window;
 use crate::sql::claims::{Attempt, Claims, Due, Failed};
-use crate::telemetry::NodeMetrics;
-use crate::time::{ms, now_ms};
-
-/// Counters of one node, from [`Scheduler::stats`](crate::Scheduler::stats).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SchedulerStats {
-    /// Shard leases this node holds, over all the queues it serves (leases
-    /// are per queue and shard: a node serving one queue holds at most the
-    /// store's shard count).
-    pub shards_owned: u32,
-    /// Leases this node took over from another owner (a dead, paused or
-    /// departed node, or its own previous run).
-    pub lease_takeovers: u64,
-    /// Fired tasks this node tried to claim in a shard it believed it held,
-    /// refused because another node holds the lease now.
-    pub claims_lost: u64,
-    /// Outcomes (`ack`, `nack`, handler results) refused because the
-    /// attempt no longer belonged to this node.
-    pub completions_lost: u64,
-    /// Attempts started (claims won).
-    pub delivered: u64,
-    /// Attempts that succeeded.
-    pub succeeded: u64,
-    /// Attempts that failed (error, panic, timeout, dropped delivery).
-    pub failed: u64,
-    /// Failed attempts scheduled for a retry.
-    pub retried: u64,
-    /// Tasks marked dead.
-    pub dead: u64,
-    /// Running tasks reclaimed after their lock ran out.
-    pub reclaimed: u64,
-    /// Deliveries in flight now: claimed and not yet recorded, or fired
-    /// and on their way to the claim.
-    pub in_flight: u64,
-}
-
-/// The running counts behind [`SchedulerStats`].
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub(crate) takeovers: AtomicU64,
-    pub(crate) claims_lost: AtomicU64,
-    pub(crate) completions_lost: AtomicU64,
-    pub(crate) delivered: AtomicU64,
-    pub(crate) succeeded: AtomicU64,
-    pub(crate) failed: AtomicU64,
-    pub(crate) retried: AtomicU64,
-    pub(crate) dead: AtomicU64,
-    pub(crate) reclaimed: AtomicU64,
-}
-
-impl Counters {
-    /// Adds one to `counter`.
-    pub(crate) fn bump(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// The counts now, with the window's shard figures.
-    pub(crate) fn snapshot(&self, window: &Window) -> SchedulerStats {
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        SchedulerStats {
-            shards_owned: window.shards.owned_count(),
-            lease_takeovers: get(&self.takeovers),
-            claims_lost: get(&self.claims_lost),
-            completions_lost: get(&self.completions_lost),
-            delivered: get(&self.delivered),
-            succeeded: get(&self.succeeded),
-            failed: get(&self.failed),
-            retried: get(&self.retried),
-            dead: get(&self.dead),
-            reclaimed: get(&self.reclaimed),
-            in_flight: window.shards.in_flight_total(),
-        }
-    }
-}
+use crate::time::ms;
 
 /// Records outcomes for one node: what a handler's supervisor and a
 /// streamed [`Delivery`](crate::Delivery) settle through.
@@ -96,9 +24,10 @@ pub(crate) struct Outcomes {
     /// The attempt limit of tasks scheduled without their own.
     default_max: i64,
     node_id: String,
-    pub(crate) counters: Counters,
-    /// The node's metric handles.
-    pub(crate) metrics: NodeMetrics,
+    /// What happens to the node's tasks, counted and measured.
+    pub(crate) events: Events,
+    /// What the node takes as now.
+    clock: Clock,
     /// The node was aborted: outcomes are no longer written.
     aborted: AtomicBool,
 }
@@ -110,16 +39,16 @@ impl Outcomes {
         backoff: Backoff,
         max_attempts: u32,
         node_id: String,
+        clock: Clock,
     ) -> Outcomes {
-        let metrics = NodeMetrics::new(&node_id, window.lanes.queues());
         Outcomes {
-            metrics,
+            events: Events::new(&node_id, window.lanes.queues()),
+            clock,
             claims,
             window,
             backoff,
             default_max: i64::from(max_attempts),
             node_id,
-            counters: Counters::default(),
             aborted: AtomicBool::new(false),
         }
     }
@@ -137,21 +66,20 @@ impl Outcomes {
         Ok(())
     }
 
-    /// The metrics of `attempt`'s queue.
-    pub(crate) fn queue_metrics(&self, attempt: &Attempt) -> &crate::telemetry::QueueMetrics {
-        self.metrics.queue(self.window.lanes.index_of(attempt.lane))
+    /// The index of `attempt`'s queue among the node's queues, as
+    /// [`Events`] take it.
+    pub(crate) fn queue_of(&self, attempt: &Attempt) -> usize {
+        self.window.lanes.index_of(attempt.lane)
     }
 
     /// Records a successful attempt.
     pub(crate) async fn succeed(&self, attempt: &Attempt) -> Result<(), Error> {
         self.check_open()?;
         if self.claims.complete(attempt).await? {
-            Counters::bump(&self.counters.succeeded);
-            self.queue_metrics(attempt).succeeded.increment(1);
+            self.events.succeeded(self.queue_of(attempt));
             Ok(())
         } else {
-            Counters::bump(&self.counters.completions_lost);
-            self.metrics.completions_lost.increment(1);
+            self.events.completion_lost();
             Err(Error::lost())
         }
     }
@@ -159,19 +87,14 @@ impl Outcomes {
     /// Records a failed attempt: a retry after the backoff, or dead.
     pub(crate) async fn fail(&self, attempt: &Attempt, error: &str) -> Result<(), Error> {
         self.check_open()?;
-        let delay = self.backoff.delay(attempt.number, attempt.id as u64);
-        let retry_at = now_ms().saturating_add(ms(delay));
+        let retry_at = retry_at(&self.backoff, attempt, self.clock.now_ms());
         let failed = self
             .claims
             .fail(attempt, error, retry_at, self.default_max)
             .await?;
         match failed {
             Some(Failed::Retry(run_at)) => {
-                Counters::bump(&self.counters.failed);
-                Counters::bump(&self.counters.retried);
-                let metrics = self.queue_metrics(attempt);
-                metrics.failed.increment(1);
-                metrics.retried.increment(1);
+                self.events.retried(self.queue_of(attempt));
                 self.window
                     .arm(Due {
                         id: attempt.id,
@@ -183,21 +106,23 @@ impl Outcomes {
                 Ok(())
             }
             Some(Failed::Dead) => {
-                Counters::bump(&self.counters.failed);
-                Counters::bump(&self.counters.dead);
-                let metrics = self.queue_metrics(attempt);
-                metrics.failed.increment(1);
-                metrics.dead.increment(1);
+                self.events.failed_dead(self.queue_of(attempt));
                 tracing::warn!(node = %self.node_id, id = attempt.id, error, "task is dead: out of attempts");
                 Ok(())
             }
             None => {
-                Counters::bump(&self.counters.completions_lost);
-                self.metrics.completions_lost.increment(1);
+                self.events.completion_lost();
                 Err(Error::lost())
             }
         }
     }
+}
+
+/// When the retry of failed `attempt` is due: its backoff after `now`
+/// (never before `now`).
+fn retry_at(backoff: &Backoff, attempt: &Attempt, now: i64) -> i64 {
+    let delay = backoff.delay(attempt.number, attempt.id as u64);
+    now.saturating_add(ms(delay))
 }
 
 /// How long to wait before retrying a failed attempt: exponential from
@@ -252,5 +177,40 @@ impl Backoff {
         // Half to all of the nominal delay; a product too large for a
         // `Duration` (a `max` near `Duration::MAX`) stays nominal.
         Duration::try_from_secs_f64(nominal.as_secs_f64() * (0.5 + 0.5 * unit)).unwrap_or(nominal)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attempt(number: u32) -> Attempt {
+        Attempt {
+            id: 7,
+            number,
+            claim: i64::from(number),
+            lane: 0,
+            priority: 0,
+        }
+    }
+
+    /// A failed attempt's retry is due its backoff after now by the node's
+    /// clock: half to all of the nominal delay, doubling per attempt up to
+    /// the maximum, and moving with the clock.
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_is_due_its_backoff_after_the_node_s_now() {
+        let clock = Clock::following_tokio(10_000);
+        let backoff = Backoff::exponential(Duration::from_secs(1), Duration::from_secs(4));
+        let first = retry_at(&backoff, &attempt(1), clock.now_ms());
+        assert!((10_500..=11_000).contains(&first), "{first}");
+        let third = retry_at(&backoff, &attempt(3), clock.now_ms());
+        assert!((12_000..=14_000).contains(&third), "{third}");
+        let capped = retry_at(&backoff, &attempt(20), clock.now_ms());
+        assert!((12_000..=14_000).contains(&capped), "{capped}");
+
+        tokio::time::advance(Duration::from_secs(60)).await;
+        let later = retry_at(&backoff, &attempt(1), clock.now_ms());
+        assert!((70_500..=71_000).contains(&later), "{later}");
+        assert!(later > clock.now_ms(), "never due before now");
     }
 }

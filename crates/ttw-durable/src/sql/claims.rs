@@ -126,6 +126,8 @@ pub(crate) struct Unclaimed {
 /// A running task the reclaim took back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Reclaimed {
+    /// The index of its queue among the node's queues.
+    pub(crate) queue: usize,
     /// Out of attempts: dead rather than scheduled again.
     pub(crate) dead: bool,
     /// The task, due again (`None` when dead).
@@ -225,7 +227,7 @@ impl Claims {
         let db_now = rows
             .first()
             .map(|r| r.0)
-            .ok_or_else(|| Error::config("the database returned no clock reading"))?;
+            .ok_or_else(|| Error::corrupt("no clock reading came back from the database"))?;
         let due = rows
             .into_iter()
             .filter_map(|(_, id, run_at, queue, priority)| {
@@ -390,8 +392,13 @@ impl Claims {
     /// again), and those whose lock ran out. A task whose claimer is only
     /// silent waits for its lock: that node may be alive and still running
     /// the handler, which its own `callback_timeout` ends before the lock
-    /// does.
-    pub(crate) async fn reclaim(&self, default_max: i64) -> Result<Vec<Reclaimed>, Error> {
+    /// does. `now` is the node's clock: locks that ran out before it are
+    /// taken back.
+    pub(crate) async fn reclaim(
+        &self,
+        default_max: i64,
+        now: i64,
+    ) -> Result<Vec<Reclaimed>, Error> {
         let sql = format!(
             "UPDATE ttw_tasks SET {}, \
              last_error = CASE WHEN locked_until < $2 \
@@ -411,36 +418,112 @@ impl Claims {
         let rows: Vec<(i64, i64, String, i64, String)> = write_with_pool!(&self.db, Urgency::Ordinary, pool => {
             sqlx::query_as(&sql)
                 .bind(default_max)
-                .bind(now_ms())
+                .bind(now)
                 .bind(self.shards)
                 .bind(&self.session)
                 .fetch_all(pool)
                 .await?
         });
         rows.into_iter()
-            .map(|(id, run_at, queue, priority, state)| {
-                let dead = TaskState::from_sql(&state)? == TaskState::Dead;
-                Ok(Reclaimed {
+            .filter_map(|(id, run_at, queue, priority, state)| {
+                let dead = match TaskState::from_sql(&state) {
+                    Ok(state) => state == TaskState::Dead,
+                    Err(err) => return Some(Err(err)),
+                };
+                // Only the queues this node serves hold leases of its own.
+                let index = self.lanes.queue_index(&queue)?;
+                Some(Ok(Reclaimed {
+                    queue: index,
                     dead,
                     due: if dead {
                         None
                     } else {
                         self.due((id, run_at, queue, priority))
                     },
-                })
+                }))
             })
             .collect()
     }
 
-    /// Deletes done and cancelled tasks that finished before `before`.
-    pub(crate) async fn sweep(&self, before: i64) -> Result<u64, Error> {
+    /// Deletes done and cancelled tasks that finished before `before`, at
+    /// most `batch` a statement, each statement a write of its own: on
+    /// SQLite a claim or an outcome waiting for the one writer gets its
+    /// turn between two batches instead of after the whole sweep. Returns
+    /// how many were deleted.
+    pub(crate) async fn sweep(&self, before: i64, batch: u64) -> Result<u64, Error> {
+        let mut total = 0;
+        loop {
+            let n = self.sweep_once(before, batch).await?;
+            total += n;
+            if n < batch {
+                return Ok(total);
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// One batch of [`Claims::sweep`]: at most `batch` rows.
+    async fn sweep_once(&self, before: i64, batch: u64) -> Result<u64, Error> {
+        let limit = i64::try_from(batch).unwrap_or(i64::MAX);
         let n = write_with_pool!(&self.db, Urgency::Ordinary, pool => {
-            sqlx::query("DELETE FROM ttw_tasks WHERE state IN ('done', 'cancelled') AND finished_at < $1")
-                .bind(before)
-                .execute(pool)
-                .await?
-                .rows_affected()
+            sqlx::query(
+                "DELETE FROM ttw_tasks WHERE id IN (SELECT id FROM ttw_tasks \
+                 WHERE state IN ('done', 'cancelled') AND finished_at < $1 LIMIT $2)",
+            )
+            .bind(before)
+            .bind(limit)
+            .execute(pool)
+            .await?
+            .rows_affected()
         });
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::store::Store;
+
+    /// The retention sweep deletes in bounded batches: each statement
+    /// deletes at most its batch, and the sweep goes on until a batch comes
+    /// back short, leaving scheduled tasks and those finished after the
+    /// cutoff alone.
+    #[tokio::test]
+    async fn the_sweep_deletes_in_bounded_batches() {
+        let store = Store::sqlite_in_memory().await.unwrap();
+        let mut ids = Vec::new();
+        for i in 0..30 {
+            ids.push(store.schedule(format!("t{i}").into_bytes()).await.unwrap());
+        }
+        let Db::Sqlite(pool, _) = store.db() else {
+            unreachable!("an SQLite store")
+        };
+        // 25 finished long ago, 3 finished after the cutoff, 2 scheduled.
+        for (i, id) in ids.iter().enumerate().take(28) {
+            let finished_at = if i < 25 { 1_000 } else { 9_000 };
+            let state = if i % 2 == 0 { "done" } else { "cancelled" };
+            sqlx::query("UPDATE ttw_tasks SET state = $1, finished_at = $2 WHERE id = $3")
+                .bind(state)
+                .bind(finished_at)
+                .bind(id.get())
+                .execute(pool)
+                .await
+                .unwrap();
+        }
+        let lanes =
+            Arc::new(Lanes::new(vec![crate::DEFAULT_QUEUE.into()], store.shards()).unwrap());
+        let claims = Claims::new(store.db().clone(), lanes, store.shards(), "s".into());
+        assert_eq!(claims.sweep_once(5_000, 10).await.unwrap(), 10);
+        assert_eq!(claims.sweep(5_000, 10).await.unwrap(), 15);
+        assert_eq!(claims.sweep(5_000, 10).await.unwrap(), 0);
+        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM ttw_tasks")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        assert_eq!(
+            left, 5,
+            "the 3 finished after the cutoff and the 2 scheduled stay"
+        );
     }
 }

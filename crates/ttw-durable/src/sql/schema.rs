@@ -52,7 +52,7 @@ pub(crate) async fn prepare(db: &Db, requested: Option<u32>) -> Result<u32, Erro
     let shards = u32::try_from(shards)
         .ok()
         .filter(|&n| n > 0)
-        .ok_or_else(|| Error::config(format!("the schema holds a shard count of {shards}")))?;
+        .ok_or_else(|| Error::corrupt(format!("ttw_meta holds a shard count of {shards}")))?;
     // One lease row per shard of the default queue; a re-run (or a
     // concurrent first open) adds nothing.
     add_lease_rows(db, DEFAULT_QUEUE, shards).await?;
