@@ -1,6 +1,6 @@
 //! The dashboard of `ttw serve`, loaded in a real headless Chromium driven
 //! over WebDriver (`chromedriver`, from the system's packages; `.ci/run`
-//! installs both): the page renders the counts, a `<script>` in a payload
+//! installs both; the `fantoccini` client, and `reqwest` for plain HTTP): the page renders the counts, a `<script>` in a payload
 //! or an error shows as text and never runs, and a redrive without the
 //! token is refused while one with it succeeds.
 //!
@@ -10,14 +10,16 @@
 #[path = "support/backends.rs"]
 mod backends;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use backends::{Backend, Db};
-use base64::Engine as _;
+use fantoccini::{ClientBuilder, Locator};
+use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::{json, Value};
+use tokio::runtime::Handle;
 use ttw_durable::{Scheduler, Store, TaskId, TaskState};
 
 /// A payload and an error that would run script if the page put them in
@@ -27,82 +29,23 @@ const EVIL_PAYLOAD: &str =
 const EVIL_ERROR: &str = r#"<b>boom</b><script>window.__pwned='error'</script>"#;
 const TOKEN: &str = "dashboard-test-token";
 
-/// One HTTP/1.1 request on a fresh connection: (status, body).
-fn http(method: &str, url: &str, body: Option<&Value>) -> (u16, String) {
-    let rest = url.strip_prefix("http://").expect("an http URL");
-    let (host, path) = rest
-        .split_once('/')
-        .map_or((rest, "/".to_string()), |(h, p)| (h, format!("/{p}")));
-    let mut stream = TcpStream::connect(host).unwrap_or_else(|e| panic!("connect {host}: {e}"));
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .unwrap();
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    // Read the head, then as much body as it announces (a server may keep
-    // the connection open despite `Connection: close`).
-    let mut raw = Vec::new();
-    let mut buf = [0u8; 8192];
-    let head_end = loop {
-        if let Some(at) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
-            break at + 4;
-        }
-        let n = stream.read(&mut buf).unwrap();
-        assert!(
-            n > 0,
-            "{method} {url}: connection closed before the head ended"
-        );
-        raw.extend_from_slice(&buf[..n]);
-    };
-    let head = String::from_utf8_lossy(&raw[..head_end]).to_ascii_lowercase();
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let length: Option<usize> = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .and_then(|v| v.trim().parse().ok());
-    let chunked = head.contains("transfer-encoding: chunked");
-    loop {
-        let have = raw.len() - head_end;
-        let done = match length {
-            Some(len) => have >= len,
-            None if chunked => raw.ends_with(b"0\r\n\r\n"),
-            None => false,
+/// One HTTP request (`GET` with no body, or `POST` with `body` as JSON) on
+/// the runtime `rt`: (status, body).
+fn http(rt: &Handle, method: &str, url: &str, body: Option<&Value>) -> (u16, String) {
+    rt.block_on(async {
+        let client = reqwest::Client::new();
+        let request = match (method, body) {
+            ("GET", None) => client.get(url),
+            ("POST", body) => client
+                .post(url)
+                .header("content-type", "application/json")
+                .body(body.map_or_else(String::new, Value::to_string)),
+            other => panic!("no such request in this test: {other:?}"),
         };
-        if done {
-            break;
-        }
-        let n = stream.read(&mut buf).unwrap();
-        if n == 0 {
-            break;
-        }
-        raw.extend_from_slice(&buf[..n]);
-    }
-    let body = String::from_utf8_lossy(&raw[head_end..]).into_owned();
-    let body = if chunked { dechunk(&body) } else { body };
-    (status, body)
-}
-
-/// The body of a chunked response.
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        body = rest[n..].strip_prefix("\r\n").unwrap_or(&rest[n..]);
-    }
-    out
+        let response = request.send().await.expect("the request is answered");
+        let status = response.status().as_u16();
+        (status, response.text().await.expect("a body"))
+    })
 }
 
 /// A child process killed when dropped.
@@ -123,15 +66,17 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A WebDriver session on headless Chromium.
+/// A WebDriver session on headless Chromium, driven through `fantoccini`
+/// on the runtime `rt`.
 struct Browser {
-    base: String,
+    rt: Handle,
+    client: Option<fantoccini::Client>,
     _driver: Killed,
-    _profile: std::path::PathBuf,
+    profile: std::path::PathBuf,
 }
 
 impl Browser {
-    fn start() -> Browser {
+    fn start(rt: &Handle) -> Browser {
         let port = free_port();
         let driver = Command::new("chromedriver")
             .arg(format!("--port={port}"))
@@ -143,11 +88,11 @@ impl Browser {
         let root = format!("http://127.0.0.1:{port}");
         wait_until(Duration::from_secs(30), "chromedriver to answer", || {
             TcpStream::connect(("127.0.0.1", port)).is_ok()
-                && http("GET", &format!("{root}/status"), None).0 == 200
+                && http(rt, "GET", &format!("{root}/status"), None).0 == 200
         });
         let profile =
             std::env::temp_dir().join(format!("ttw_chromium_{}_{port}", std::process::id()));
-        let caps = json!({"capabilities": {"alwaysMatch": {
+        let caps = json!({
             "browserName": "chrome",
             "goog:chromeOptions": {
                 "binary": "/usr/bin/chromium",
@@ -158,80 +103,70 @@ impl Browser {
                     format!("--user-data-dir={}", profile.display()),
                 ]
             }
-        }}});
-        let (status, body) = http("POST", &format!("{root}/session"), Some(&caps));
-        assert_eq!(status, 200, "new session: {body}");
-        let session: Value = serde_json::from_str(&body).unwrap();
-        let id = session["value"]["sessionId"]
-            .as_str()
-            .expect("a session id")
-            .to_string();
+        });
+        let Value::Object(caps) = caps else {
+            unreachable!("an object")
+        };
+        let client = rt
+            .block_on(
+                ClientBuilder::new(HttpConnector::new())
+                    .capabilities(caps)
+                    .connect(&root),
+            )
+            .expect("a new WebDriver session");
         Browser {
-            base: format!("{root}/session/{id}"),
+            rt: rt.clone(),
+            client: Some(client),
             _driver: driver,
-            _profile: profile,
+            profile,
         }
     }
 
-    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
-        let (status, text) = http(method, &format!("{}{path}", self.base), body.as_ref());
-        assert_eq!(status, 200, "{method} {path}: {text}");
-        serde_json::from_str::<Value>(&text).unwrap()["value"].clone()
+    fn client(&self) -> &fantoccini::Client {
+        self.client.as_ref().expect("the session is open")
     }
 
     fn go(&self, url: &str) {
-        self.call("POST", "/url", Some(json!({ "url": url })));
+        self.rt.block_on(self.client().goto(url)).unwrap();
     }
 
     /// Runs `script` (a function body) in the page and returns its value.
     fn eval(&self, script: &str) -> Value {
-        self.call(
-            "POST",
-            "/execute/sync",
-            Some(json!({ "script": script, "args": [] })),
-        )
-    }
-
-    fn element(&self, css: &str) -> String {
-        let found = self.call(
-            "POST",
-            "/element",
-            Some(json!({ "using": "css selector", "value": css })),
-        );
-        found
-            .as_object()
-            .and_then(|o| o.values().next())
-            .and_then(Value::as_str)
-            .expect("an element reference")
-            .to_string()
+        self.rt
+            .block_on(self.client().execute(script, Vec::new()))
+            .unwrap()
     }
 
     fn click(&self, css: &str) {
-        let el = self.element(css);
-        self.call("POST", &format!("/element/{el}/click"), Some(json!({})));
+        self.rt
+            .block_on(async { self.client().find(Locator::Css(css)).await?.click().await })
+            .unwrap();
     }
 
     fn type_into(&self, css: &str, text: &str) {
-        let el = self.element(css);
-        self.call(
-            "POST",
-            &format!("/element/{el}/value"),
-            Some(json!({ "text": text })),
-        );
+        self.rt
+            .block_on(async {
+                self.client()
+                    .find(Locator::Css(css))
+                    .await?
+                    .send_keys(text)
+                    .await
+            })
+            .unwrap();
     }
 
+    /// The page as PNG.
     fn screenshot(&self) -> Vec<u8> {
-        let b64 = self.call("GET", "/screenshot", None);
-        base64::engine::general_purpose::STANDARD
-            .decode(b64.as_str().unwrap())
-            .unwrap()
+        self.rt.block_on(self.client().screenshot()).unwrap()
     }
 }
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        let _ = http("DELETE", &self.base, None);
-        let _ = std::fs::remove_dir_all(&self._profile);
+        if let Some(client) = self.client.take() {
+            let _ = self.rt.block_on(client.close());
+        }
+        let _ = std::fs::remove_dir_all(&self.profile);
     }
 }
 
@@ -320,7 +255,7 @@ fn the_dashboard_in_a_real_browser() {
     let state = |id: TaskId| rt.block_on(store.get(id)).unwrap().unwrap().state;
 
     let (_server, url) = serve(&db);
-    let browser = Browser::start();
+    let browser = Browser::start(rt.handle());
     browser.go(&url);
     wait_until(
         Duration::from_secs(30),
@@ -405,7 +340,7 @@ fn the_dashboard_in_a_real_browser() {
     );
 
     // And /metrics answers for Prometheus, with the task counts.
-    let (status, metrics) = http("GET", &format!("{url}metrics"), None);
+    let (status, metrics) = http(rt.handle(), "GET", &format!("{url}metrics"), None);
     assert_eq!(status, 200);
     assert!(metrics.contains("ttw_tasks{"), "{metrics}");
     rt.block_on(node.shutdown()).unwrap();

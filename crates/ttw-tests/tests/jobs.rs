@@ -11,58 +11,33 @@ mod settings;
 #[path = "support/backends.rs"]
 mod backends;
 
+#[path = "support/log.rs"]
+mod log;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use backends::{Backend, Db};
+use log::{start_logging, Record};
 use settings::{fast, wait_state};
 use sqlx::Connection;
 use tokio::sync::Notify;
-use ttw_durable::{
-    Backoff, NewTask, Redrive, Scheduled, Scheduler, SchedulerBuilder, TaskId, TaskState,
-};
+use ttw_durable::{Backoff, NewTask, Redrive, Scheduled, TaskId, TaskState};
 
 /// What the handler saw: task, payload, when it ran, when it was due.
 type Seen = (TaskId, Vec<u8>, SystemTime, SystemTime);
 
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<Seen>>>);
+type Log = log::Log<Seen>;
 
-impl Log {
-    fn seen(&self) -> Vec<Seen> {
-        self.0.lock().unwrap().clone()
+impl Record for Seen {
+    fn record(task: &ttw_durable::Task) -> Self {
+        (
+            task.id(),
+            task.payload().to_vec(),
+            SystemTime::now(),
+            task.run_at(),
+        )
     }
-
-    async fn wait_for(&self, n: usize, within: Duration) {
-        let deadline = tokio::time::Instant::now() + within;
-        while self.seen().len() < n {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "only {} of {n} deliveries within {within:?}",
-                self.seen().len()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-}
-
-async fn start_logging(builder: SchedulerBuilder, log: &Log) -> Scheduler {
-    let log = log.clone();
-    builder
-        .start(move |task| {
-            let log = log.clone();
-            async move {
-                log.0.lock().unwrap().push((
-                    task.id(),
-                    task.payload().to_vec(),
-                    SystemTime::now(),
-                    task.run_at(),
-                ));
-                Ok::<_, String>(())
-            }
-        })
-        .await
-        .unwrap()
 }
 
 on_both! {

@@ -7,11 +7,15 @@
 #[path = "support/settings.rs"]
 mod settings;
 
+#[path = "support/prometheus.rs"]
+mod prometheus;
+
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusBuilder;
+use prometheus::sample;
 use settings::{fast, wait_state};
 use ttw_durable::{NewTask, Store, TaskState};
 
@@ -28,15 +32,6 @@ impl Write for Captured {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
-}
-
-/// The value of the sample `line_start` (a metric with its labels) in a
-/// Prometheus text page.
-fn sample(page: &str, line_start: &str) -> Option<f64> {
-    page.lines()
-        .find(|l| l.starts_with(line_start))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
 }
 
 /// Also two regressions: `ttw_tasks` kept the last counts of a queue

@@ -7,21 +7,16 @@
 #[path = "support/settings.rs"]
 mod settings;
 
+#[path = "support/prometheus.rs"]
+mod prometheus;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusBuilder;
+use prometheus::sample;
 use settings::{fast, wait_state};
 use ttw_durable::{Store, TaskState};
-
-/// The value of the sample `line_start` (a metric with its labels) in a
-/// Prometheus text page.
-fn sample(page: &str, line_start: &str) -> Option<f64> {
-    page.lines()
-        .find(|l| l.starts_with(line_start))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
 
 /// A node dies while its handler runs the last attempt a task has; the
 /// node that takes its shards over reclaims the task and finds it out of

@@ -12,15 +12,16 @@ mod settings;
 #[path = "support/backends.rs"]
 mod backends;
 
+#[path = "support/log.rs"]
+mod log;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use backends::{Backend, Db};
+use log::{start_logging, Record};
 use settings::fast;
-use ttw_durable::{
-    CatchUp, Recurring, Registered, Scheduler, SchedulerBuilder, Store, TaskId, TaskState,
-};
+use ttw_durable::{CatchUp, Recurring, Registered, Store, TaskId, TaskState};
 
 /// One delivery of an occurrence: schedule, occurrence (ms), task, attempt,
 /// when it ran.
@@ -34,14 +35,27 @@ struct Seen {
     due: SystemTime,
 }
 
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<Seen>>>);
+type Log = log::Log<Seen>;
+
+impl Record for Seen {
+    fn record(task: &ttw_durable::Task) -> Self {
+        let key = task.idempotency_key().unwrap_or_default().to_string();
+        let rest = key
+            .strip_prefix("ttw:recurring:")
+            .expect("an occurrence's key");
+        let (schedule, at) = rest.rsplit_once(':').unwrap();
+        Seen {
+            schedule: schedule.to_string(),
+            occurrence: at.parse().unwrap(),
+            task: task.id(),
+            attempt: task.attempt(),
+            ran: SystemTime::now(),
+            due: task.run_at(),
+        }
+    }
+}
 
 impl Log {
-    fn seen(&self) -> Vec<Seen> {
-        self.0.lock().unwrap().clone()
-    }
-
     /// The occurrences delivered of `schedule`, each with the tasks that
     /// carried it.
     fn occurrences(&self, schedule: &str) -> BTreeMap<i64, BTreeSet<TaskId>> {
@@ -55,32 +69,6 @@ impl Log {
 
 fn ms(t: SystemTime) -> i64 {
     t.duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
-async fn start_logging(builder: SchedulerBuilder, log: &Log) -> Scheduler {
-    let log = log.clone();
-    builder
-        .start(move |task| {
-            let log = log.clone();
-            async move {
-                let key = task.idempotency_key().unwrap_or_default().to_string();
-                let rest = key
-                    .strip_prefix("ttw:recurring:")
-                    .expect("an occurrence's key");
-                let (schedule, at) = rest.rsplit_once(':').unwrap();
-                log.0.lock().unwrap().push(Seen {
-                    schedule: schedule.to_string(),
-                    occurrence: at.parse().unwrap(),
-                    task: task.id(),
-                    attempt: task.attempt(),
-                    ran: SystemTime::now(),
-                    due: task.run_at(),
-                });
-                Ok::<_, String>(())
-            }
-        })
-        .await
-        .unwrap()
 }
 
 /// The next occurrence of the schedule `name` not yet made a task.

@@ -16,7 +16,7 @@ use crate::client::store::{read_task_info, Store, TASK_INFO_COLUMNS};
 use crate::error::Error;
 use crate::model::queue::check_queue;
 use crate::model::task::{TaskInfo, TaskState};
-use crate::notify::{Announced, ANNOUNCED};
+use crate::notify::{Announced, Made, ANNOUNCED};
 use crate::sql::db::{with_pool, write_with_pool, Urgency};
 use crate::time::{from_ms, ms, now_ms, to_ms};
 
@@ -566,9 +566,7 @@ impl Store {
             });
             done += ids.len() as u64;
             redriven += changed.len() as u64;
-            for task in changed {
-                self.notifier().announce(task);
-            }
+            self.notifier().committed(changed, Made::Moved);
         }
         Ok(redriven)
     }

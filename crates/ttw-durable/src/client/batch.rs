@@ -11,7 +11,7 @@ use crate::client::store::{Scheduled, Store};
 use crate::error::Error;
 use crate::model::new_task::{NewRow, NewTask};
 use crate::model::task::TaskId;
-use crate::notify::{Announced, ANNOUNCED};
+use crate::notify::{Announced, Made, ANNOUNCED};
 use crate::sql::db::{placeholders, with_pool, Urgency};
 use crate::time::now_ms;
 
@@ -82,10 +82,7 @@ impl Store {
             inserted
         });
         drop(turn);
-        crate::telemetry::scheduled_each(created.iter().map(|t| &*t.queue));
-        for task in created {
-            self.notifier().announce(task);
-        }
+        self.notifier().committed(created, Made::Created);
         Ok(outcomes)
     }
 

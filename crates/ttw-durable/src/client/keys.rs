@@ -18,7 +18,7 @@ use crate::client::store::{Scheduled, Store, Target};
 use crate::error::Error;
 use crate::model::new_task::{NewRow, NewTask};
 use crate::model::task::{TaskId, TaskInfo, TaskState};
-use crate::notify::{Announced, ANNOUNCED};
+use crate::notify::{Announced, Made, ANNOUNCED};
 use crate::sql::db::Urgency;
 use crate::time::{now_ms, to_ms};
 
@@ -140,12 +140,12 @@ impl Store {
             }
         };
         drop(turn);
-        if let Some(task) = changed {
-            if matches!(outcome, Scheduled::Created(_)) {
-                crate::telemetry::scheduled(&task.queue, 1);
-            }
-            self.notifier().announce(task);
-        }
+        let made = if matches!(outcome, Scheduled::Created(_)) {
+            Made::Created
+        } else {
+            Made::Moved
+        };
+        self.notifier().committed(changed, made);
         Ok(outcome)
     }
 

@@ -15,7 +15,7 @@ use sqlx::Row;
 use crate::error::Error;
 use crate::model::new_task::{NewRow, NewTask};
 use crate::model::task::{TaskId, TaskInfo, TaskState};
-use crate::notify::{Announced, Notifier, ANNOUNCED};
+use crate::notify::{Announced, Made, Notifier, ANNOUNCED};
 use crate::sql::db::{with_pool, write_with_pool, Db, PoolSettings, Urgency, SQLITE_MIN_SIZE};
 use crate::sql::schema;
 use crate::time::{now_ms, to_ms};
@@ -372,8 +372,7 @@ impl Store {
             });
             if let Some(task) = inserted {
                 let id = task.id;
-                crate::telemetry::scheduled(&task.queue, 1);
-                self.inner.notifier.announce(task);
+                self.inner.notifier.committed(Some(task), Made::Created);
                 return Ok(Scheduled::Created(TaskId(id)));
             }
             let existing: Option<i64> = with_pool!(db, pool => {
@@ -484,9 +483,7 @@ impl Store {
             changed
         });
         let any = !changed.is_empty();
-        for task in changed {
-            self.inner.notifier.announce(task);
-        }
+        self.inner.notifier.committed(changed, Made::Moved);
         Ok(any)
     }
 

@@ -32,7 +32,7 @@ use crate::node::events::{Events, SchedulerStats};
 use crate::node::faults::Faults;
 use crate::node::lease::Leases;
 use crate::node::outcome::Outcomes;
-use crate::node::poll::CatchUp;
+use crate::node::poll::Poll;
 use crate::node::report::{Failing, Reports};
 use crate::node::window::Window;
 use crate::notify::{Heard, Listener};
@@ -366,7 +366,7 @@ impl Node {
             i.set_missed_tick_behavior(MissedTickBehavior::Delay);
             i.reset();
         }
-        let mut poll = CatchUp::new(ms(self.config.catch_up));
+        let mut poll = Poll::new(ms(self.config.catch_up));
         let ahead = recurring::ahead(self.config.catch_up);
         let mut recurring_changed = self.store.notifier().watch_recurring();
         let mut recurring_at = Instant::now();
@@ -394,7 +394,7 @@ impl Node {
                         poll.restart();
                         Ok(())
                     } else {
-                        self.catch_up(&mut poll).await
+                        self.poll(&mut poll).await
                     }
                 }
             };
@@ -461,7 +461,7 @@ impl Node {
     }
 
     /// One catch-up poll: arms what changed since the last.
-    async fn catch_up(&self, poll: &mut CatchUp) -> Result<(), Error> {
+    async fn poll(&self, poll: &mut Poll) -> Result<(), Error> {
         for due in poll.poll(&self.claims, self.window.horizon()).await? {
             self.window.arm(due).await;
         }

@@ -11,17 +11,17 @@ use crate::sql::claims::{Claims, Due};
 /// slack only has to cover the moment between a change's stamp and its
 /// commit.
 #[derive(Debug)]
-pub(crate) struct CatchUp {
+pub(crate) struct Poll {
     since: Option<i64>,
     slack: i64,
 }
 
-impl CatchUp {
+impl Poll {
     /// A poll run every `every_ms` milliseconds. Its slack is two periods
     /// and a second; the first poll looks back one slack from its own
     /// start, which covers the time since the window was first loaded.
-    pub(crate) fn new(every_ms: i64) -> CatchUp {
-        CatchUp {
+    pub(crate) fn new(every_ms: i64) -> Poll {
+        Poll {
             since: None,
             slack: every_ms.saturating_mul(2).saturating_add(1000),
         }

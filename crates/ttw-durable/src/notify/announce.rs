@@ -65,6 +65,31 @@ impl Notifier {
         let _ = self.local.send(task);
     }
 
+    /// The announce protocol's last step, once the change that made
+    /// `tasks` due has committed: counts those it created (as
+    /// `ttw_tasks_scheduled_total`, once per run of one queue) and tells
+    /// this process's schedulers of each. A change whose tasks are not
+    /// announced leaves them waiting for the next window load or poll.
+    pub(crate) fn committed(&self, tasks: impl IntoIterator<Item = Announced>, made: Made) {
+        let mut run: Option<(Arc<str>, u64)> = None;
+        for task in tasks {
+            if made == Made::Created {
+                match &mut run {
+                    Some((queue, n)) if **queue == *task.queue => *n += 1,
+                    _ => {
+                        if let Some((queue, n)) = run.replace((task.queue.clone(), 1)) {
+                            crate::telemetry::scheduled(&queue, n);
+                        }
+                    }
+                }
+            }
+            self.announce(task);
+        }
+        if let Some((queue, n)) = run {
+            crate::telemetry::scheduled(&queue, n);
+        }
+    }
+
     /// Tells this process's schedulers that a recurring schedule was
     /// registered, changed or resumed.
     pub(crate) fn wake_recurring(&self) {
@@ -92,4 +117,13 @@ impl Notifier {
     pub(crate) fn listen(&self, listening: Arc<AtomicBool>) -> Listener {
         Listener::new(self.local.subscribe(), self.postgres.clone(), listening)
     }
+}
+
+/// What a committed change did to the tasks it announces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Made {
+    /// Created them: they are counted as scheduled.
+    Created,
+    /// Made existing tasks due at a new time (moved, replaced, redriven).
+    Moved,
 }

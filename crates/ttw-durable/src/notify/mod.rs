@@ -8,7 +8,7 @@
 //! makes a task due sends its `NOTIFY` itself ([`Notifier::announcing`]),
 //! so the notification goes out if and only if the change commits, and
 //! after the commit [`Notifier::announce`] tells this process's schedulers.
-//! The hearing side ([`Listener`], [`CatchUp`]) is the scheduler's. While
+//! The hearing side ([`Listener`], and the poll in `node/poll.rs`) is the scheduler's. While
 //! its `LISTEN` connection is up, a PostgreSQL scheduler needs no catch-up
 //! poll: every change that makes a task due notifies, and a connection
 //! that opens or comes back (when notifications could have been missed)
@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use crate::sql::db::{fnv1a, priority_from_sql};
 
-pub(crate) use announce::Notifier;
+pub(crate) use announce::{Made, Notifier};
 pub(crate) use listen::{Heard, Listener};
 
 /// The columns a statement that makes tasks due returns, for

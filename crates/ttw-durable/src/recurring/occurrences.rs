@@ -8,7 +8,7 @@ use super::rule::Rule;
 use super::{occurrence_key, CatchUp, StoredRow, COLUMNS, MAX_PER_PASS};
 use crate::client::store::Store;
 use crate::error::Error;
-use crate::notify::{Announced, ANNOUNCED};
+use crate::notify::{Announced, Made, ANNOUNCED};
 use crate::sql::db::{with_pool, Urgency};
 use crate::time::{ms, now_ms};
 
@@ -140,10 +140,7 @@ impl Store {
         drop(turn);
         match created {
             Some(created) => {
-                crate::telemetry::scheduled_each(created.iter().map(|t| &*t.queue));
-                for task in created {
-                    self.notifier().announce(task);
-                }
+                self.notifier().committed(created, Made::Created);
                 Ok(next)
             }
             None => Ok(row.next_at),
