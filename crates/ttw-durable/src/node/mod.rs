@@ -4,6 +4,7 @@
 //! [`crate::node::dispatch`]; starting and stopping in [`crate::node::scheduler`].
 
 pub(crate) mod clock;
+pub(crate) mod completer;
 pub(crate) mod config;
 pub(crate) mod delivery;
 pub(crate) mod dispatch;

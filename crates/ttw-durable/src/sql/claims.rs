@@ -12,6 +12,7 @@ use sqlx::Row;
 use crate::error::Error;
 use crate::model::lanes::Lanes;
 use crate::model::task::TaskState;
+use crate::node::completer::Success;
 use crate::sql::db::{
     clamp_u32, placeholders, priority_from_sql, with_pool, write_with_pool, Db, Urgency,
 };
@@ -173,6 +174,12 @@ impl Claims {
         })
     }
 
+    /// Whether these statements run on SQLite, whose one writer makes every
+    /// write transaction wait for the one before it.
+    pub(crate) fn on_sqlite(&self) -> bool {
+        matches!(self.db, Db::Sqlite(..))
+    }
+
     /// The session these statements are bound to.
     pub(crate) fn session(&self) -> &str {
         &self.session
@@ -322,8 +329,9 @@ impl Claims {
         Ok(rows)
     }
 
-    /// Marks the task done, if `attempt` still holds it (see [`fenced`]).
-    pub(crate) async fn complete(&self, attempt: &Attempt) -> Result<bool, Error> {
+    /// Marks the task done, if `attempt` still holds it (see [`fenced`]): one
+    /// statement for one success, by its primary key.
+    pub(crate) async fn complete(&self, attempt: &Attempt, now: i64) -> Result<bool, Error> {
         let sql = format!(
             "UPDATE ttw_tasks SET state = 'done', {UNLOCK}, updated_at = {}, finished_at = $3 \
              WHERE {}",
@@ -334,7 +342,7 @@ impl Claims {
             sqlx::query(&sql)
                 .bind(attempt.id)
                 .bind(attempt.claim)
-                .bind(now_ms())
+                .bind(now)
                 .bind(&self.session)
                 .bind(self.shards)
                 .execute(pool)
@@ -344,8 +352,86 @@ impl Claims {
         Ok(n == 1)
     }
 
+    /// Marks done every task of `batch` whose attempt still holds it, in
+    /// one statement, each row under its own fence (see [`fenced`]): a
+    /// stale attempt's row is refused and the others are written. Answers
+    /// the successes written.
+    pub(crate) async fn complete_many(
+        &self,
+        batch: &[Success],
+        now: i64,
+    ) -> Result<Vec<Success>, Error> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let set = format!(
+            "state = 'done', {UNLOCK}, updated_at = {}, finished_at = $1",
+            self.db.clock_sql()
+        );
+        let fence = format!(
+            "ttw_tasks.state = 'running' AND ttw_tasks.locked_by = $2 \
+             AND EXISTS (SELECT 1 FROM ttw_leases l WHERE {} \
+             AND l.owner_session = $2 AND l.epoch = ttw_tasks.lock_epoch)",
+            task_lane("$3")
+        );
+        let turn = self.db.write_turn(Urgency::Ordinary).await;
+        // Read to its end (see the notes of `db`).
+        let written: Vec<(i64, i64)> = match &self.db {
+            // One statement text for every batch size: the ids and claims
+            // as two arrays.
+            Db::Postgres(pool) => {
+                let sql = format!(
+                    "UPDATE ttw_tasks SET {set} \
+                     FROM UNNEST($4::BIGINT[], $5::BIGINT[]) AS v(task, claim) \
+                     WHERE ttw_tasks.id = v.task AND ttw_tasks.claims = v.claim AND {fence} \
+                     RETURNING ttw_tasks.id, ttw_tasks.claims"
+                );
+                let ids: Vec<i64> = batch.iter().map(|s| s.id).collect();
+                let claims: Vec<i64> = batch.iter().map(|s| s.claim).collect();
+                sqlx::query_as(&sql)
+                    .bind(now)
+                    .bind(&self.session)
+                    .bind(self.shards)
+                    .bind(ids)
+                    .bind(claims)
+                    .fetch_all(pool)
+                    .await?
+            }
+            // A list of (id, claim) rows, padded with rows that match no
+            // task to the next power of two, so that a few statements serve
+            // every batch size.
+            Db::Sqlite(pool, _) => {
+                let n = batch.len().next_power_of_two();
+                let rows = (0..n)
+                    .map(|i| format!("(${}, ${})", 4 + 2 * i, 5 + 2 * i))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let sql = format!(
+                    "UPDATE ttw_tasks SET {set} \
+                     WHERE (id, claims) IN (VALUES {rows}) AND {fence} RETURNING id, claims"
+                );
+                let mut query = sqlx::query_as(&sql)
+                    .bind(now)
+                    .bind(&self.session)
+                    .bind(self.shards);
+                for success in batch {
+                    query = query.bind(success.id).bind(success.claim);
+                }
+                for _ in batch.len()..n {
+                    query = query.bind(-1_i64).bind(-1_i64);
+                }
+                query.fetch_all(pool).await?
+            }
+        };
+        drop(turn);
+        Ok(written
+            .into_iter()
+            .map(|(id, claim)| Success { id, claim })
+            .collect())
+    }
+
     /// Records a failed attempt under the same fence as
-    /// [`complete`](Self::complete): a retry at `retry_at`, or dead once the
+    /// [`complete_many`](Self::complete_many): a retry at `retry_at`, or dead once the
     /// attempts reach the task's limit (`default_max` when it has none).
     /// `None` if the fence refused it.
     pub(crate) async fn fail(
@@ -525,5 +611,71 @@ mod tests {
             left, 5,
             "the 3 finished after the cutoff and the 2 scheduled stay"
         );
+    }
+
+    /// A batch of successes is fenced row by row: the rows whose attempt
+    /// still holds its task are written, and in the same statement a stale
+    /// claim, a task another session locked and a task in a shard whose
+    /// lease moved on are refused, and left as they were.
+    #[tokio::test]
+    async fn a_batch_of_successes_is_fenced_row_by_row() {
+        let store = Store::sqlite_in_memory().await.unwrap();
+        let mut ids = Vec::new();
+        for i in 0..5 {
+            ids.push(
+                store
+                    .schedule(format!("t{i}").into_bytes())
+                    .await
+                    .unwrap()
+                    .get(),
+            );
+        }
+        let Db::Sqlite(pool, _) = store.db() else {
+            unreachable!("an SQLite store")
+        };
+        for sql in [
+            "UPDATE ttw_leases SET owner_session = 's', epoch = 3".to_string(),
+            "UPDATE ttw_tasks SET state = 'running', claims = 1, locked_by = 's', lock_epoch = 3"
+                .to_string(),
+            // Task 3 is another session's; task 4's shard moved on since.
+            format!(
+                "UPDATE ttw_tasks SET locked_by = 'other' WHERE id = {}",
+                ids[3]
+            ),
+            format!("UPDATE ttw_tasks SET lock_epoch = 2 WHERE id = {}", ids[4]),
+        ] {
+            sqlx::query(&sql).execute(pool).await.unwrap();
+        }
+        let lanes =
+            Arc::new(Lanes::new(vec![crate::DEFAULT_QUEUE.into()], store.shards()).unwrap());
+        let claims = Claims::new(store.db().clone(), lanes, store.shards(), "s".into());
+        let success = |i: usize, claim: i64| Success { id: ids[i], claim };
+        let batch = [
+            success(0, 1),
+            success(1, 2), // a stale claim: the task's claim count is 1
+            success(2, 1),
+            success(3, 1),
+            success(4, 1),
+        ];
+        let mut written = claims.complete_many(&batch, 7_000).await.unwrap();
+        written.sort_unstable();
+        assert_eq!(written, vec![success(0, 1), success(2, 1)]);
+        for (i, state) in ["done", "running", "done", "running", "running"]
+            .iter()
+            .enumerate()
+        {
+            let got: String = sqlx::query_scalar("SELECT state FROM ttw_tasks WHERE id = $1")
+                .bind(ids[i])
+                .fetch_one(pool)
+                .await
+                .unwrap();
+            assert_eq!(got, *state, "task {i}");
+        }
+        // Written once: the same success again finds nothing to write.
+        assert!(claims
+            .complete_many(&batch[..1], 8_000)
+            .await
+            .unwrap()
+            .is_empty());
     }
 }
