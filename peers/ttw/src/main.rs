@@ -4,7 +4,7 @@
 
 #[path = "../../src/harness.rs"]
 mod harness;
-#[path = "../../../benches/support/polling.rs"]
+#[path = "../../../crates/ttw-durable/benches/support/polling.rs"]
 mod polling;
 
 use harness::{Backend, Contender, Payload, Scenario, CONCURRENCY};
