@@ -1,37 +1,15 @@
 //! The handle, the driver and the stream, under Tokio's paused clock.
 
+#[path = "support/paused.rs"]
+mod paused;
+
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
+use paused::{ms, ready, settle};
 use tokio::time::{advance, Instant};
 use tokio_test::{assert_pending, assert_ready, task};
-use tokio_timing_wheel::{Expirations, TimingWheel};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-/// Everything the stream can yield right now, without waiting.
-fn ready<K, V>(expired: &mut Expirations<K, V>) -> Vec<(K, V)> {
-    std::iter::from_fn(|| {
-        expired
-            .next()
-            .now_or_never()
-            .flatten()
-            .map(|e| e.into_parts())
-    })
-    .collect()
-}
-
-/// Lets the driver catch up with the clock: `stats` replies only after the
-/// driver has fired what is due.
-async fn settle<K, V>(wheel: &TimingWheel<K, V>)
-where
-    K: Eq + std::hash::Hash + Clone + Send + 'static,
-    V: Send + 'static,
-{
-    wheel.stats().await.unwrap();
-}
+use tokio_timing_wheel::TimingWheel;
 
 #[tokio::test(start_paused = true)]
 async fn fires_at_its_deadline_and_not_before() {

@@ -15,48 +15,18 @@ mod backends;
 #[path = "support/log.rs"]
 mod log;
 
-use std::collections::HashMap;
+#[path = "support/deliveries.rs"]
+mod deliveries;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use backends::{Backend, Db};
+use deliveries::Log;
 use futures::StreamExt;
-use log::{start_logging, Record};
+use log::start_logging;
 use settings::{fast, wait_state};
-use ttw_durable::{Backoff, TaskId, TaskState};
-
-/// One delivery a handler saw: task, attempt, when it ran, when it was due.
-type Seen = (TaskId, u32, SystemTime, SystemTime);
-
-/// What a handler saw.
-type Log = log::Log<Seen>;
-
-impl Record for Seen {
-    fn record(task: &ttw_durable::Task) -> Self {
-        (task.id(), task.attempt(), SystemTime::now(), task.run_at())
-    }
-}
-
-impl Log {
-    fn per_task(&self) -> HashMap<TaskId, usize> {
-        let mut map = HashMap::new();
-        for (id, ..) in self.0.lock().unwrap().iter() {
-            *map.entry(*id).or_default() += 1;
-        }
-        map
-    }
-
-    /// Panics if any delivery started before its task was due.
-    fn assert_never_early(&self) {
-        for (id, attempt, ran, due) in self.0.lock().unwrap().iter() {
-            assert!(
-                ran >= due,
-                "task {id} attempt {attempt} ran {:?} early",
-                due.duration_since(*ran).unwrap()
-            );
-        }
-    }
-}
+use ttw_durable::{Backoff, TaskState};
 
 on_both! {
     /// Tasks due inside and beyond the first window are each delivered once,
