@@ -150,6 +150,7 @@ mod node;
 mod notify;
 mod recurring;
 mod sql;
+pub mod target;
 mod telemetry;
 mod time;
 
@@ -163,12 +164,18 @@ pub use model::queue::{DEFAULT_QUEUE, MAX_QUEUE_NAME};
 pub use model::task::{StateCounts, TaskId, TaskInfo, TaskState};
 pub use node::delivery::{Deliveries, Delivery, Task};
 pub use node::events::SchedulerStats;
+pub use node::failure::{Failure, MAX_RETRY_AFTER};
 pub use node::outcome::Backoff;
 pub use node::scheduler::{Scheduler, SchedulerBuilder};
 pub use recurring::{
     CatchUp, Recurring, RecurringInfo, Registered, MAX_CATCH_UP, MAX_RECURRING_NAME, MIN_INTERVAL,
 };
 pub use sql::schema::DEFAULT_SHARDS;
+pub use target::{Delivered, Target};
+#[cfg(feature = "nats")]
+pub use target::{JetStream, JetStreamBuilder};
+#[cfg(feature = "webhook")]
+pub use target::{Webhook, WebhookBuilder};
 pub use telemetry::describe_metrics;
 
 /// The README's examples, compiled and run as doc tests.

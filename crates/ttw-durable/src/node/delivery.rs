@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::Error;
 use crate::model::task::TaskId;
+use crate::node::failure::Failure;
 use crate::node::outcome::Outcomes;
 use crate::sql::claims::{Attempt, Claimed};
 use crate::time::from_ms;
@@ -79,6 +80,41 @@ impl Task {
         self.idempotency_key.as_deref()
     }
 
+    /// An id for this run of the task, the same in every attempt and
+    /// redelivery of it, and new when the task runs again after a
+    /// [redrive](crate::Store::redrive): `ttw-<id>-<run>`, where `<run>`
+    /// counts the claims of the task before this run began (0 for its
+    /// first). Targets send it as their message id (`webhook-id`,
+    /// `Nats-Msg-Id`), so a receiver or a broker can drop a repeat of a
+    /// delivery it already has while a deliberate redrive still arrives.
+    ///
+    /// ```
+    /// # use ttw_durable::{Scheduler, Store};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// # let store = Store::sqlite_in_memory().await?;
+    /// let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    /// let scheduler = Scheduler::builder(store.clone())
+    ///     .start(move |task| {
+    ///         tx.send(task.message_id()).ok();
+    ///         async { Ok::<_, String>(()) }
+    ///     })
+    ///     .await?;
+    /// let id = store.schedule(b"x".to_vec()).await?;
+    /// assert_eq!(rx.recv().await.unwrap(), format!("ttw-{}-0", id.get()));
+    /// # scheduler.shutdown().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn message_id(&self) -> String {
+        // Each claim counts in both `claims` and `attempts`; a redrive sets
+        // `attempts` back to 0 and leaves `claims`, so their difference is
+        // the same through a run and grows with each redrive that follows
+        // an attempt.
+        let run = self.attempt.claim - i64::from(self.attempt.number);
+        format!("ttw-{}-{run}", self.attempt.id)
+    }
+
     /// Takes the payload.
     pub fn into_payload(self) -> Vec<u8> {
         self.payload
@@ -137,11 +173,19 @@ impl Delivery {
     /// # Errors
     ///
     /// As [`Delivery::ack`].
-    pub async fn nack(mut self, error: impl fmt::Display) -> Result<(), Error> {
-        let result = self
-            .outcomes
-            .fail(&self.task.attempt, &error.to_string())
-            .await;
+    pub async fn nack(self, error: impl fmt::Display) -> Result<(), Error> {
+        self.fail(Failure::new(error.to_string())).await
+    }
+
+    /// Records a failed attempt as `failure` says: a retry after the
+    /// backoff or at the time it names, or dead (out of attempts, or a
+    /// [permanent](Failure::permanent) failure).
+    ///
+    /// # Errors
+    ///
+    /// As [`Delivery::ack`].
+    pub async fn fail(mut self, failure: Failure) -> Result<(), Error> {
+        let result = self.outcomes.fail(&self.task.attempt, &failure).await;
         self.settle();
         result
     }

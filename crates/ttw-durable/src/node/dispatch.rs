@@ -18,6 +18,7 @@ use crate::error::Error;
 use crate::model::task::TaskState;
 use crate::node::config::Config;
 use crate::node::delivery::{Delivery, Task};
+use crate::node::failure::Failure;
 use crate::node::report::Failing;
 use crate::node::window::Retry;
 use crate::node::Node;
@@ -28,8 +29,9 @@ use tokio_timing_wheel::Expirations;
 /// The most ids claimed in one statement.
 const CLAIM_BATCH: usize = 500;
 
-/// A handler as the scheduler runs it: its error already in words.
-pub(crate) type Handler = Arc<dyn Fn(Task) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
+/// A handler as the scheduler runs it: its error already a [`Failure`].
+pub(crate) type Handler =
+    Arc<dyn Fn(Task) -> BoxFuture<'static, Result<(), Failure>> + Send + Sync>;
 
 /// Where deliveries go.
 #[derive(Clone)]
@@ -348,13 +350,13 @@ async fn supervise(node: Arc<Node>, task: Task, mode: Mode, permits: Permits, de
     let outcomes = &node.outcomes;
     let timeout = node.config.callback_timeout;
     let started = Instant::now();
-    let failed: Option<String> = match mode {
+    let failed: Option<Failure> = match mode {
         // A runtime too busy to start the delivery before its deadline:
         // starting it now could overlap a redelivery after the lock ran
         // out, so the attempt fails without running.
-        _ if Instant::now() >= deadline => {
-            Some("not started before its deadline (the runtime was too busy)".to_string())
-        }
+        _ if Instant::now() >= deadline => Some(Failure::new(
+            "not started before its deadline (the runtime was too busy)",
+        )),
         Mode::Handlers(handlers) => {
             // The handler is called inside the guarded future, so a panic
             // while it makes its future is caught too.
@@ -364,8 +366,11 @@ async fn supervise(node: Arc<Node>, task: Task, mode: Mode, permits: Permits, de
             let outcome = match tokio::time::timeout_at(deadline, run).await {
                 Ok(Ok(Ok(()))) => Ok(()),
                 Ok(Ok(Err(err))) => Err(err),
-                Ok(Err(panic)) => Err(format!("handler panicked: {}", panic_message(&*panic))),
-                Err(_) => Err(format!("handler timed out after {timeout:?}")),
+                Ok(Err(panic)) => Err(Failure::new(format!(
+                    "handler panicked: {}",
+                    panic_message(&*panic)
+                ))),
+                Err(_) => Err(Failure::new(format!("handler timed out after {timeout:?}"))),
             };
             match outcome {
                 Ok(()) => {
@@ -387,7 +392,7 @@ async fn supervise(node: Arc<Node>, task: Task, mode: Mode, permits: Permits, de
             };
             // The send waits only if the stream holds more deliveries than
             // it has room for; it too must end by the deadline.
-            match tokio::time::timeout_at(deadline, tx.send(delivery)).await {
+            let failed = match tokio::time::timeout_at(deadline, tx.send(delivery)).await {
                 Ok(Err(_)) => Some("no consumer: the delivery stream was dropped".to_string()),
                 Err(_) => Some(format!("not taken from the stream within {timeout:?}")),
                 Ok(Ok(())) => match tokio::time::timeout_at(deadline, settled_rx).await {
@@ -395,7 +400,8 @@ async fn supervise(node: Arc<Node>, task: Task, mode: Mode, permits: Permits, de
                     Ok(Err(_)) => Some("delivery dropped without ack".to_string()),
                     Err(_) => Some(format!("not acknowledged within {timeout:?}")),
                 },
-            }
+            };
+            failed.map(Failure::new)
         }
     };
     if let Some(err) = failed {

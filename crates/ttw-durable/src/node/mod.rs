@@ -9,6 +9,7 @@ pub(crate) mod config;
 pub(crate) mod delivery;
 pub(crate) mod dispatch;
 pub(crate) mod events;
+pub(crate) mod failure;
 pub(crate) mod faults;
 pub(crate) mod lease;
 pub(crate) mod outcome;

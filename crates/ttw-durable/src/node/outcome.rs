@@ -15,6 +15,7 @@ use futures::FutureExt;
 use crate::node::clock::Clock;
 use crate::node::completer::{Completer, Success, Write};
 use crate::node::events::Events;
+use crate::node::failure::Failure;
 use crate::node::window::Window;
 use crate::sql::claims::{Attempt, Claims, Due, Failed};
 use crate::time::ms;
@@ -152,13 +153,26 @@ impl Outcomes {
         }
     }
 
-    /// Records a failed attempt: a retry after the backoff, or dead.
-    pub(crate) async fn fail(&self, attempt: &Attempt, error: &str) -> Result<(), Error> {
+    /// Records a failed attempt: a retry after the backoff (or when the
+    /// failure asks for it), or dead (out of attempts, or a permanent
+    /// failure).
+    pub(crate) async fn fail(&self, attempt: &Attempt, failure: &Failure) -> Result<(), Error> {
         self.check_open()?;
-        let retry_at = retry_at(&self.backoff, attempt, self.clock.now_ms());
+        let now = self.clock.now_ms();
+        let retry_at = match failure.next_attempt_after() {
+            Some(wait) => now.saturating_add(ms(wait)),
+            None => retry_at(&self.backoff, attempt, now),
+        };
+        let error = failure.message();
         let failed = self
             .claims
-            .fail(attempt, error, retry_at, self.default_max)
+            .fail(
+                attempt,
+                error,
+                retry_at,
+                self.default_max,
+                failure.is_permanent(),
+            )
             .await?;
         match failed {
             Some(Failed::Retry(run_at)) => {

@@ -21,11 +21,13 @@ use crate::node::config::Config;
 use crate::node::delivery::{Deliveries, Task};
 use crate::node::dispatch::{dispatch, Handler, Mode};
 use crate::node::events::SchedulerStats;
+use crate::node::failure::Failure;
 use crate::node::lease::Leases;
 use crate::node::outcome::Backoff;
 use crate::node::window::Window;
 use crate::node::Node;
 use crate::sql::claims::{Claims, Due};
+use crate::target::Target;
 use crate::time::ms;
 use tokio_timing_wheel::TimingWheel;
 
@@ -69,6 +71,10 @@ pub struct SchedulerBuilder {
     handlers: Vec<(String, Handler)>,
     /// The queues a stream serves, if named.
     stream_queues: Option<Vec<String>>,
+    /// Each target's queue and timeout (see [`deliver`](Self::deliver)).
+    target_timeouts: Vec<(String, Duration)>,
+    /// Each target's queue and limit on deliveries in flight.
+    target_limits: Vec<(String, usize)>,
 }
 
 impl fmt::Debug for SchedulerBuilder {
@@ -215,9 +221,41 @@ impl SchedulerBuilder {
     {
         let handler: Handler = Arc::new(move |task| {
             let fut = handler(task);
-            async move { fut.await.map_err(|e| e.to_string()) }.boxed()
+            async move { fut.await.map_err(|e| Failure::new(e.to_string())) }.boxed()
         });
         self.handlers.push((queue.into(), handler));
+        self
+    }
+
+    /// Serves `queue` by delivering its tasks to `target`: a [`Webhook`],
+    /// a [`JetStream`] subject, or a [`Target`] of one's own. To the rest of
+    /// the scheduler it is a handler as [`handle`](Self::handle) gives one:
+    /// claimed and fenced the same way, run under `callback_timeout`, its
+    /// failures retried after the backoff (or when the failure says), and
+    /// start with [`start_queues`](Self::start_queues) (or
+    /// [`start`](Self::start) to serve the default queue as well). The
+    /// target's [`max_in_flight`](Target::max_in_flight) becomes the
+    /// queue's [`queue_concurrency`](Self::queue_concurrency) unless one is
+    /// given for it.
+    ///
+    /// `start` refuses, with [`Error::is_config`], a target whose
+    /// [`timeout`](Target::timeout) is longer than `callback_timeout`.
+    ///
+    /// [`Webhook`]: crate::target
+    /// [`JetStream`]: crate::target
+    ///
+    /// # Examples
+    ///
+    /// See [`Target`].
+    pub fn deliver(mut self, queue: impl Into<String>, target: impl Target) -> Self {
+        let queue = queue.into();
+        let target = Arc::new(target);
+        if let Some(n) = target.max_in_flight() {
+            self.target_limits.push((queue.clone(), n));
+        }
+        self.target_timeouts.push((queue.clone(), target.timeout()));
+        let handler: Handler = Arc::new(move |task| target.deliver(task));
+        self.handlers.push((queue, handler));
         self
     }
 
@@ -356,8 +394,23 @@ impl SchedulerBuilder {
         Ok((scheduler, Deliveries { rx }))
     }
 
-    async fn start_inner(self, queues: Vec<String>, mode: Mode) -> Result<Scheduler, Error> {
+    async fn start_inner(mut self, queues: Vec<String>, mode: Mode) -> Result<Scheduler, Error> {
+        for (queue, n) in std::mem::take(&mut self.target_limits) {
+            self.config.queue_concurrency.entry(queue).or_insert(n);
+        }
         let config = self.config.settle()?;
+        if let Some((queue, timeout)) = self
+            .target_timeouts
+            .iter()
+            .find(|(_, t)| *t > config.callback_timeout)
+        {
+            return Err(Error::config(format!(
+                "the target of queue '{queue}' has a timeout of {timeout:?}, longer than \
+                 the scheduler's callback_timeout ({:?}), past which a delivery is no \
+                 longer fenced",
+                config.callback_timeout
+            )));
+        }
         let store = self.store;
         let shards = store.shards();
         let lanes = Arc::new(Lanes::new(queues, shards)?);
@@ -465,6 +518,8 @@ impl Scheduler {
             config: Config::default(),
             handlers: Vec::new(),
             stream_queues: None,
+            target_timeouts: Vec::new(),
+            target_limits: Vec::new(),
         }
     }
 

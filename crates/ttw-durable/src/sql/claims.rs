@@ -54,9 +54,10 @@ fn out_of_attempts(default_max: &str) -> String {
 }
 
 /// The assignments that end an attempt without success: scheduled again at
-/// `retry_at`, or dead (finished at `now`) when out of attempts.
-fn retry_or_dead(default_max: &str, retry_at: &str, now: &str) -> String {
-    let out = out_of_attempts(default_max);
+/// `retry_at`, or dead (finished at `now`) when out of attempts or when
+/// `dead_now` (an expression) is 1.
+fn retry_or_dead(default_max: &str, retry_at: &str, now: &str, dead_now: &str) -> String {
+    let out = format!("({} OR {dead_now} = 1)", out_of_attempts(default_max));
     format!(
         "state = CASE WHEN {out} THEN 'dead' ELSE 'scheduled' END, \
          run_at = CASE WHEN {out} THEN run_at ELSE {retry_at} END, \
@@ -432,19 +433,20 @@ impl Claims {
 
     /// Records a failed attempt under the same fence as
     /// [`complete_many`](Self::complete_many): a retry at `retry_at`, or dead once the
-    /// attempts reach the task's limit (`default_max` when it has none).
-    /// `None` if the fence refused it.
+    /// attempts reach the task's limit (`default_max` when it has none), or
+    /// at once when `dead_now`. `None` if the fence refused it.
     pub(crate) async fn fail(
         &self,
         attempt: &Attempt,
         error: &str,
         retry_at: i64,
         default_max: i64,
+        dead_now: bool,
     ) -> Result<Option<Failed>, Error> {
         let sql = format!(
             "UPDATE ttw_tasks SET {}, last_error = $8, {UNLOCK}, updated_at = {} \
              WHERE {} RETURNING state, run_at",
-            retry_or_dead("$6", "$7", "$3"),
+            retry_or_dead("$6", "$7", "$3", "$9"),
             self.db.clock_sql(),
             fenced("$1", "$2", "$4", "$5")
         );
@@ -459,6 +461,7 @@ impl Claims {
                 .bind(default_max)
                 .bind(retry_at)
                 .bind(error)
+                .bind(i64::from(dead_now))
                 .fetch_all(pool)
                 .await?
         });
@@ -497,7 +500,7 @@ impl Claims {
              OR ((ttw_tasks.lock_epoch IS NULL OR ttw_tasks.lock_epoch < l.epoch) \
              AND NOT EXISTS (SELECT 1 FROM ttw_nodes n WHERE n.session = ttw_tasks.locked_by)))) \
              RETURNING {DUE_COLUMNS}, state",
-            retry_or_dead("$1", "$2", "$2"),
+            retry_or_dead("$1", "$2", "$2", "0"),
             self.db.clock_sql(),
             task_lane("$3")
         );
