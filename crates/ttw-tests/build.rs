@@ -1,7 +1,8 @@
 //! Tells the tests whether PostgreSQL is there: without `DATABASE_URL` at
 //! build time the PostgreSQL cases are compiled as `#[ignore]`d, so the test
 //! report shows them as not run instead of counting them as passed. The
-//! same for the dashboard's browser test without `chromedriver`, except
+//! same for the dashboard's browser test without `chromedriver`, and the
+//! JetStream tests without `nats-server`, except
 //! under `CI`, where `.ci/run` installs it and a missing one must fail.
 
 fn main() {
@@ -18,5 +19,16 @@ fn main() {
         .any(|p| std::path::Path::new(p).exists());
     if !ci && !driver {
         println!("cargo:rustc-cfg=ttw_no_browser");
+    }
+    println!("cargo:rustc-check-cfg=cfg(ttw_no_nats)");
+    let nats = [
+        "/usr/sbin/nats-server",
+        "/usr/bin/nats-server",
+        "/usr/local/bin/nats-server",
+    ]
+    .iter()
+    .any(|p| std::path::Path::new(p).exists());
+    if !ci && !nats {
+        println!("cargo:rustc-cfg=ttw_no_nats");
     }
 }
