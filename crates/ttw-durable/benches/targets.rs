@@ -12,7 +12,9 @@
 //! (axum), answering 200 at once. Targets at their defaults (webhook: 64
 //! requests in flight; JetStream: 1,024 publishes in flight).
 //!
-//! `TTW_BENCH_BACKEND=sqlite` (or `postgresql`) runs one backend. Each
+//! `TTW_BENCH_BACKEND=sqlite` (or `postgresql`) runs one backend;
+//! `TTW_BENCH_WEBHOOK_IN_FLIGHT=256` sets the webhook's `max_in_flight`
+//! (default 64, the webhook's own default). Each
 //! backend's first row is an in-process target under the same limit of 64
 //! in flight: what the scheduler does without a network.
 //!
@@ -327,6 +329,10 @@ async fn main() {
         "{:<10} {:<10} {:>17} {:>14} {:>10} {:>10} {:>10}",
         "backend", "target", "drain received/s", "drain done/s", "p50 ms", "p99 ms", "max ms"
     );
+    let webhook_in_flight: usize = std::env::var("TTW_BENCH_WEBHOOK_IN_FLIGHT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
     let only = std::env::var("TTW_BENCH_BACKEND")
         .unwrap_or_default()
         .to_lowercase();
@@ -350,7 +356,13 @@ async fn main() {
         let (drained, late) = {
             let seen = Arc::new(Seen::default());
             let url_of = receiver(seen.clone()).await;
-            let hook = || Webhook::builder(&url_of).secret(SECRET).build().unwrap();
+            let hook = || {
+                Webhook::builder(&url_of)
+                    .secret(SECRET)
+                    .max_in_flight(webhook_in_flight)
+                    .build()
+                    .unwrap()
+            };
             let place = Place::new(url.clone(), &format!("hook_drain_{i}"));
             let drained = drain(&place.store().await, hook(), &seen, n).await;
             place.drop_all().await;
