@@ -83,6 +83,11 @@
 //!   [`Delivery::ack`] or [`Delivery::nack`]. A handler error, panic or
 //!   timeout, a delivery dropped or not settled in time: each counts as a
 //!   failed attempt.
+//! - **Beyond the process**: a queue bound to a [`Target`] with
+//!   [`SchedulerBuilder::deliver`] goes to another process: a signed HTTP
+//!   webhook (`Webhook`, cargo feature `webhook`) or a NATS JetStream
+//!   subject (`JetStream`, feature `nats`), under the same claim, fence,
+//!   retries and lock as a handler. See [`target`].
 //! - **Outcomes**: success marks the task done (deleted after `retention`,
 //!   default 24 h); failure schedules a retry after a jittered exponential
 //!   [`Backoff`] until `max_attempts` (default 5), then marks it dead with its
