@@ -12,6 +12,8 @@
 mod backends;
 #[path = "support/nats.rs"]
 mod nats;
+#[path = "support/states.rs"]
+mod states;
 
 use std::collections::HashSet;
 use std::process::Stdio;
@@ -20,6 +22,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, stream::Stream};
 use backends::{Backend, Db};
 use nats::Nats;
+use states::wait_for_state;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 use ttw_durable::{
@@ -79,25 +82,6 @@ fn header(m: &jetstream::message::StreamMessage, name: &str) -> String {
         .get(name)
         .map(|v| v.as_str().to_string())
         .unwrap_or_default()
-}
-
-async fn wait_for_state(store: &Store, ids: &[TaskId], state: TaskState, within: Duration) {
-    let deadline = tokio::time::Instant::now() + within;
-    for id in ids {
-        loop {
-            let info = store.get(*id).await.unwrap().unwrap();
-            if info.state == state {
-                break;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "task {id} still {:?} (last error {:?}), not {state:?}, after {within:?}",
-                info.state,
-                info.last_error
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
 }
 
 async fn schedule(store: &Store, n: u64, spread: Duration) -> Vec<TaskId> {

@@ -9,12 +9,15 @@
 mod backends;
 #[path = "support/receiver.rs"]
 mod receiver;
+#[path = "support/states.rs"]
+mod states;
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use backends::{Backend, Db};
 use receiver::{Receiver, SECRET};
+use states::wait_for_state;
 use ttw_durable::{Backoff, Scheduler, SchedulerBuilder, Store, TaskId, TaskState, Webhook};
 
 /// Milliseconds since the Unix epoch, now.
@@ -45,26 +48,6 @@ fn webhook(receiver: &Receiver) -> Webhook {
         .content_type("text/plain")
         .build()
         .unwrap()
-}
-
-/// Waits until every task in `ids` is in `state`.
-async fn wait_for_state(store: &Store, ids: &[TaskId], state: TaskState, within: Duration) {
-    let deadline = tokio::time::Instant::now() + within;
-    for id in ids {
-        loop {
-            let info = store.get(*id).await.unwrap().unwrap();
-            if info.state == state {
-                break;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "task {id} still {:?} (last error {:?}), not {state:?}, after {within:?}",
-                info.state,
-                info.last_error
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
 }
 
 on_both! {

@@ -312,8 +312,6 @@ impl WebhookBuilder {
                 self.content_type
             ))
         })?;
-        // The process's TLS provider, if none is installed yet.
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(self.timeout)
