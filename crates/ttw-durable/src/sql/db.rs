@@ -25,6 +25,7 @@ use sqlx::Connection;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::error::Error;
+use crate::sql::checkpoint::{Checkpointer, WAL_LIMIT};
 
 /// Runs `$body` with `$pool` bound to whichever pool `$db` holds. The body is
 /// compiled once per backend, so the same statement text and row decoding
@@ -86,6 +87,9 @@ pub(crate) enum Urgency {
 pub(crate) struct Writes {
     lobby: Arc<Mutex<()>>,
     turn: Arc<Mutex<()>>,
+    /// Checkpoints a database file's WAL off the write path (none in
+    /// memory).
+    checkpoints: Option<Arc<Checkpointer>>,
 }
 
 /// A write's turn, held while it runs. The turn is given up before the
@@ -129,8 +133,12 @@ impl Db {
             Urgency::Urgent => None,
             Urgency::Ordinary => Some(writes.lobby.clone().lock_owned().await),
         };
+        let turn = writes.turn.clone().lock_owned().await;
+        if let Some(checkpoints) = &writes.checkpoints {
+            checkpoints.wrote();
+        }
         Some(WriteTurn {
-            _turn: writes.turn.clone().lock_owned().await,
+            _turn: turn,
             _lobby: lobby,
         })
     }
@@ -203,6 +211,9 @@ impl PoolSettings {
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
+            // Checkpoints run off the write path (see `checkpoint`).
+            .pragma("wal_autocheckpoint", "0")
+            .pragma("journal_size_limit", WAL_LIMIT.to_string())
             .busy_timeout(Duration::from_secs(10));
         let pool = SqlitePoolOptions::new()
             .max_connections(self.max_connections)
@@ -210,8 +221,12 @@ impl PoolSettings {
             .connect_with(self.sqlite_options(options))
             .await
             .map_err(|err| Error::open(shown, err))?;
+        let writes = Writes {
+            checkpoints: Some(Arc::new(Checkpointer::start(pool.clone(), wal_of(path)))),
+            ..Writes::default()
+        };
         Ok(OpenSqlite {
-            db: Db::Sqlite(pool, Writes::default()),
+            db: Db::Sqlite(pool, writes),
             keeper: None,
         })
     }
@@ -405,4 +420,11 @@ mod tests {
             .await
             .is_none());
     }
+}
+
+/// The WAL file of the database file at `path`.
+fn wal_of(path: &Path) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push("-wal");
+    name.into()
 }
