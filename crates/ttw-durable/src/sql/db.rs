@@ -352,6 +352,13 @@ pub(crate) fn priority_from_sql(p: i64) -> i16 {
     p.clamp(i64::from(i16::MIN), i64::from(i16::MAX)) as i16
 }
 
+/// The WAL file of the database file at `path`.
+fn wal_of(path: &Path) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push("-wal");
+    name.into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -420,11 +427,4 @@ mod tests {
             .await
             .is_none());
     }
-}
-
-/// The WAL file of the database file at `path`.
-fn wal_of(path: &Path) -> std::path::PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push("-wal");
-    name.into()
 }
