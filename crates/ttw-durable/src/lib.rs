@@ -71,7 +71,9 @@
 //!   writes take turns in the process rather than sleeping in SQLite's busy
 //!   handler, and claims and heartbeats go ahead of schedules and outcomes
 //!   waiting, so tasks falling due during a burst of schedules are claimed
-//!   within milliseconds (see BENCHMARKS.md).
+//!   within milliseconds (see BENCHMARKS.md). The WAL is checkpointed by
+//!   the store on a connection of its own, never inside one of those
+//!   writes' commits (SQLite's automatic checkpoints are off).
 //! - **Claim**: when the wheel fires, one `UPDATE ... WHERE id IN (...) AND
 //!   state = 'scheduled' AND run_at <= now AND <this node holds the shard's
 //!   lease> RETURNING ...` moves the batch to running, counts the attempt,
