@@ -23,8 +23,38 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// Handlers in flight at once, the same for every contender.
+/// Handlers in flight at once when the runner does not say: the same for
+/// every contender.
 pub const CONCURRENCY: usize = 64;
+
+/// Handlers in flight at once, the same for every contender: the runner's
+/// `--concurrency` (it sets `PEERS_CONCURRENCY`), else [`CONCURRENCY`].
+pub fn concurrency() -> usize {
+    env_usize("PEERS_CONCURRENCY", CONCURRENCY)
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Tasks in the drain scenario, stored before the workers start
+/// (`PEERS_DRAIN_TASKS`).
+pub const DRAIN_TASKS: usize = 50_000;
+/// Tasks in the burst scenario, all due at one instant [`BURST_AHEAD`]
+/// after the first insert (`PEERS_BURST_TASKS`).
+pub const BURST_TASKS: usize = 100_000;
+/// How far ahead the burst's instant is.
+pub const BURST_AHEAD: Duration = Duration::from_secs(30);
+/// Tasks a second falling due in the sustained scenario
+/// (`PEERS_SUSTAINED_RATE`), for [`SUSTAINED_SECS`] seconds
+/// (`PEERS_SUSTAINED_SECS`), the first [`SUSTAINED_AHEAD`] after the first
+/// insert.
+pub const SUSTAINED_RATE: usize = 4_000;
+pub const SUSTAINED_SECS: usize = 60;
+pub const SUSTAINED_AHEAD: Duration = Duration::from_secs(10);
 /// Tasks in scenario 1 (throughput).
 pub const THROUGHPUT_TASKS: usize = 20_000;
 /// Tasks in scenario 2 (precision), due from 1 s to 10 s after the first
@@ -55,14 +85,30 @@ pub enum Scenario {
     Precision,
     Idle,
     Insert,
+    Drain,
+    Burst,
+    Sustained,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 4] = [
+    pub const ALL: [Scenario; 7] = [
         Scenario::Throughput,
         Scenario::Precision,
         Scenario::Idle,
         Scenario::Insert,
+        Scenario::Drain,
+        Scenario::Burst,
+        Scenario::Sustained,
+    ];
+
+    /// What the runner runs when not told: the long burst and sustained
+    /// runs only on request.
+    pub const DEFAULT: [Scenario; 5] = [
+        Scenario::Throughput,
+        Scenario::Precision,
+        Scenario::Idle,
+        Scenario::Insert,
+        Scenario::Drain,
     ];
 
     pub fn name(self) -> &'static str {
@@ -71,6 +117,9 @@ impl Scenario {
             Scenario::Precision => "precision",
             Scenario::Idle => "idle",
             Scenario::Insert => "insert",
+            Scenario::Drain => "drain",
+            Scenario::Burst => "burst",
+            Scenario::Sustained => "sustained",
         }
     }
 
@@ -88,7 +137,7 @@ pub trait Contender: Sized {
     /// running.
     fn open(backend: &Backend) -> impl Future<Output = Self>;
 
-    /// Starts workers: at most [`CONCURRENCY`] handlers at once, each calling
+    /// Starts workers: at most [`concurrency()`] handlers at once, each calling
     /// [`seen`] with the payload's task number and due instant.
     fn start(&mut self) -> impl Future<Output = ()>;
 
@@ -197,6 +246,23 @@ async fn wait_for(n: usize) -> usize {
     }
 }
 
+/// This process's CPU time so far (user and system), from `/proc`.
+fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which is in parentheses.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    let per_s: u64 = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100);
+    Some(Duration::from_secs_f64(ticks as f64 / per_s as f64))
+}
+
 fn take_record() -> Record {
     RECORD
         .lock()
@@ -251,7 +317,7 @@ where
 {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage =
-        "usage: <contender> <throughput|precision|idle|insert> --postgres URL | --sqlite DIR";
+        "usage: <contender> <throughput|precision|idle|insert|drain|burst|sustained> --postgres URL | --sqlite DIR";
     let parsed = match args.as_slice() {
         [name, scenario, flag, place] => {
             let scenario = Scenario::parse(scenario);
@@ -331,6 +397,71 @@ pub async fn scenario<C: Contender>(scenario: Scenario, backend: Backend) -> Res
             println!("ready");
             // The runner measures from outside, then kills the process.
             std::future::pending::<()>().await;
+        }
+        Scenario::Drain => {
+            // Stored before the workers start; timed from the start.
+            let n = env_usize("PEERS_DRAIN_TASKS", DRAIN_TASKS);
+            let due_ms = now_ms();
+            let tasks: Vec<Payload> = (0..n as u64).map(|n| Payload { n, due_ms }).collect();
+            insert_all(&c, &tasks).await;
+            let cpu0 = process_cpu();
+            let t0 = Instant::now();
+            c.start().await;
+            let started = wait_for(n).await;
+            let span = t0.elapsed();
+            let cpu = process_cpu().zip(cpu0).map(|(a, b)| a - b);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let record = take_record();
+            println!("tasks {n}");
+            println!("span_s {:.3}", span.as_secs_f64());
+            println!("not_run {}", n - started);
+            println!("tasks_per_s {:.1}", started as f64 / span.as_secs_f64());
+            if let Some(cpu) = cpu {
+                println!(
+                    "cpu_us_per_task {:.1}",
+                    cpu.as_secs_f64() * 1e6 / started.max(1) as f64
+                );
+            }
+            println!("repeats {}", record.repeats);
+        }
+        Scenario::Burst => {
+            c.start().await;
+            let n = env_usize("PEERS_BURST_TASKS", BURST_TASKS);
+            let due_ms = now_ms() + BURST_AHEAD.as_millis() as i64;
+            let tasks: Vec<Payload> = (0..n as u64).map(|n| Payload { n, due_ms }).collect();
+            let t0 = Instant::now();
+            let inserted_late = insert_all(&c, &tasks).await;
+            let inserted = t0.elapsed();
+            let started = wait_for(n).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let record = take_record();
+            println!("tasks {n}");
+            println!("inserted_s {:.3}", inserted.as_secs_f64());
+            println!("inserted_late {inserted_late}");
+            println!("not_run {}", n - started);
+            println!("repeats {}", record.repeats);
+            print_lateness(&record.lateness);
+        }
+        Scenario::Sustained => {
+            c.start().await;
+            let rate = env_usize("PEERS_SUSTAINED_RATE", SUSTAINED_RATE) as i64;
+            let secs = env_usize("PEERS_SUSTAINED_SECS", SUSTAINED_SECS) as i64;
+            let first = now_ms() + SUSTAINED_AHEAD.as_millis() as i64;
+            let tasks: Vec<Payload> = (0..rate * secs)
+                .map(|i| Payload {
+                    n: i as u64,
+                    due_ms: first + i * 1_000 / rate,
+                })
+                .collect();
+            let inserted_late = insert_all(&c, &tasks).await;
+            let started = wait_for(tasks.len()).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let record = take_record();
+            println!("tasks {}", tasks.len());
+            println!("inserted_late {inserted_late}");
+            println!("not_run {}", tasks.len() - started);
+            println!("repeats {}", record.repeats);
+            print_lateness(&record.lateness);
         }
         Scenario::Insert => {
             let due_ms = now_ms() + 3_600_000;

@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! SQLX_OFFLINE=true cargo run --release --manifest-path peers/Cargo.toml -- [--rounds 3] [--idle-secs 60]
-//!     [--only ttw,river] [--scenarios throughput,precision,idle,insert] [--svg PATH]
+//!     [--only ttw,river] [--scenarios throughput,precision,idle,insert,drain,burst,sustained]
+//!     [--concurrency 64] [--svg PATH]
 //! ```
 
 mod harness;
@@ -75,6 +76,8 @@ struct Options {
     only: Option<Vec<String>>,
     scenarios: Vec<Scenario>,
     svg: PathBuf,
+    /// Handlers in flight for every contender.
+    concurrency: usize,
 }
 
 fn options() -> Result<Options, String> {
@@ -83,8 +86,9 @@ fn options() -> Result<Options, String> {
         rounds: 3,
         idle: Duration::from_secs(60),
         only: None,
-        scenarios: Scenario::ALL.to_vec(),
+        scenarios: Scenario::DEFAULT.to_vec(),
         svg: manifest.join("../docs/peers-precision.svg"),
+        concurrency: harness::CONCURRENCY,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -109,11 +113,19 @@ fn options() -> Result<Options, String> {
                     .collect::<Result<_, _>>()?;
             }
             "--svg" => o.svg = PathBuf::from(value()?),
+            "--concurrency" => {
+                o.concurrency = value()?
+                    .parse()
+                    .map_err(|e| format!("--concurrency: {e}"))?
+            }
             other => return Err(format!("unknown option {other:?}")),
         }
     }
     if o.rounds == 0 {
         return Err("--rounds must be at least 1".into());
+    }
+    if o.concurrency == 0 {
+        return Err("--concurrency must be at least 1".into());
     }
     Ok(o)
 }
@@ -232,9 +244,16 @@ async fn drop_place(server: Option<&Server>, place: Place) {
     }
 }
 
+/// The handlers in flight every contender is told (`--concurrency`).
+static CONCURRENCY: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
 fn command(bin_dir: &Path, c: &Contender, scenario: Scenario, place: &Place) -> Command {
     let mut cmd = Command::new(bin_dir.join(c.binary));
     cmd.arg(c.name).arg(scenario.name());
+    // The scenario sizes reach the contender from this process's
+    // environment (harness.rs).
+    let concurrency = CONCURRENCY.get().copied().unwrap_or(harness::CONCURRENCY);
+    cmd.env("PEERS_CONCURRENCY", concurrency.to_string());
     match &place.url {
         Some(url) => cmd.arg("--postgres").arg(url),
         None => cmd.arg("--sqlite").arg(&place.dir),
@@ -264,9 +283,9 @@ async fn run_one(
     let child = command(bin_dir, c, scenario, place)
         .spawn()
         .map_err(|e| format!("{}: {e}", c.binary))?;
-    let out = tokio::time::timeout(Duration::from_secs(360), child.wait_with_output())
+    let out = tokio::time::timeout(Duration::from_secs(480), child.wait_with_output())
         .await
-        .map_err(|_| "no result within 360 s".to_string())?
+        .map_err(|_| "no result within 480 s".to_string())?
         .map_err(|e| e.to_string())?;
     if !out.status.success() {
         return Err(format!("exited with {}", out.status));
@@ -397,6 +416,16 @@ struct Measured {
     idle_statements: Vec<f64>,
     single: Vec<f64>,
     batch: Vec<f64>,
+    drain: Vec<f64>,
+    drain_cpu_us: Vec<f64>,
+    /// Drain runs that gave up before every task ran.
+    drain_cut: usize,
+    burst: Vec<f64>,
+    sustained: Vec<f64>,
+    /// Burst and sustained tasks that ran early, not run, inserted late.
+    long_early: usize,
+    long_not_run: usize,
+    long_inserted_late: usize,
     failures: Vec<String>,
 }
 
@@ -452,6 +481,56 @@ fn record(m: &mut Measured, scenario: Scenario, p: &Printed) -> String {
                 "{s:.0} single/s, batch {}",
                 b.map_or("-".into(), |b| format!("{b:.0}/s"))
             )
+        }
+        Scenario::Drain => {
+            let v = num(p, "tasks_per_s").unwrap_or(f64::NAN);
+            m.drain.push(v);
+            let cpu = num(p, "cpu_us_per_task");
+            if let Some(cpu) = cpu {
+                m.drain_cpu_us.push(cpu);
+            }
+            let not_run = num(p, "not_run").unwrap_or(0.0) as usize;
+            if not_run > 0 {
+                m.drain_cut += 1;
+            }
+            format!(
+                "{v:.0} tasks/s, CPU {} µs a task{}",
+                cpu.map_or("-".into(), |c| format!("{c:.0}")),
+                if not_run > 0 {
+                    format!(" ({not_run} not run within the time limit)")
+                } else {
+                    String::new()
+                }
+            )
+        }
+        Scenario::Burst | Scenario::Sustained => {
+            let mut l: Vec<f64> = p
+                .get("lateness_ms")
+                .map(|s| s.split(' ').filter_map(|v| v.parse().ok()).collect())
+                .unwrap_or_default();
+            m.long_early += l.iter().filter(|&&v| v < 0.0).count();
+            m.long_inserted_late += num(p, "inserted_late").unwrap_or(0.0) as usize;
+            let not_run = num(p, "not_run").unwrap_or(0.0) as usize;
+            m.long_not_run += not_run;
+            l.extend(std::iter::repeat_n(f64::INFINITY, not_run));
+            let mut sorted = l.clone();
+            sorted.sort_by(f64::total_cmp);
+            let summary = format!(
+                "p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms{}",
+                percentile(&sorted, 0.5),
+                percentile(&sorted, 0.99),
+                sorted.last().copied().unwrap_or(f64::NAN),
+                match num(p, "inserted_s") {
+                    Some(s) => format!(", inserted in {s:.1} s"),
+                    None => String::new(),
+                }
+            );
+            if scenario == Scenario::Burst {
+                m.burst.extend(l);
+            } else {
+                m.sustained.extend(l);
+            }
+            summary
         }
         Scenario::Idle => String::new(),
     }
@@ -521,8 +600,70 @@ fn table(contenders: &[Contender], results: &mut Results) {
             cell(median(&m.batch), 0),
         );
     }
+    let long = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        if v.is_empty() {
+            return "–".to_owned();
+        }
+        let ms = |v: f64| {
+            if v.is_finite() {
+                format!("{v:.1}")
+            } else {
+                "not run".to_owned()
+            }
+        };
+        format!(
+            "{} / {} / {}",
+            ms(percentile(v, 0.5)),
+            ms(percentile(v, 0.99)),
+            ms(v.last().copied().unwrap_or(f64::NAN))
+        )
+    };
+    if contenders.iter().any(|c| {
+        let m = &results[&c.key()];
+        !(m.drain.is_empty() && m.burst.is_empty() && m.sustained.is_empty())
+    }) {
+        println!();
+        println!(
+            "| contender | drain, tasks/s | drain CPU, µs a task | burst lateness p50 / p99 / max, ms | sustained lateness p50 / p99 / max, ms | early |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|");
+        for c in contenders {
+            let m = results.entry(c.key()).or_default();
+            println!(
+                "| {} | {} | {} | {} | {} | {} |",
+                c.label(),
+                cell(median(&m.drain), 0),
+                cell(median(&m.drain_cpu_us), 0),
+                long(&mut m.burst),
+                long(&mut m.sustained),
+                m.long_early,
+            );
+        }
+    }
     for c in contenders {
         let m = &results[&c.key()];
+        if m.drain_cut > 0 {
+            println!(
+                "note: {}: {} drain runs gave up before every task ran; the rate is of those that did",
+                c.label(),
+                m.drain_cut
+            );
+        }
+        if m.long_not_run > 0 {
+            println!(
+                "note: {}: {} burst or sustained tasks had not run when it gave up (counted as infinitely late)",
+                c.label(),
+                m.long_not_run
+            );
+        }
+        if m.long_inserted_late > 0 {
+            println!(
+                "note: {}: {} burst or sustained tasks were inserted after their due instant",
+                c.label(),
+                m.long_inserted_late
+            );
+        }
         if m.not_run > 0 {
             println!(
                 "note: {}: {} precision tasks had not run when it gave up (counted as infinitely late)",
@@ -615,6 +756,8 @@ fn plot(path: &Path, contenders: &[Contender], results: &Results) -> Result<(), 
 
 async fn run() -> Result<(), String> {
     let o = options()?;
+    // Every contender process reads it (`harness::concurrency`).
+    let _ = CONCURRENCY.set(o.concurrency);
     let bin_dir = build()?;
     let server = match std::env::var("DATABASE_URL") {
         Ok(url) if !url.is_empty() => Some(Server::connect(&url).await?),
@@ -642,9 +785,10 @@ async fn run() -> Result<(), String> {
         .map(|&(name, binary, db)| Contender { name, binary, db })
         .collect();
     println!(
-        "{} contenders, {} rounds, {} cores shared with the database",
+        "{} contenders, {} rounds, {} handlers in flight each, {} cores shared with the database",
         contenders.len(),
         o.rounds,
+        o.concurrency,
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     let mut results = Results::new();

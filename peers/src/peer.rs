@@ -2,7 +2,7 @@
 //! SQLite), graphile_worker (`graphile`, PostgreSQL) and apalis (`apalis`,
 //! PostgreSQL and SQLite). Each is set up the way its README's first example
 //! does it; the only knob changed is the handlers in flight
-//! ([`harness::CONCURRENCY`], the same for every contender). Run by the
+//! ([`harness::concurrency`], the same for every contender). Run by the
 //! runner; see README.md.
 
 mod harness;
@@ -11,7 +11,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use apalis::prelude::{BoxDynError, TaskBuilder, TaskSink, WorkerBuilder, WorkerBuilderExt};
-use harness::{Backend, Contender, Payload, Scenario, CONCURRENCY};
+use harness::{Backend, Contender, Payload, Scenario};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
@@ -110,7 +110,10 @@ impl Contender for River {
         };
         let client = builder
             .workers(workers)
-            .queue("default", riverqueue::QueueConfig::new(CONCURRENCY))
+            .queue(
+                "default",
+                riverqueue::QueueConfig::new(harness::concurrency()),
+            )
             .build()
             .expect("build the client");
         River { client, run: None }
@@ -172,7 +175,7 @@ impl Contender for Graphile {
         };
         let worker = graphile_worker::WorkerOptions::default()
             .database_url(url)
-            .concurrency(CONCURRENCY)
+            .concurrency(harness::concurrency())
             .define_job::<Job>()
             .init()
             .await
@@ -276,14 +279,14 @@ impl Contender for Apalis {
             ApalisSink::Postgres(storage) => {
                 let worker = WorkerBuilder::new("peer")
                     .backend(storage)
-                    .concurrency(CONCURRENCY)
+                    .concurrency(harness::concurrency())
                     .build(apalis_handler);
                 tokio::spawn(async move { worker.run().await.expect("run") });
             }
             ApalisSink::Sqlite(storage) => {
                 let worker = WorkerBuilder::new("peer")
                     .backend(storage)
-                    .concurrency(CONCURRENCY)
+                    .concurrency(harness::concurrency())
                     .build(apalis_handler);
                 tokio::spawn(async move { worker.run().await.expect("run") });
             }

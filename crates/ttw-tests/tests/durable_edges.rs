@@ -595,3 +595,63 @@ on_both! {
         scheduler.shutdown().await.unwrap();
     }
 }
+
+/// Runs `sql` on a connection of the test's own, beside the store's.
+async fn execute(db: &Db, sql: &str) {
+    match db.backend {
+        Backend::Sqlite => {
+            let mut conn = db.caller_sqlite().await;
+            sqlx::query(sql).execute(&mut conn).await.unwrap();
+        }
+        Backend::Postgres => {
+            let mut conn = db.caller_postgres().await;
+            sqlx::query(sql).execute(&mut conn).await.unwrap();
+        }
+    }
+}
+
+on_both! {
+    /// Successes are written in batches on both backends, each row under
+    /// its own fence: acks settled together, some of whose tasks were
+    /// claimed again behind the node's back (as a redrive or a takeover
+    /// would), are written or refused row by row. The stale ones answer
+    /// lost and their tasks are left as they were; the others are done.
+    async fn acks_settled_together_are_fenced_row_by_row(db: Db) {
+        let store = db.open().await;
+        let (scheduler, mut deliveries) = fast(&store).start_stream().await.unwrap();
+        let ids: Vec<TaskId> = store
+            .schedule_batch((0..24).map(|i| NewTask::new(format!("t{i}"))))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.id())
+            .collect();
+        let mut held = Vec::new();
+        while held.len() < ids.len() {
+            held.push(deliveries.next().await.unwrap());
+        }
+        let stale: Vec<TaskId> = ids.iter().copied().step_by(3).collect();
+        let list = stale.iter().map(|id| id.get().to_string()).collect::<Vec<_>>().join(", ");
+        execute(
+            &db,
+            &format!("UPDATE {} SET claims = claims + 1 WHERE id IN ({list})", db.qualified("ttw_tasks")),
+        )
+        .await;
+        let answers = futures::future::join_all(held.into_iter().map(|d| {
+            let id = d.task().id();
+            async move { (id, d.ack().await) }
+        }))
+        .await;
+        for (id, answer) in answers {
+            if stale.contains(&id) {
+                assert!(answer.as_ref().is_err_and(|e| e.is_lost()), "{id}: {answer:?}");
+                assert_eq!(store.get(id).await.unwrap().unwrap().state, TaskState::Running, "{id}");
+            } else {
+                answer.unwrap();
+                assert_eq!(store.get(id).await.unwrap().unwrap().state, TaskState::Done, "{id}");
+            }
+        }
+        assert_eq!(scheduler.stats().completions_lost, stale.len() as u64);
+        scheduler.shutdown().await.unwrap();
+    }
+}

@@ -7,8 +7,8 @@ mod harness;
 #[path = "../../../crates/ttw-durable/benches/support/polling.rs"]
 mod polling;
 
-use harness::{Backend, Contender, Payload, Scenario, CONCURRENCY};
-use ttw_durable::{Scheduler, Store};
+use harness::{Backend, Contender, Payload, Scenario};
+use ttw_durable::{NewTask, Scheduler, Store};
 
 async fn store(backend: &Backend) -> Store {
     match backend {
@@ -25,7 +25,7 @@ struct Ttw {
 }
 
 impl Contender for Ttw {
-    const HAS_BATCH: bool = false;
+    const HAS_BATCH: bool = true;
 
     async fn open(backend: &Backend) -> Self {
         Ttw {
@@ -36,7 +36,7 @@ impl Contender for Ttw {
 
     async fn start(&mut self) {
         let scheduler = Scheduler::builder(self.store.clone())
-            .max_concurrency(CONCURRENCY)
+            .max_concurrency(harness::concurrency())
             .start(|task| async move {
                 harness::seen(Payload::from_bytes(task.payload()));
                 Ok::<_, String>(())
@@ -54,8 +54,11 @@ impl Contender for Ttw {
             .expect("schedule");
     }
 
-    async fn insert_batch(&self, _: &[Payload]) {
-        unreachable!("no batch insert")
+    async fn insert_batch(&self, tasks: &[Payload]) {
+        self.store
+            .schedule_batch(tasks.iter().map(|t| NewTask::new(t.to_bytes()).at(t.due())))
+            .await
+            .expect("schedule a batch");
     }
 }
 
@@ -87,7 +90,7 @@ impl Contender for Poll {
                 due_ms: run_at,
             })
         };
-        tokio::spawn(polling::poll_loop(pool, CONCURRENCY, run));
+        tokio::spawn(polling::poll_loop(pool, harness::concurrency(), run));
     }
 
     async fn insert(&self, task: Payload) {

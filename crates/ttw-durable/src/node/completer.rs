@@ -1,8 +1,9 @@
-//! Group commit of successful outcomes. Each success is handed to one
-//! writer task per node, which writes all that accumulated while its
-//! previous write ran as one statement in one transaction, each row under
-//! its own fence; a lone outcome is written at once, never held back to
-//! wait for company. A success is answered only once its row is written:
+//! Group commit of successful outcomes. Each success is handed to the
+//! node's writer tasks (one on SQLite, where writes take turns anyway; a
+//! few on PostgreSQL, where they run side by side): a writer takes all that
+//! accumulated while the writers' previous writes ran and writes them as
+//! one statement in one transaction, each row under its own fence; a lone
+//! outcome is written at once, never held back to wait for company. A success is answered only once its row is written:
 //! a node that dies with outcomes unwritten leaves their tasks running, to
 //! be reclaimed and delivered again (at least once), never lost. When a
 //! batch's statement fails, its outcomes are written one by one, so each
@@ -11,7 +12,7 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Mutex};
 
 use crate::error::Error;
 
@@ -53,11 +54,15 @@ impl std::fmt::Debug for Completer {
 }
 
 impl Completer {
-    /// Starts the writer task on the current runtime; it ends when every
-    /// handle is gone and what they sent is written.
-    pub(crate) fn start(write: Arc<dyn Write>) -> Completer {
+    /// Starts `writers` writer tasks (at least one) on the current
+    /// runtime; they end when every handle is gone and what they sent is
+    /// written.
+    pub(crate) fn start(write: Arc<dyn Write>, writers: usize) -> Completer {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(rx, write));
+        let rx = Arc::new(Mutex::new(rx));
+        for _ in 0..writers.max(1) {
+            tokio::spawn(run(rx.clone(), write.clone()));
+        }
         Completer { tx }
     }
 
@@ -77,12 +82,17 @@ impl Completer {
     }
 }
 
-/// The writer: waits for a first success, takes with it every one that
-/// has accumulated (at most [`MAX_BATCH`]), writes them, answers each, and
-/// starts again.
-async fn run(mut rx: mpsc::UnboundedReceiver<Pending>, write: Arc<dyn Write>) {
+/// A writer: waits for its turn at the queue, then for a first success,
+/// takes with it every one that has accumulated (at most [`MAX_BATCH`]),
+/// lets the next writer wait at the queue while it writes them, answers
+/// each, and starts again.
+async fn run(rx: Arc<Mutex<mpsc::UnboundedReceiver<Pending>>>, write: Arc<dyn Write>) {
     let mut batch: Vec<Pending> = Vec::with_capacity(MAX_BATCH);
-    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
+    loop {
+        let taken = rx.lock().await.recv_many(&mut batch, MAX_BATCH).await;
+        if taken == 0 {
+            break;
+        }
         let successes: Vec<Success> = batch.iter().map(|p| p.success).collect();
         match write.many(successes).await {
             Ok(mut accepted) => {
@@ -158,7 +168,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_lone_outcome_is_written_at_once() {
         let write = Arc::new(Recorded::default());
-        let completer = Completer::start(write.clone());
+        let completer = Completer::start(write.clone(), 1);
         let started = tokio::time::Instant::now();
         assert!(completer.complete(success(1, 2)).await.unwrap());
         assert_eq!(started.elapsed(), TOOK, "one write's time, no waiting");
@@ -170,7 +180,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn outcomes_arriving_during_a_write_go_in_the_next_one() {
         let write = Arc::new(Recorded::default());
-        let completer = Completer::start(write.clone());
+        let completer = Completer::start(write.clone(), 1);
         let first = tokio::spawn({
             let c = completer.clone();
             async move { c.complete(success(1, 2)).await }
@@ -191,11 +201,30 @@ mod tests {
         assert_eq!(*write.batches.lock().unwrap(), vec![1, 5]);
     }
 
+    /// With two writers (PostgreSQL), an outcome arriving while one batch
+    /// is written goes at once with the other writer: it waits for no
+    /// write but its own.
+    #[tokio::test(start_paused = true)]
+    async fn a_second_writer_takes_what_arrives_during_a_write() {
+        let write = Arc::new(Recorded::default());
+        let completer = Completer::start(write.clone(), 2);
+        let first = tokio::spawn({
+            let c = completer.clone();
+            async move { c.complete(success(1, 2)).await }
+        });
+        tokio::time::sleep(TOOK / 2).await;
+        let started = tokio::time::Instant::now();
+        assert!(completer.complete(success(2, 2)).await.unwrap());
+        assert_eq!(started.elapsed(), TOOK, "its own write's time only");
+        assert!(first.await.unwrap().unwrap());
+        assert_eq!(*write.batches.lock().unwrap(), vec![1, 1]);
+    }
+
     /// A batch never holds more than its cap: the rest go in the next.
     #[tokio::test(start_paused = true)]
     async fn a_batch_never_exceeds_its_cap() {
         let write = Arc::new(Recorded::default());
-        let completer = Completer::start(write.clone());
+        let completer = Completer::start(write.clone(), 1);
         let n = MAX_BATCH * 2 + 3;
         let answers: Vec<_> = (0..n as i64)
             .map(|id| {
@@ -217,7 +246,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn each_outcome_gets_its_own_answer() {
         let write = Arc::new(Recorded::default());
-        let completer = Completer::start(write.clone());
+        let completer = Completer::start(write.clone(), 1);
         let answers: Vec<_> = [(1, 2), (2, 3), (3, 4)]
             .into_iter()
             .map(|(id, claim)| {

@@ -35,9 +35,13 @@ pub(crate) struct Outcomes {
     clock: Clock,
     /// The node was aborted: outcomes are no longer written.
     aborted: Arc<AtomicBool>,
-    /// Writes successes in batches, on SQLite (see [`Outcomes::new`]).
-    completer: Option<Completer>,
+    /// Writes successes in batches (see [`Outcomes::new`]).
+    completer: Completer,
 }
+
+/// Writers of successes on PostgreSQL: a batch is formed while the other
+/// is written, and the pool's other connections stay free for claims.
+const POSTGRES_WRITERS: usize = 2;
 
 /// The node's successes, written through its statements (see
 /// [`Completer`]); nothing once the node was aborted.
@@ -89,17 +93,23 @@ impl Outcomes {
         clock: Clock,
     ) -> Outcomes {
         let aborted = Arc::new(AtomicBool::new(false));
-        // On SQLite every write waits for the one writer: successes go in
-        // batches. On PostgreSQL, where writes run side by side on the
-        // pool's connections, each is written by itself: one writer of
-        // batches showed no gain there (BENCHMARKS.md).
-        let completer = claims.on_sqlite().then(|| {
-            Completer::start(Arc::new(Successes {
+        // Successes go in batches. On SQLite every write waits for the
+        // one writer, so one writer of batches; on PostgreSQL writes run
+        // side by side on the pool's connections, so a second writer
+        // starts its batch while the first is written.
+        let writers = if claims.on_sqlite() {
+            1
+        } else {
+            POSTGRES_WRITERS
+        };
+        let completer = Completer::start(
+            Arc::new(Successes {
                 claims: claims.clone(),
                 clock: clock.clone(),
                 aborted: aborted.clone(),
-            }))
-        });
+            }),
+            writers,
+        );
         Outcomes {
             events: Events::new(&node_id, window.lanes.queues()),
             clock,
@@ -132,18 +142,15 @@ impl Outcomes {
         self.window.lanes.index_of(attempt.lane)
     }
 
-    /// Records a successful attempt (on SQLite in the next batch of the
-    /// node's completer); answers once it is written.
+    /// Records a successful attempt in the next batch of the node's
+    /// completer; answers once it is written.
     pub(crate) async fn succeed(&self, attempt: &Attempt) -> Result<(), Error> {
         self.check_open()?;
         let success = Success {
             id: attempt.id,
             claim: attempt.claim,
         };
-        let written = match &self.completer {
-            Some(completer) => completer.complete(success).await?,
-            None => self.claims.complete(attempt, self.clock.now_ms()).await?,
-        };
+        let written = self.completer.complete(success).await?;
         if written {
             self.events.succeeded(self.queue_of(attempt));
             Ok(())

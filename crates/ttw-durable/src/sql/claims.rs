@@ -391,29 +391,6 @@ impl Claims {
         Ok(rows)
     }
 
-    /// Marks the task done, if `attempt` still holds it (see [`fenced`]): one
-    /// statement for one success, by its primary key.
-    pub(crate) async fn complete(&self, attempt: &Attempt, now: i64) -> Result<bool, Error> {
-        let sql = format!(
-            "UPDATE ttw_tasks SET state = 'done', {UNLOCK}, updated_at = {}, finished_at = $3 \
-             WHERE {}",
-            self.db.clock_sql(),
-            fenced("$1", "$2", "$4", "$5")
-        );
-        let n = write_with_pool!(&self.db, Urgency::Ordinary, pool => {
-            sqlx::query(&sql)
-                .bind(attempt.id)
-                .bind(attempt.claim)
-                .bind(now)
-                .bind(&self.session)
-                .bind(self.shards)
-                .execute(pool)
-                .await?
-                .rows_affected()
-        });
-        Ok(n == 1)
-    }
-
     /// Marks done every task of `batch` whose attempt still holds it, in
     /// one statement, each row under its own fence (see [`fenced`]): a
     /// stale attempt's row is refused and the others are written. Answers
