@@ -141,7 +141,34 @@ fn build() -> Result<PathBuf, String> {
     let target = bin_dir.parent().ok_or("no target directory")?;
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     for m in [manifest.join("Cargo.toml"), manifest.join("ttw/Cargo.toml")] {
-        let status = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
+        let mut cargo =
+            std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()));
+        // Without what `cargo run` set for this process: build scripts that
+        // watch these would see them change between this build and the
+        // next `cargo run`, and each would rebuild half the dependencies.
+        for (key, _) in std::env::vars() {
+            if key.starts_with("CARGO_PKG_")
+                || key.starts_with("CARGO_MANIFEST_")
+                || [
+                    "CARGO_CRATE_NAME",
+                    "CARGO_BIN_NAME",
+                    "CARGO_PRIMARY_PACKAGE",
+                ]
+                .contains(&key.as_str())
+            {
+                cargo.env_remove(key);
+            }
+        }
+        if let Some(paths) = std::env::var_os("LD_LIBRARY_PATH") {
+            let kept: Vec<PathBuf> = std::env::split_paths(&paths)
+                .filter(|p| !p.starts_with(target))
+                .collect();
+            cargo.env(
+                "LD_LIBRARY_PATH",
+                std::env::join_paths(kept).map_err(|e| e.to_string())?,
+            );
+        }
+        let status = cargo
             // apalis-postgres checks its SQL against DATABASE_URL at
             // compile time when it is set; offline it uses what it ships.
             .env("SQLX_OFFLINE", "true")
@@ -561,7 +588,20 @@ fn cell(v: Option<f64>, decimals: usize) -> String {
     v.map_or("–".into(), |v| format!("{v:.decimals$}"))
 }
 
-fn table(contenders: &[Contender], results: &mut Results) {
+fn table(contenders: &[Contender], results: &mut Results, scenarios: &[Scenario]) {
+    let first = [
+        Scenario::Throughput,
+        Scenario::Precision,
+        Scenario::Idle,
+        Scenario::Insert,
+    ];
+    if scenarios.iter().any(|s| first.contains(s)) {
+        first_table(contenders, results);
+    }
+    long_table(contenders, results);
+}
+
+fn first_table(contenders: &[Contender], results: &mut Results) {
     println!();
     println!(
         "| contender | throughput, tasks/s | precision p50 / p99 / max, ms | early | repeats | idle CPU, ms/min | idle statements/min | single inserts/s | batch of 10,000, tasks/s |"
@@ -600,6 +640,9 @@ fn table(contenders: &[Contender], results: &mut Results) {
             cell(median(&m.batch), 0),
         );
     }
+}
+
+fn long_table(contenders: &[Contender], results: &mut Results) {
     let long = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         if v.is_empty() {
@@ -831,7 +874,7 @@ async fn run() -> Result<(), String> {
             }
         }
     }
-    table(&contenders, &mut results);
+    table(&contenders, &mut results, &o.scenarios);
     if o.scenarios.contains(&Scenario::Precision) {
         plot(&o.svg, &contenders, &results)?;
         println!("\nprecision CDF written to {}", o.svg.display());

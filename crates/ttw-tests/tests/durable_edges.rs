@@ -655,3 +655,63 @@ on_both! {
         scheduler.shutdown().await.unwrap();
     }
 }
+
+/// A handler's place under `max_concurrency` is given back when it
+/// returns, before its outcome is written: with room for one handler, a
+/// second task runs while the first one's success waits to be written
+/// (its row locked by another session, PostgreSQL's row lock, which on
+/// SQLite has no counterpart that leaves the claim free). The first is
+/// still recorded once the lock goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(ttw_no_postgres, ignore = "needs DATABASE_URL when built")]
+async fn a_handler_s_place_is_free_while_its_outcome_is_written() {
+    let db = Db::new(Backend::Postgres, "place_free_before_outcome");
+    let store = db.open().await;
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let go = Arc::new(tokio::sync::Notify::new());
+    let wait = go.clone();
+    let scheduler = fast(&store)
+        .max_concurrency(1)
+        .start(move |task| {
+            let name = String::from_utf8_lossy(task.payload()).to_string();
+            let (started_tx, wait) = (started_tx.clone(), wait.clone());
+            async move {
+                started_tx.send(name.clone()).unwrap();
+                if name == "first" {
+                    wait.notified().await;
+                }
+                Ok::<_, String>(())
+            }
+        })
+        .await
+        .unwrap();
+    let first = store.schedule(b"first".to_vec()).await.unwrap();
+    assert_eq!(started.recv().await.unwrap(), "first");
+    // The first task's row is locked before its handler returns.
+    let mut locker = db.caller_postgres().await;
+    sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
+    sqlx::query(&format!(
+        "SELECT id FROM {} WHERE id = $1 FOR UPDATE",
+        db.qualified("ttw_tasks")
+    ))
+    .bind(first.get())
+    .execute(&mut locker)
+    .await
+    .unwrap();
+    go.notify_one();
+    store.schedule(b"second".to_vec()).await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(10), started.recv()).await;
+    assert_eq!(
+        second
+            .expect("the second handler started while the first outcome waited")
+            .as_deref(),
+        Some("second")
+    );
+    assert_eq!(
+        store.get(first).await.unwrap().unwrap().state,
+        TaskState::Running
+    );
+    sqlx::query("COMMIT").execute(&mut locker).await.unwrap();
+    wait_state(&store, first, TaskState::Done, Duration::from_secs(10)).await;
+    scheduler.shutdown().await.unwrap();
+}

@@ -346,7 +346,14 @@ fn verdict(task: &Unclaimed, now: i64) -> Verdict {
 }
 
 /// Delivers one claimed task and records its outcome, by `deadline`.
+///
+/// A handler's permits are given back as soon as it returns, before its
+/// outcome is written: the limits count handlers running (requests to a
+/// receiver, for a target), and the next claim need not wait for this
+/// write. The task stays registered in its lane until the outcome is
+/// written. A streamed delivery holds its permits until it is settled.
 async fn supervise(node: Arc<Node>, task: Task, mode: Mode, permits: Permits, deadline: Instant) {
+    let mut permits = Some(permits);
     let outcomes = &node.outcomes;
     let timeout = node.config.callback_timeout;
     let started = Instant::now();
@@ -372,6 +379,7 @@ async fn supervise(node: Arc<Node>, task: Task, mode: Mode, permits: Permits, de
                 ))),
                 Err(_) => Err(Failure::new(format!("handler timed out after {timeout:?}"))),
             };
+            drop(permits.take());
             match outcome {
                 Ok(()) => {
                     if let Err(err) = outcomes.succeed(&task.attempt).await {

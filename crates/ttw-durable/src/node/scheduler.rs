@@ -141,7 +141,11 @@ impl SchedulerBuilder {
     }
 
     /// The most deliveries in flight at once on this node, across its
-    /// queues (default 1024).
+    /// queues (default 1024). A delivery to a handler (or a target) holds
+    /// its place while the handler runs and gives it back when it returns,
+    /// before its outcome is written, so the next claim need not wait for
+    /// that write; a streamed delivery holds its place until it is
+    /// settled.
     pub fn max_concurrency(mut self, n: usize) -> Self {
         self.config.max_concurrency = n;
         self

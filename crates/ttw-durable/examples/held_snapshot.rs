@@ -1,0 +1,192 @@
+//! What a transaction held open elsewhere does to a scheduler on
+//! PostgreSQL: tasks due now are offered at a fixed rate through three
+//! phases, and another session holds a snapshot through the second (an
+//! analytics query, a backup, a forgotten `BEGIN`), so vacuum can remove
+//! no dead row and no dead index entry until it ends.
+//!
+//! ```text
+//! eval "$(bash scripts/postgres.sh start)"
+//! cargo run --release -p ttw-durable --example held_snapshot -- --postgres "$DATABASE_URL"
+//! ```
+//!
+//! For each phase (clean, snapshot held, recovery): pickup lateness (the
+//! handler's start minus the time the task was due) p50, p99 and max, the
+//! tasks done a second, the backlog at the phase's end (tasks due and not
+//! yet claimed), and the size of the task table with its indexes. Options:
+//! `--rate N` (tasks a second, default 800), `--secs S` (each phase,
+//! default 120), `--concurrency N` (handlers in flight, default 16). The
+//! tables are in a schema of their own, dropped at the end.
+
+#[path = "support/percentile.rs"]
+mod percentile;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use percentile::percentile;
+use sqlx::{Connection, PgConnection};
+use ttw_durable::{NewTask, Scheduler, Store};
+
+struct Options {
+    url: String,
+    rate: u64,
+    secs: u64,
+    concurrency: usize,
+}
+
+fn options() -> Result<Options, String> {
+    let mut o = Options {
+        url: std::env::var("DATABASE_URL").unwrap_or_default(),
+        rate: 800,
+        secs: 120,
+        concurrency: 16,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or(format!("{flag} needs a value"))?;
+        let number = || value.parse::<u64>().map_err(|e| format!("{flag}: {e}"));
+        match flag.as_str() {
+            "--postgres" => o.url = value.clone(),
+            "--rate" => o.rate = number()?,
+            "--secs" => o.secs = number()?,
+            "--concurrency" => o.concurrency = number()? as usize,
+            other => return Err(format!("unknown option {other:?}")),
+        }
+    }
+    if o.url.is_empty() {
+        return Err("needs PostgreSQL: --postgres URL or DATABASE_URL".into());
+    }
+    if o.rate == 0 || o.secs == 0 || o.concurrency == 0 {
+        return Err("--rate, --secs and --concurrency must be at least 1".into());
+    }
+    Ok(o)
+}
+
+fn ms_since_epoch(t: SystemTime) -> f64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
+        * 1e3
+}
+
+async fn scalar(conn: &mut PgConnection, sql: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(sql).fetch_one(conn).await
+}
+
+async fn run(o: Options) -> Result<(), Box<dyn std::error::Error>> {
+    let schema = format!("ttw_held_snapshot_{}", std::process::id());
+    let store = Store::builder()
+        .postgres_schema(schema.clone())
+        .postgres(&o.url)
+        .await?;
+    let lateness = Arc::new(Mutex::new(Vec::<f64>::new()));
+    let done = Arc::new(AtomicU64::new(0));
+    let (seen, count) = (lateness.clone(), done.clone());
+    let scheduler = Scheduler::builder(store.clone())
+        .max_concurrency(o.concurrency)
+        .start(move |task| {
+            let late = ms_since_epoch(SystemTime::now()) - ms_since_epoch(task.run_at());
+            seen.lock().unwrap().push(late);
+            count.fetch_add(1, Ordering::Relaxed);
+            async { Ok::<_, String>(()) }
+        })
+        .await?;
+
+    // The offer: every 10 ms, the tasks of those 10 ms, due now.
+    let producer = tokio::spawn({
+        let store = store.clone();
+        let rate = o.rate;
+        async move {
+            let start = tokio::time::Instant::now();
+            let mut offered = 0u64;
+            let mut tick = tokio::time::interval(Duration::from_millis(10));
+            loop {
+                tick.tick().await;
+                let due = start.elapsed().as_millis() as u64 * rate / 1000;
+                let n = due.saturating_sub(offered);
+                if n > 0 {
+                    store
+                        .schedule_batch((0..n).map(|_| NewTask::new(Vec::new())))
+                        .await
+                        .expect("schedule");
+                    offered += n;
+                }
+            }
+        }
+    });
+
+    let mut admin = PgConnection::connect(&o.url).await?;
+    let table = format!("{schema}.ttw_tasks");
+    println!(
+        "{} tasks a second due now, {} handlers, {} s a phase, PostgreSQL",
+        o.rate, o.concurrency, o.secs
+    );
+    println!(
+        "| phase | pickup p50 / p99 / max, ms | done/s | backlog at end | table and indexes |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    for phase in ["clean", "snapshot held", "recovery"] {
+        let holder = if phase == "snapshot held" {
+            let mut holder = PgConnection::connect(&o.url).await?;
+            sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ")
+                .execute(&mut holder)
+                .await?;
+            scalar(&mut holder, &format!("SELECT COUNT(*) FROM {table}")).await?;
+            Some(holder)
+        } else {
+            None
+        };
+        lateness.lock().unwrap().clear();
+        let done_before = done.load(Ordering::Relaxed);
+        let started = Instant::now();
+        tokio::time::sleep(Duration::from_secs(o.secs)).await;
+        let took = started.elapsed().as_secs_f64();
+        let mut late = std::mem::take(&mut *lateness.lock().unwrap());
+        late.sort_by(f64::total_cmp);
+        let rate = (done.load(Ordering::Relaxed) - done_before) as f64 / took;
+        let now = ms_since_epoch(SystemTime::now()) as i64;
+        let backlog = scalar(
+            &mut admin,
+            &format!("SELECT COUNT(*) FROM {table} WHERE state = 'scheduled' AND run_at <= {now}"),
+        )
+        .await?;
+        let bytes = scalar(
+            &mut admin,
+            &format!("SELECT pg_total_relation_size('{table}')::BIGINT"),
+        )
+        .await?;
+        println!(
+            "| {phase} | {:.1} / {:.1} / {:.1} | {rate:.0} | {backlog} | {:.0} MB |",
+            percentile(&late, 0.5),
+            percentile(&late, 0.99),
+            late.last().copied().unwrap_or(f64::NAN),
+            bytes as f64 / 1e6,
+        );
+        if let Some(mut holder) = holder {
+            sqlx::query("COMMIT").execute(&mut holder).await?;
+        }
+    }
+    producer.abort();
+    scheduler.shutdown().await?;
+    drop(store);
+    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&mut admin)
+        .await?;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() {
+    let o = match options() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = run(o).await {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
