@@ -12,7 +12,8 @@
 //! For each phase (clean, snapshot held, recovery): pickup lateness (the
 //! handler's start minus the time the task was due) p50, p99 and max, the
 //! tasks done a second, the backlog at the phase's end (tasks due and not
-//! yet claimed), and the size of the task table with its indexes. Options:
+//! yet claimed), the size of the task table with its indexes, and when the
+//! tasks more than 100 ms late started. Options:
 //! `--rate N` (tasks a second, default 800), `--secs S` (each phase,
 //! default 120), `--concurrency N` (handlers in flight, default 16). The
 //! tables are in a schema of their own, dropped at the end.
@@ -80,18 +81,32 @@ async fn run(o: Options) -> Result<(), Box<dyn std::error::Error>> {
         .postgres_schema(schema.clone())
         .postgres(&o.url)
         .await?;
-    let lateness = Arc::new(Mutex::new(Vec::<f64>::new()));
+    // (when the handler started, ms since the epoch; how late, ms)
+    let lateness = Arc::new(Mutex::new(Vec::<(f64, f64)>::new()));
     let done = Arc::new(AtomicU64::new(0));
     let (seen, count) = (lateness.clone(), done.clone());
     let scheduler = Scheduler::builder(store.clone())
         .max_concurrency(o.concurrency)
         .start(move |task| {
-            let late = ms_since_epoch(SystemTime::now()) - ms_since_epoch(task.run_at());
-            seen.lock().unwrap().push(late);
+            let now = ms_since_epoch(SystemTime::now());
+            seen.lock()
+                .unwrap()
+                .push((now, now - ms_since_epoch(task.run_at())));
             count.fetch_add(1, Ordering::Relaxed);
             async { Ok::<_, String>(()) }
         })
         .await?;
+
+    // The offer starts once the node holds every lease: tasks offered
+    // while it is still taking them would wait for that, and measure the
+    // start instead of the phase.
+    let started = Instant::now();
+    while scheduler.stats().shards_owned < store.shards() {
+        if started.elapsed() > Duration::from_secs(60) {
+            return Err("the scheduler did not take every lease within 60 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // The offer: every 10 ms, the tasks of those 10 ms, due now.
     let producer = tokio::spawn({
@@ -123,9 +138,9 @@ async fn run(o: Options) -> Result<(), Box<dyn std::error::Error>> {
         o.rate, o.concurrency, o.secs
     );
     println!(
-        "| phase | pickup p50 / p99 / max, ms | done/s | backlog at end | table and indexes |"
+        "| phase | pickup p50 / p99 / max, ms | done/s | backlog at end | table and indexes | over 100 ms late |"
     );
-    println!("|---|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---|");
     for phase in ["clean", "snapshot held", "recovery"] {
         let holder = if phase == "snapshot held" {
             let mut holder = PgConnection::connect(&o.url).await?;
@@ -138,11 +153,28 @@ async fn run(o: Options) -> Result<(), Box<dyn std::error::Error>> {
             None
         };
         lateness.lock().unwrap().clear();
+        let phase_start = ms_since_epoch(SystemTime::now());
         let done_before = done.load(Ordering::Relaxed);
         let started = Instant::now();
         tokio::time::sleep(Duration::from_secs(o.secs)).await;
         let took = started.elapsed().as_secs_f64();
-        let mut late = std::mem::take(&mut *lateness.lock().unwrap());
+        let seen = std::mem::take(&mut *lateness.lock().unwrap());
+        // When the tasks over 100 ms late started, in seconds into the
+        // phase: the first and the last.
+        let slow: Vec<f64> = seen
+            .iter()
+            .filter(|(_, late)| *late > 100.0)
+            .map(|(at, _)| (at - phase_start) / 1e3)
+            .collect();
+        let first = slow.iter().copied().reduce(f64::min);
+        let last = slow.iter().copied().reduce(f64::max);
+        let slow = match (first, last) {
+            (Some(first), Some(last)) => {
+                format!("{} tasks, started {first:.1} – {last:.1} s in", slow.len())
+            }
+            _ => "none".to_string(),
+        };
+        let mut late: Vec<f64> = seen.into_iter().map(|(_, late)| late).collect();
         late.sort_by(f64::total_cmp);
         let rate = (done.load(Ordering::Relaxed) - done_before) as f64 / took;
         let now = ms_since_epoch(SystemTime::now()) as i64;
@@ -157,7 +189,7 @@ async fn run(o: Options) -> Result<(), Box<dyn std::error::Error>> {
         )
         .await?;
         println!(
-            "| {phase} | {:.1} / {:.1} / {:.1} | {rate:.0} | {backlog} | {:.0} MB |",
+            "| {phase} | {:.1} / {:.1} / {:.1} | {rate:.0} | {backlog} | {:.0} MB | {slow} |",
             percentile(&late, 0.5),
             percentile(&late, 0.99),
             late.last().copied().unwrap_or(f64::NAN),

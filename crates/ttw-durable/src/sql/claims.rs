@@ -271,6 +271,18 @@ impl Claims {
 
     /// Whether these statements run on SQLite, whose one writer makes every
     /// write transaction wait for the one before it.
+    /// Whether the statements that take tasks by id keep a prepared plan:
+    /// on SQLite, yes. On PostgreSQL they are planned at each run (an
+    /// unnamed statement), with the ids at hand and the table as it is:
+    /// a plan kept from when the table was young (a few hundred rows, never
+    /// analyzed) read the whole table for each claim and each batch of
+    /// outcomes until autovacuum first analyzed it, and tasks ran seconds
+    /// late meanwhile. Planning a statement that claims or settles many
+    /// tasks costs little beside it.
+    fn keeps_plans(&self) -> bool {
+        self.on_sqlite()
+    }
+
     pub(crate) fn on_sqlite(&self) -> bool {
         matches!(self.db, Db::Sqlite(..))
     }
@@ -365,6 +377,7 @@ impl Claims {
         );
         let claimed = write_with_pool!(&self.db, Urgency::Urgent, pool => {
             let query = sqlx::query(&sql)
+                .persistent(self.keeps_plans())
                 .bind(&self.session)
                 .bind(self.shards)
                 .bind(locked_until)
@@ -406,7 +419,10 @@ impl Claims {
             self.ids_are(3, ids.len()).replace("id ", "ttw_tasks.id ")
         );
         let rows = with_pool!(&self.db, pool => {
-            let query = sqlx::query(&sql).bind(&self.session).bind(self.shards);
+            let query = sqlx::query(&sql)
+                .persistent(self.keeps_plans())
+                .bind(&self.session)
+                .bind(self.shards);
             let query = bind_ids!(self, query, ids.iter().copied());
             let rows = query.fetch_all(pool).await?;
             let mut out = Vec::with_capacity(rows.len());
@@ -455,6 +471,7 @@ impl Claims {
                 let ids: Vec<i64> = batch.iter().map(|s| s.id).collect();
                 let claims: Vec<i64> = batch.iter().map(|s| s.claim).collect();
                 sqlx::query_as(&sql)
+                    .persistent(false)
                     .bind(now)
                     .bind(&self.session)
                     .bind(self.shards)
@@ -519,6 +536,7 @@ impl Claims {
         // Read to its end (see the notes of `db`).
         let rows: Vec<(String, i64)> = write_with_pool!(&self.db, Urgency::Ordinary, pool => {
             sqlx::query_as(&sql)
+                .persistent(self.keeps_plans())
                 .bind(attempt.id)
                 .bind(attempt.claim)
                 .bind(now_ms())
