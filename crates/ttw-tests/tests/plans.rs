@@ -87,8 +87,27 @@ async fn small_claims_among_many_due_tasks_read_only_their_rows() {
     );
 }
 
-/// Index entries read on `ttw_tasks` of the test's schema, once the
-/// statistics of the store's connections (dropped before) have arrived.
+/// Waits until the statistics of the store's connections (dropped before)
+/// have arrived: at least `updates` rows of the test's `ttw_tasks`
+/// updated. A counter read before then could read 0 and prove nothing.
+async fn statistics_arrived(db: &Db, updates: i64) {
+    let schema = db.qualified("x");
+    let schema = schema.strip_suffix(".x").unwrap();
+    let sql = format!(
+        "SELECT COALESCE(SUM(n_tup_upd), 0)::BIGINT FROM pg_stat_user_tables \
+         WHERE schemaname = '{schema}' AND relname = 'ttw_tasks'"
+    );
+    for _ in 0..60 {
+        if db.query_i64(&sql).await >= updates {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("the statistics of {updates} updates did not arrive within 30 s");
+}
+
+/// Index entries read on `ttw_tasks` of the test's schema (see
+/// [`statistics_arrived`]).
 async fn entries_read(db: &Db, index: &str) -> i64 {
     let schema = db.qualified("x");
     let schema = schema.strip_suffix(".x").unwrap();
@@ -157,6 +176,8 @@ async fn outcomes_read_only_their_rows_while_many_tasks_run() {
     scheduler.shutdown().await.unwrap();
     drop(deliveries);
     drop(store);
+    // Every task was claimed and marked done: two updates each.
+    statistics_arrived(&db, 2 * (HELD + ACKED) as i64).await;
     let read = entries_read(&db, "ttw_tasks_locked").await;
     println!(
         "{read} entries of the running tasks' index read for {ACKED} outcomes among {HELD} running"
@@ -170,8 +191,8 @@ async fn outcomes_read_only_their_rows_while_many_tasks_run() {
     );
 }
 
-/// Rows of the test's `ttw_tasks` read by sequential scans, once the
-/// statistics of the store's connections (dropped before) have arrived.
+/// Rows of the test's `ttw_tasks` read by sequential scans (see
+/// [`statistics_arrived`]).
 async fn rows_scanned(db: &Db) -> i64 {
     let schema = db.qualified("x");
     let schema = schema.strip_suffix(".x").unwrap();
@@ -254,6 +275,8 @@ async fn id_lookups_stay_lookups_as_a_young_table_grows() {
     run_batches(20).await;
     scheduler.shutdown().await.unwrap();
     drop(store);
+    // 30 batches, each task claimed and marked done.
+    statistics_arrived(&db, 2 * 30 * BATCH as i64).await;
     let scanned = rows_scanned(&db).await;
     println!("{scanned} rows read by sequential scans");
     // Planned at each run, about 1,500 (the young table's); with the young

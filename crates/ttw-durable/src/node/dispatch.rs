@@ -42,11 +42,21 @@ pub(crate) enum Mode {
     Stream(mpsc::Sender<Delivery>),
 }
 
-/// What a delivery holds while it runs: its place under the node's
-/// `max_concurrency`, and under its queue's, if the queue has a limit.
+/// What a delivery holds: its place under the node's `max_concurrency`,
+/// and under its queue's if the queue has a limit, while its handler runs;
+/// and its place among the tasks claimed and not yet settled until its
+/// outcome is written.
 pub(crate) struct Permits {
-    _node: OwnedSemaphorePermit,
-    _queue: Option<OwnedSemaphorePermit>,
+    _places: Option<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>)>,
+    _settling: OwnedSemaphorePermit,
+}
+
+impl Permits {
+    /// Gives back the places under the node's and the queue's limits,
+    /// keeping the one among the tasks not yet settled.
+    fn release_places(&mut self) {
+        self._places = None;
+    }
 }
 
 /// A fired task waiting for room: ordered so that the heap's top is the
@@ -112,6 +122,9 @@ impl Ready {
                 if self.queues[index].is_empty() {
                     continue;
                 }
+                let Ok(settling) = node.settling.clone().try_acquire_owned() else {
+                    return taken;
+                };
                 let Ok(node_permit) = node.semaphore.clone().try_acquire_owned() else {
                     return taken;
                 };
@@ -129,8 +142,8 @@ impl Ready {
                 taken.push((
                     due,
                     Permits {
-                        _node: node_permit,
-                        _queue: queue_permit,
+                        _places: Some((node_permit, queue_permit)),
+                        _settling: settling,
                     },
                 ));
                 progress = true;
@@ -162,6 +175,7 @@ pub(crate) async fn dispatch(node: Arc<Node>, expirations: Expirations<i64, Due>
         tokio::select! {
             biased;
             _ = node.stopping.notified() => break,
+            _ = node.room.notified() => {}
             Some(_) = running.join_next(), if !running.is_empty() => {}
             chunk = fired.next() => match chunk {
                 Some(chunk) => {
@@ -347,13 +361,21 @@ fn verdict(task: &Unclaimed, now: i64) -> Verdict {
 
 /// Delivers one claimed task and records its outcome, by `deadline`.
 ///
-/// A handler's permits are given back as soon as it returns, before its
-/// outcome is written: the limits count handlers running (requests to a
-/// receiver, for a target), and the next claim need not wait for this
-/// write. The task stays registered in its lane until the outcome is
-/// written. A streamed delivery holds its permits until it is settled.
-async fn supervise(node: Arc<Node>, task: Task, mode: Mode, permits: Permits, deadline: Instant) {
-    let mut permits = Some(permits);
+/// A handler that succeeded gives its places back as soon as it returns,
+/// before its success is written (in the completer's next batch): the
+/// limits count handlers running (requests to a receiver, for a target),
+/// and the next claim need not wait for that write. The task stays
+/// registered in its lane, and counted among the tasks not yet settled
+/// (at most twice `max_concurrency`), until the write. A failed attempt,
+/// written by itself, and a streamed delivery keep their places until
+/// their outcome is written.
+async fn supervise(
+    node: Arc<Node>,
+    task: Task,
+    mode: Mode,
+    mut permits: Permits,
+    deadline: Instant,
+) {
     let outcomes = &node.outcomes;
     let timeout = node.config.callback_timeout;
     let started = Instant::now();
@@ -379,9 +401,10 @@ async fn supervise(node: Arc<Node>, task: Task, mode: Mode, permits: Permits, de
                 ))),
                 Err(_) => Err(Failure::new(format!("handler timed out after {timeout:?}"))),
             };
-            drop(permits.take());
             match outcome {
                 Ok(()) => {
+                    permits.release_places();
+                    node.room.notify_one();
                     if let Err(err) = outcomes.succeed(&task.attempt).await {
                         node.report(Failing::Outcome, &err);
                     }

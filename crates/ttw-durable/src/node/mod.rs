@@ -60,8 +60,17 @@ pub(crate) struct Node {
     pub(crate) claims: Claims,
     pub(crate) leases: Leases,
     pub(crate) outcomes: Arc<Outcomes>,
-    /// One permit per delivery in flight, up to `max_concurrency`.
+    /// One permit per handler running (or streamed delivery unsettled),
+    /// up to `max_concurrency`.
     pub(crate) semaphore: Arc<Semaphore>,
+    /// One permit per claimed task whose outcome is not yet written, up to
+    /// twice `max_concurrency`: a handler's place is given back when it
+    /// returns, and this bounds the successes waiting for their write
+    /// behind it, so claims cannot run ahead of outcomes.
+    pub(crate) settling: Arc<Semaphore>,
+    /// A place was given back before its task's outcome was written:
+    /// dispatch looks for room again.
+    pub(crate) room: Notify,
     /// One permit per delivery in flight in each queue with a limit of its
     /// own, by queue index (see [`Lanes`](crate::model::lanes::Lanes)).
     pub(crate) queue_limits: Vec<Option<Arc<Semaphore>>>,
@@ -132,6 +141,8 @@ impl Node {
             .collect();
         Node {
             semaphore: Arc::new(Semaphore::new(config.max_concurrency)),
+            settling: Arc::new(Semaphore::new(config.max_concurrency.saturating_mul(2))),
+            room: Notify::new(),
             queue_limits,
             node_id,
             config,

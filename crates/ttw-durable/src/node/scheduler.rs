@@ -141,11 +141,12 @@ impl SchedulerBuilder {
     }
 
     /// The most deliveries in flight at once on this node, across its
-    /// queues (default 1024). A delivery to a handler (or a target) holds
-    /// its place while the handler runs and gives it back when it returns,
-    /// before its outcome is written, so the next claim need not wait for
-    /// that write; a streamed delivery holds its place until it is
-    /// settled.
+    /// queues (default 1024). A delivery to a handler (or a target) that
+    /// succeeds gives its place back when the handler returns, before its
+    /// success is written, so the next claim need not wait for that write;
+    /// tasks claimed and not yet settled stay at most twice this many. A
+    /// failed attempt keeps its place until its failure is written, and a
+    /// streamed delivery until it is settled.
     pub fn max_concurrency(mut self, n: usize) -> Self {
         self.config.max_concurrency = n;
         self

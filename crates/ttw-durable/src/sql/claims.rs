@@ -269,8 +269,6 @@ impl Claims {
         }
     }
 
-    /// Whether these statements run on SQLite, whose one writer makes every
-    /// write transaction wait for the one before it.
     /// Whether the statements that take tasks by id keep a prepared plan:
     /// on SQLite, yes. On PostgreSQL they are planned at each run (an
     /// unnamed statement), with the ids at hand and the table as it is:
@@ -283,6 +281,8 @@ impl Claims {
         self.on_sqlite()
     }
 
+    /// Whether these statements run on SQLite, whose one writer makes every
+    /// write transaction wait for the one before it.
     pub(crate) fn on_sqlite(&self) -> bool {
         matches!(self.db, Db::Sqlite(..))
     }
