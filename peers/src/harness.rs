@@ -346,6 +346,25 @@ where
     std::process::exit(0);
 }
 
+/// Inserts `tasks` (workers running), waits for them, and prints how the
+/// insert went and every task's lateness: the precision, burst and
+/// sustained scenarios.
+async fn lateness_run<C: Contender>(c: &C, tasks: &[Payload]) {
+    let t0 = Instant::now();
+    let inserted_late = insert_all(c, tasks).await;
+    let inserted = t0.elapsed();
+    let started = wait_for(tasks.len()).await;
+    // Give a repeat a moment to show itself.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let record = take_record();
+    println!("tasks {}", tasks.len());
+    println!("inserted_s {:.3}", inserted.as_secs_f64());
+    println!("inserted_late {inserted_late}");
+    println!("not_run {}", tasks.len() - started);
+    println!("repeats {}", record.repeats);
+    print_lateness(&record.lateness);
+}
+
 /// Runs one scenario for contender `C`.
 pub async fn scenario<C: Contender>(scenario: Scenario, backend: Backend) -> Result<(), String> {
     let mut c = C::open(&backend).await;
@@ -382,15 +401,7 @@ pub async fn scenario<C: Contender>(scenario: Scenario, backend: Backend) -> Res
                     due_ms: first + 9_000 * i / (n - 1),
                 })
                 .collect();
-            let inserted_late = insert_all(&c, &tasks).await;
-            let started = wait_for(tasks.len()).await;
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let record = take_record();
-            println!("tasks {}", tasks.len());
-            println!("inserted_late {inserted_late}");
-            println!("not_run {}", tasks.len() - started);
-            println!("repeats {}", record.repeats);
-            print_lateness(&record.lateness);
+            lateness_run(&c, &tasks).await;
         }
         Scenario::Idle => {
             c.start().await;
@@ -429,18 +440,7 @@ pub async fn scenario<C: Contender>(scenario: Scenario, backend: Backend) -> Res
             let n = env_usize("PEERS_BURST_TASKS", BURST_TASKS);
             let due_ms = now_ms() + BURST_AHEAD.as_millis() as i64;
             let tasks: Vec<Payload> = (0..n as u64).map(|n| Payload { n, due_ms }).collect();
-            let t0 = Instant::now();
-            let inserted_late = insert_all(&c, &tasks).await;
-            let inserted = t0.elapsed();
-            let started = wait_for(n).await;
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let record = take_record();
-            println!("tasks {n}");
-            println!("inserted_s {:.3}", inserted.as_secs_f64());
-            println!("inserted_late {inserted_late}");
-            println!("not_run {}", n - started);
-            println!("repeats {}", record.repeats);
-            print_lateness(&record.lateness);
+            lateness_run(&c, &tasks).await;
         }
         Scenario::Sustained => {
             c.start().await;
@@ -453,15 +453,7 @@ pub async fn scenario<C: Contender>(scenario: Scenario, backend: Backend) -> Res
                     due_ms: first + i * 1_000 / rate,
                 })
                 .collect();
-            let inserted_late = insert_all(&c, &tasks).await;
-            let started = wait_for(tasks.len()).await;
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let record = take_record();
-            println!("tasks {}", tasks.len());
-            println!("inserted_late {inserted_late}");
-            println!("not_run {}", tasks.len() - started);
-            println!("repeats {}", record.repeats);
-            print_lateness(&record.lateness);
+            lateness_run(&c, &tasks).await;
         }
         Scenario::Insert => {
             let due_ms = now_ms() + 3_600_000;

@@ -686,47 +686,36 @@ fn long_table(contenders: &[Contender], results: &mut Results) {
     }
     for c in contenders {
         let m = &results[&c.key()];
-        if m.drain_cut > 0 {
-            println!(
-                "note: {}: {} drain runs gave up before every task ran; the rate is of those that did",
-                c.label(),
-                m.drain_cut
-            );
-        }
-        if m.long_not_run > 0 {
-            println!(
-                "note: {}: {} burst or sustained tasks had not run when it gave up (counted as infinitely late)",
-                c.label(),
-                m.long_not_run
-            );
-        }
-        if m.long_inserted_late > 0 {
-            println!(
-                "note: {}: {} burst or sustained tasks were inserted after their due instant",
-                c.label(),
-                m.long_inserted_late
-            );
-        }
-        if m.not_run > 0 {
-            println!(
-                "note: {}: {} precision tasks had not run when it gave up (counted as infinitely late)",
-                c.label(),
-                m.not_run
-            );
-        }
-        if m.throughput_cut > 0 {
-            println!(
-                "note: {}: {} throughput runs gave up before every task ran; the rate is of those that did",
-                c.label(),
-                m.throughput_cut
-            );
-        }
-        if m.inserted_late > 0 {
-            println!(
-                "note: {}: {} precision tasks were inserted after their due instant",
-                c.label(),
-                m.inserted_late
-            );
+        let notes = [
+            (
+                m.drain_cut,
+                "drain runs gave up before every task ran; the rate is of those that did",
+            ),
+            (
+                m.long_not_run,
+                "burst or sustained tasks had not run when it gave up (counted as infinitely late)",
+            ),
+            (
+                m.long_inserted_late,
+                "burst or sustained tasks were inserted after their due instant",
+            ),
+            (
+                m.not_run,
+                "precision tasks had not run when it gave up (counted as infinitely late)",
+            ),
+            (
+                m.throughput_cut,
+                "throughput runs gave up before every task ran; the rate is of those that did",
+            ),
+            (
+                m.inserted_late,
+                "precision tasks were inserted after their due instant",
+            ),
+        ];
+        for (n, what) in notes {
+            if n > 0 {
+                println!("note: {}: {n} {what}", c.label());
+            }
         }
         for f in &m.failures {
             println!("failed: {}: {f}", c.label());

@@ -91,8 +91,7 @@ async fn small_claims_among_many_due_tasks_read_only_their_rows() {
 /// have arrived: at least `updates` rows of the test's `ttw_tasks`
 /// updated. A counter read before then could read 0 and prove nothing.
 async fn statistics_arrived(db: &Db, updates: i64) {
-    let schema = db.qualified("x");
-    let schema = schema.strip_suffix(".x").unwrap();
+    let schema = schema(db);
     let sql = format!(
         "SELECT COALESCE(SUM(n_tup_upd), 0)::BIGINT FROM pg_stat_user_tables \
          WHERE schemaname = '{schema}' AND relname = 'ttw_tasks'"
@@ -106,26 +105,38 @@ async fn statistics_arrived(db: &Db, updates: i64) {
     panic!("the statistics of {updates} updates did not arrive within 30 s");
 }
 
-/// Index entries read on `ttw_tasks` of the test's schema (see
-/// [`statistics_arrived`]).
-async fn entries_read(db: &Db, index: &str) -> i64 {
-    let schema = db.qualified("x");
-    let schema = schema.strip_suffix(".x").unwrap();
-    let sql = format!(
-        "SELECT COALESCE(SUM(idx_tup_read), 0)::BIGINT FROM pg_stat_user_indexes \
-         WHERE schemaname = '{schema}' AND relname = 'ttw_tasks' AND indexrelname = '{index}'"
-    );
-    // Read until two readings half a second apart agree.
+/// A counter of the test's statistics (`sql`, one number), once two
+/// readings half a second apart agree (see [`statistics_arrived`]).
+async fn steady_reading(db: &Db, sql: &str) -> i64 {
     let mut read = -1;
     for _ in 0..40 {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let now = db.query_i64(&sql).await;
+        let now = db.query_i64(sql).await;
         if now == read {
             break;
         }
         read = now;
     }
     read
+}
+
+/// The test's schema, where its tables are.
+fn schema(db: &Db) -> String {
+    let name = db.qualified("x");
+    name.strip_suffix(".x").unwrap().to_string()
+}
+
+/// Index entries of `index` on the test's `ttw_tasks` read.
+async fn entries_read(db: &Db, index: &str) -> i64 {
+    let schema = schema(db);
+    steady_reading(
+        db,
+        &format!(
+            "SELECT COALESCE(SUM(idx_tup_read), 0)::BIGINT FROM pg_stat_user_indexes \
+             WHERE schemaname = '{schema}' AND relname = 'ttw_tasks' AND indexrelname = '{index}'"
+        ),
+    )
+    .await
 }
 
 /// Regression: an outcome finds its task by id, and checks the rest of the
@@ -191,25 +202,17 @@ async fn outcomes_read_only_their_rows_while_many_tasks_run() {
     );
 }
 
-/// Rows of the test's `ttw_tasks` read by sequential scans (see
-/// [`statistics_arrived`]).
+/// Rows of the test's `ttw_tasks` read by sequential scans.
 async fn rows_scanned(db: &Db) -> i64 {
-    let schema = db.qualified("x");
-    let schema = schema.strip_suffix(".x").unwrap();
-    let sql = format!(
-        "SELECT COALESCE(seq_tup_read, 0)::BIGINT FROM pg_stat_user_tables \
-         WHERE schemaname = '{schema}' AND relname = 'ttw_tasks'"
-    );
-    let mut read = -1;
-    for _ in 0..40 {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let now = db.query_i64(&sql).await;
-        if now == read {
-            break;
-        }
-        read = now;
-    }
-    read
+    let schema = schema(db);
+    steady_reading(
+        db,
+        &format!(
+            "SELECT COALESCE(seq_tup_read, 0)::BIGINT FROM pg_stat_user_tables \
+             WHERE schemaname = '{schema}' AND relname = 'ttw_tasks'"
+        ),
+    )
+    .await
 }
 
 /// Regression: the statements that take tasks by id kept the plan
