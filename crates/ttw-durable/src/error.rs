@@ -267,6 +267,7 @@ fn open_cause(err: &sqlx::Error) -> String {
 /// SQLite's `SQLITE_FULL` (primary result code 13) or PostgreSQL's
 /// `disk_full` (SQLSTATE 53100).
 fn disk_full(err: &sqlx::Error) -> bool {
+    #[cfg(feature = "sqlite")]
     const SQLITE_FULL: i64 = 13;
     const PG_DISK_FULL: &str = "53100";
     let sqlx::Error::Database(db) = err else {
@@ -275,11 +276,11 @@ fn disk_full(err: &sqlx::Error) -> bool {
     let Some(code) = db.code() else {
         return false;
     };
+    #[cfg(feature = "sqlite")]
     if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
-        code.parse::<i64>().is_ok_and(|c| c & 0xff == SQLITE_FULL)
-    } else {
-        code == PG_DISK_FULL
+        return code.parse::<i64>().is_ok_and(|c| c & 0xff == SQLITE_FULL);
     }
+    code == PG_DISK_FULL
 }
 
 impl From<sqlx::Error> for Error {

@@ -127,6 +127,17 @@
 //! that is gone. See the README's "Running many nodes" for the failure
 //! model and the recovery times.
 //!
+//! # Features
+//!
+//! - `sqlite` and `postgres` (both on by default): the backends. A service
+//!   on one of them can leave the other out, `default-features = false,
+//!   features = ["sqlite"]`, and compiles neither its driver nor its
+//!   statements; at least one is needed.
+//! - `webhook`: `Webhook`, deliveries by signed HTTP.
+//! - `nats`: `JetStream`, deliveries to NATS JetStream.
+//! - `test-faults`: fault hooks for this workspace's own tests, not part
+//!   of the API.
+//!
 //! # Limits
 //!
 //! - Payloads up to [`MAX_PAYLOAD`] bytes; times from the Unix epoch to
@@ -142,6 +153,10 @@
 //!   nodes both record an outcome for one attempt, since the fence is
 //!   checked in the database.
 #![forbid(unsafe_code)]
+// The crate's own unit tests and doc examples make their stores with
+// `sqlite_in_memory`, and with one backend some `let ... else` on the
+// backend's pool cannot fail.
+#![cfg_attr(test, allow(irrefutable_let_patterns))]
 #![warn(
     missing_docs,
     missing_debug_implementations,
@@ -149,6 +164,16 @@
     unreachable_pub
 )]
 #![doc(test(no_crate_inject, attr(deny(warnings, rust_2018_idioms))))]
+
+#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+compile_error!(
+    "ttw-durable needs a backend: enable its feature `sqlite`, `postgres` or both (the default)"
+);
+
+#[cfg(all(test, not(feature = "sqlite")))]
+compile_error!(
+    "ttw-durable's unit tests open in-memory SQLite stores: run them with the feature `sqlite`"
+);
 
 mod client;
 mod error;

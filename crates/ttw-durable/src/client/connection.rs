@@ -3,7 +3,10 @@
 //! [`Schedule::submit_in`] and [`Store::schedule_batch_in`] write through,
 //! so a task exists if and only if the application's own writes commit.
 
-use sqlx::{PgConnection, SqliteConnection};
+#[cfg(feature = "postgres")]
+use sqlx::PgConnection;
+#[cfg(feature = "sqlite")]
+use sqlx::SqliteConnection;
 
 use crate::client::store::{Schedule, Scheduled, Store};
 use crate::error::Error;
@@ -14,28 +17,38 @@ use crate::notify::Announced;
 /// `sqlx::SqliteConnection` or `sqlx::PgConnection`, to the database the
 /// [`Store`] is on. Inside a `sqlx::Transaction`, pass `&mut *tx`.
 ///
-/// Sealed: the crate implements it for those two types only.
+/// Sealed: the crate implements it for those two types only, each with its
+/// backend's feature (`sqlite`, `postgres`).
 pub trait CallerConnection: sealed::Sealed {}
 
+#[cfg(feature = "sqlite")]
 impl CallerConnection for SqliteConnection {}
+#[cfg(feature = "postgres")]
 impl CallerConnection for PgConnection {}
 
 mod sealed {
-    use sqlx::{PgConnection, SqliteConnection};
+    #[cfg(feature = "postgres")]
+    use sqlx::PgConnection;
+    #[cfg(feature = "sqlite")]
+    use sqlx::SqliteConnection;
 
     /// A borrowed connection of either backend.
     #[derive(Debug)]
     pub enum Conn<'a> {
+        #[cfg(feature = "sqlite")]
         Sqlite(&'a mut SqliteConnection),
+        #[cfg(feature = "postgres")]
         Postgres(&'a mut PgConnection),
     }
 
+    #[cfg(feature = "sqlite")]
     impl<'a> From<&'a mut SqliteConnection> for Conn<'a> {
         fn from(conn: &'a mut SqliteConnection) -> Self {
             Conn::Sqlite(conn)
         }
     }
 
+    #[cfg(feature = "postgres")]
     impl<'a> From<&'a mut PgConnection> for Conn<'a> {
         fn from(conn: &'a mut PgConnection) -> Self {
             Conn::Postgres(conn)
@@ -47,12 +60,14 @@ mod sealed {
         fn conn(&mut self) -> Conn<'_>;
     }
 
+    #[cfg(feature = "sqlite")]
     impl Sealed for SqliteConnection {
         fn conn(&mut self) -> Conn<'_> {
             Conn::Sqlite(self)
         }
     }
 
+    #[cfg(feature = "postgres")]
     impl Sealed for PgConnection {
         fn conn(&mut self) -> Conn<'_> {
             Conn::Postgres(self)
@@ -67,7 +82,9 @@ pub(crate) use sealed::Conn;
 macro_rules! with_conn {
     ($conn:expr, $c:ident => $body:expr) => {
         match $conn {
+            #[cfg(feature = "sqlite")]
             $crate::client::connection::Conn::Sqlite($c) => $body,
+            #[cfg(feature = "postgres")]
             $crate::client::connection::Conn::Postgres($c) => $body,
         }
     };
@@ -76,7 +93,12 @@ pub(crate) use with_conn;
 
 impl Conn<'_> {
     fn is_postgres(&self) -> bool {
-        matches!(self, Conn::Postgres(_))
+        match self {
+            #[cfg(feature = "sqlite")]
+            Conn::Sqlite(_) => false,
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(_) => true,
+        }
     }
 }
 

@@ -130,10 +130,12 @@ impl Store {
         let db = self.db();
         let turn = db.write_turn(Urgency::Ordinary).await;
         let (outcome, changed) = match db {
+            #[cfg(feature = "sqlite")]
             crate::sql::db::Db::Sqlite(pool, _) => {
                 let mut conn = pool.acquire().await?;
                 self.upsert_on(Conn::from(&mut *conn), &row).await?
             }
+            #[cfg(feature = "postgres")]
             crate::sql::db::Db::Postgres(pool) => {
                 let mut conn = pool.acquire().await?;
                 self.upsert_on(Conn::from(&mut *conn), &row).await?

@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 use std::future::{Future, IntoFuture};
+#[cfg(feature = "sqlite")]
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -15,8 +16,10 @@ use sqlx::Row;
 use crate::error::Error;
 use crate::model::new_task::{NewRow, NewTask};
 use crate::model::task::{TaskId, TaskInfo, TaskState};
-use crate::notify::{Announced, Made, Notifier, ANNOUNCED};
-use crate::sql::db::{with_pool, write_with_pool, Db, PoolSettings, Urgency, SQLITE_MIN_SIZE};
+use crate::notify::{Announced, ListenOptions, Made, Notifier, ANNOUNCED};
+use crate::sql::db::{
+    with_pool, write_with_pool, Db, MemoryKeeper, PoolSettings, Urgency, SQLITE_MIN_SIZE,
+};
 use crate::sql::schema;
 use crate::time::{now_ms, to_ms};
 
@@ -72,7 +75,7 @@ struct StoreInner {
     published_queues: Mutex<BTreeSet<String>>,
     /// For an in-memory store, the connection outside the pool that keeps
     /// the database alive (see [`PoolSettings::sqlite_in_memory`]).
-    _memory_keeper: Option<Mutex<sqlx::SqliteConnection>>,
+    _memory_keeper: Option<Mutex<MemoryKeeper>>,
 }
 
 impl fmt::Debug for Store {
@@ -140,7 +143,9 @@ impl StoreBuilder {
 
     /// PostgreSQL only: keep the tables in this schema (created if
     /// missing) instead of `public`, so several independent stores can share
-    /// one database. Letters, digits and `_` only.
+    /// one database. Letters, digits and `_` only. Needs the feature
+    /// `postgres` (on by default).
+    #[cfg(feature = "postgres")]
     pub fn postgres_schema(mut self, schema: impl Into<String>) -> Self {
         self.schema = Some(schema.into());
         self
@@ -154,7 +159,9 @@ impl StoreBuilder {
     /// larger keeps its size as its limit. Default: no limit but the disk.
     ///
     /// The write-ahead log (`-wal` file) is not counted: it is bounded by
-    /// SQLite's checkpoints, not by this limit.
+    /// SQLite's checkpoints, not by this limit. Needs the feature `sqlite`
+    /// (on by default).
+    #[cfg(feature = "sqlite")]
     pub fn sqlite_max_size(mut self, bytes: u64) -> Self {
         self.pool.sqlite_max_size = Some(bytes);
         self
@@ -177,6 +184,7 @@ impl StoreBuilder {
     }
 
     /// Opens (creating if missing) an SQLite database file in WAL mode.
+    /// Needs the feature `sqlite` (on by default).
     ///
     /// # Errors
     ///
@@ -184,6 +192,7 @@ impl StoreBuilder {
     /// names the path, and says when its directory does not exist),
     /// [`Error::is_schema_too_new`] if a newer version of the crate wrote it,
     /// [`Error::is_config`] for a shard count that does not match.
+    #[cfg(feature = "sqlite")]
     pub async fn sqlite(self, path: impl AsRef<Path>) -> Result<Store, Error> {
         self.check()?;
         let open = self.pool.sqlite(path.as_ref()).await?;
@@ -191,18 +200,21 @@ impl StoreBuilder {
     }
 
     /// Opens a private in-memory SQLite database, for tests and examples. It
-    /// lives as long as the store (one connection, never recycled).
+    /// lives as long as the store (one connection, never recycled). Needs
+    /// the feature `sqlite` (on by default).
     ///
     /// # Errors
     ///
     /// As [`StoreBuilder::sqlite`].
+    #[cfg(feature = "sqlite")]
     pub async fn sqlite_in_memory(self) -> Result<Store, Error> {
         self.check()?;
         let open = self.pool.sqlite_in_memory().await?;
         self.finish(open.db, None, open.keeper).await
     }
 
-    /// Connects to PostgreSQL (`postgres://user@host:port/db`).
+    /// Connects to PostgreSQL (`postgres://user@host:port/db`). Needs the
+    /// feature `postgres` (on by default).
     ///
     /// # Errors
     ///
@@ -210,7 +222,8 @@ impl StoreBuilder {
     /// URL, or another scheme); [`Error::is_database`] if the server cannot
     /// be reached within the connect timeout, with the cause (refused,
     /// unknown host, authentication) in its message; otherwise as
-    /// [`StoreBuilder::sqlite`].
+    /// `StoreBuilder::sqlite`.
+    #[cfg(feature = "postgres")]
     pub async fn postgres(self, url: &str) -> Result<Store, Error> {
         self.check()?;
         let (db, options) = self.pool.postgres(url, self.schema.as_deref()).await?;
@@ -220,8 +233,8 @@ impl StoreBuilder {
     async fn finish(
         self,
         db: Db,
-        listen: Option<sqlx::postgres::PgConnectOptions>,
-        memory_keeper: Option<sqlx::SqliteConnection>,
+        listen: Option<ListenOptions>,
+        memory_keeper: Option<MemoryKeeper>,
     ) -> Result<Store, Error> {
         let shards = schema::prepare(&db, self.shards).await?;
         let tasks_table = match (&listen, &self.schema) {
@@ -260,11 +273,13 @@ impl Store {
     }
 
     /// Opens (creating if missing) an SQLite database file: the embedded
-    /// default, nothing to set up. See [`StoreBuilder::sqlite`].
+    /// default, nothing to set up. See [`StoreBuilder::sqlite`]. Needs the
+    /// feature `sqlite` (on by default).
     ///
     /// # Errors
     ///
     /// As [`StoreBuilder::sqlite`].
+    #[cfg(feature = "sqlite")]
     pub async fn sqlite(path: impl AsRef<Path>) -> Result<Store, Error> {
         StoreBuilder::default().sqlite(path).await
     }
@@ -275,6 +290,7 @@ impl Store {
     /// # Errors
     ///
     /// As [`StoreBuilder::sqlite`].
+    #[cfg(feature = "sqlite")]
     pub async fn sqlite_in_memory() -> Result<Store, Error> {
         StoreBuilder::default().sqlite_in_memory().await
     }
@@ -285,6 +301,7 @@ impl Store {
     /// # Errors
     ///
     /// As [`StoreBuilder::postgres`].
+    #[cfg(feature = "postgres")]
     pub async fn postgres(url: &str) -> Result<Store, Error> {
         StoreBuilder::default().postgres(url).await
     }
@@ -296,7 +313,7 @@ impl Store {
 
     /// Whether this store is on PostgreSQL.
     pub fn is_postgres(&self) -> bool {
-        matches!(self.inner.db, Db::Postgres(_))
+        !self.inner.db.is_sqlite()
     }
 
     pub(crate) fn db(&self) -> &Db {

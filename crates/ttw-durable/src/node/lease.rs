@@ -205,7 +205,9 @@ impl Leases {
     }
 
     /// Stamps this session's membership row with the database's clock.
-    /// Returns whether there was a row to stamp.
+    /// Returns whether there was a row to stamp. On SQLite only: on
+    /// PostgreSQL the stamp is part of the heartbeat's one statement.
+    #[cfg(feature = "sqlite")]
     async fn mark_alive(&self) -> Result<bool, Error> {
         let n = write_with_pool!(&self.db, Urgency::Urgent, pool => {
             sqlx::query(&self.mark_alive_sql())
@@ -274,6 +276,7 @@ impl Leases {
             Option<i64>,
         );
         let (stamped, rows): (bool, Vec<Found>) = match &self.db {
+            #[cfg(feature = "postgres")]
             Db::Postgres(pool) => {
                 // The read sees the table as it was before the stamp (one
                 // snapshot), so the stamp reports itself as a row of its
@@ -297,6 +300,7 @@ impl Leases {
                 });
                 (rows.len() < before, rows)
             }
+            #[cfg(feature = "sqlite")]
             Db::Sqlite(pool, _) => {
                 let stamped = self.mark_alive().await?;
                 let rows = sqlx::query_as(&read)

@@ -5,11 +5,10 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use sqlx::postgres::PgConnectOptions;
 use tokio::sync::{broadcast, watch};
 
 use super::listen::Listener;
-use super::{channel, Announced, RECURRING};
+use super::{channel, Announced, ListenOptions, RECURRING};
 
 /// Schedules within this process the broadcast holds before a slow
 /// listener lags (and reloads its window instead).
@@ -23,13 +22,13 @@ pub(crate) struct Notifier {
     recurring: watch::Sender<u64>,
     /// On PostgreSQL: the options a `LISTEN` connection opens with, and the
     /// channel (one per schema).
-    postgres: Option<(PgConnectOptions, String)>,
+    postgres: Option<(ListenOptions, String)>,
 }
 
 impl Notifier {
     /// A notifier for a store; `postgres` holds the connection options and
     /// the schema of a PostgreSQL store.
-    pub(crate) fn new(postgres: Option<(PgConnectOptions, Option<&str>)>) -> Notifier {
+    pub(crate) fn new(postgres: Option<(ListenOptions, Option<&str>)>) -> Notifier {
         let (local, _) = broadcast::channel(LOCAL_BACKLOG);
         Notifier {
             local,

@@ -1,18 +1,26 @@
 //! The hearing side, one per scheduler: the in-process broadcast, and on
 //! PostgreSQL a `LISTEN` connection, opened again when it is lost.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
+#[cfg(feature = "postgres")]
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+#[cfg(feature = "postgres")]
 use std::time::Duration;
 
+#[cfg(feature = "postgres")]
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio::sync::broadcast;
+#[cfg(feature = "postgres")]
 use tokio::time::Instant;
 
-use super::{parse, Announced, RECURRING};
+#[cfg(feature = "postgres")]
+use super::{parse, RECURRING};
+use super::{Announced, ListenOptions};
 
 /// How long a `LISTEN` connection that could not be opened waits before
 /// the next try.
+#[cfg(feature = "postgres")]
 const RECONNECT: Duration = Duration::from_secs(5);
 
 /// What a [`Listener`] heard.
@@ -25,6 +33,7 @@ pub(crate) enum Heard {
     Missed,
     /// A recurring schedule was registered, changed or resumed in another
     /// process.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     Recurring,
     /// The store is gone: nothing more will be heard.
     Closed,
@@ -35,13 +44,17 @@ pub(crate) struct Listener {
     local: broadcast::Receiver<Announced>,
     /// On PostgreSQL: the options and channel a `LISTEN` connection opens
     /// with.
-    connect: Option<(PgConnectOptions, String)>,
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    connect: Option<(ListenOptions, String)>,
     /// The `LISTEN` connection, while it is up.
+    #[cfg(feature = "postgres")]
     postgres: Option<PgListener>,
     /// When to try opening it again, after a try failed.
+    #[cfg(feature = "postgres")]
     retry_at: Option<Instant>,
     /// Whether the `LISTEN` connection is up, for the scheduler's catch-up
     /// poll, which rests while it is.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     listening: Arc<AtomicBool>,
 }
 
@@ -50,16 +63,25 @@ impl Listener {
     /// the `LISTEN` connection `connect` opens when first awaited.
     pub(super) fn new(
         local: broadcast::Receiver<Announced>,
-        connect: Option<(PgConnectOptions, String)>,
+        connect: Option<(ListenOptions, String)>,
         listening: Arc<AtomicBool>,
     ) -> Listener {
         Listener {
             local,
             connect,
+            #[cfg(feature = "postgres")]
             postgres: None,
+            #[cfg(feature = "postgres")]
             retry_at: None,
             listening,
         }
+    }
+
+    /// The next announcement: without the `postgres` feature, only this
+    /// process's.
+    #[cfg(not(feature = "postgres"))]
+    pub(crate) async fn next(&mut self) -> Heard {
+        heard_locally(self.local.recv().await)
     }
 
     /// The next announcement.
@@ -71,6 +93,7 @@ impl Listener {
     /// connection lost is [`Heard::Missed`] as well, and another is opened;
     /// one that cannot be opened is tried again every [`RECONNECT`], and
     /// meanwhile the catch-up poll finds the changes.
+    #[cfg(feature = "postgres")]
     pub(crate) async fn next(&mut self) -> Heard {
         loop {
             if let Some(opened) = self.reopen().await {
@@ -88,11 +111,7 @@ impl Listener {
                 }
             };
             tokio::select! {
-                heard = self.local.recv() => return match heard {
-                    Ok(due) => Heard::Due(due),
-                    Err(broadcast::error::RecvError::Lagged(_)) => Heard::Missed,
-                    Err(broadcast::error::RecvError::Closed) => Heard::Closed,
-                },
+                heard = self.local.recv() => return heard_locally(heard),
                 heard = remote => match heard {
                     Some(Ok(Some(notification))) => {
                         if let Some(due) = parse(notification.payload()) {
@@ -124,6 +143,7 @@ impl Listener {
 
     /// The `LISTEN` connection is gone: the catch-up poll takes over until
     /// another opens.
+    #[cfg(feature = "postgres")]
     fn lost(&mut self) {
         self.postgres = None;
         self.retry_at = None;
@@ -132,6 +152,7 @@ impl Listener {
 
     /// Opens the `LISTEN` connection if there is none and it is time to
     /// try: `Some(Heard::Missed)` once it is open.
+    #[cfg(feature = "postgres")]
     async fn reopen(&mut self) -> Option<Heard> {
         let (options, channel) = self.connect.as_ref()?;
         if self.postgres.is_some() || self.retry_at.is_some_and(|at| Instant::now() < at) {
@@ -152,7 +173,17 @@ impl Listener {
     }
 }
 
+/// What the in-process broadcast brought.
+fn heard_locally(heard: Result<Announced, broadcast::error::RecvError>) -> Heard {
+    match heard {
+        Ok(due) => Heard::Due(due),
+        Err(broadcast::error::RecvError::Lagged(_)) => Heard::Missed,
+        Err(broadcast::error::RecvError::Closed) => Heard::Closed,
+    }
+}
+
 /// Opens a `LISTEN` connection on `channel`, or logs why not.
+#[cfg(feature = "postgres")]
 async fn open(options: PgConnectOptions, channel: &str) -> Option<PgListener> {
     let pool = PgPoolOptions::new()
         .max_connections(1)

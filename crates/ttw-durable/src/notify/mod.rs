@@ -27,6 +27,14 @@ use crate::sql::db::{fnv1a, priority_from_sql};
 pub(crate) use announce::{Made, Notifier};
 pub(crate) use listen::{Heard, Listener};
 
+/// What a `LISTEN` connection opens with: PostgreSQL's connection options.
+#[cfg(feature = "postgres")]
+pub(crate) type ListenOptions = sqlx::postgres::PgConnectOptions;
+/// Without the `postgres` feature there is no `LISTEN` connection: a value
+/// that cannot be made, so every `Option` of it is `None`.
+#[cfg(not(feature = "postgres"))]
+pub(crate) type ListenOptions = std::convert::Infallible;
+
 /// The columns a statement that makes tasks due returns, for
 /// [`Announced::read`] (and, on PostgreSQL, its `NOTIFY`).
 pub(crate) const ANNOUNCED: &str = "id, run_at, queue, priority";
@@ -81,6 +89,7 @@ pub(super) fn channel(schema: Option<&str>) -> String {
 pub(super) const RECURRING: &str = "recurring";
 
 /// A `NOTIFY` payload, `<id>:<run_at>:<priority>:<queue>`.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub(super) fn parse(payload: &str) -> Option<Announced> {
     let mut parts = payload.splitn(4, ':');
     Some(Announced {

@@ -284,7 +284,7 @@ impl Claims {
     /// Whether these statements run on SQLite, whose one writer makes every
     /// write transaction wait for the one before it.
     pub(crate) fn on_sqlite(&self) -> bool {
-        matches!(self.db, Db::Sqlite(..))
+        self.db.is_sqlite()
     }
 
     /// The session these statements are bound to.
@@ -460,6 +460,7 @@ impl Claims {
         let written: Vec<(i64, i64)> = match &self.db {
             // One statement text for every batch size: the ids and claims
             // as two arrays.
+            #[cfg(feature = "postgres")]
             Db::Postgres(pool) => {
                 let sql = format!(
                     "UPDATE ttw_tasks SET {set} \
@@ -483,6 +484,7 @@ impl Claims {
             // A list of (id, claim) rows, padded with rows that match no
             // task to the next power of two, so that a few statements serve
             // every batch size.
+            #[cfg(feature = "sqlite")]
             Db::Sqlite(pool, _) => {
                 let n = batch.len().next_power_of_two();
                 let rows = (0..n)

@@ -11,29 +11,36 @@
 //! that was rolled back. Run to its end, a failed commit is the statement's
 //! own error.
 
+#[cfg(feature = "sqlite")]
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "postgres")]
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+#[cfg(feature = "sqlite")]
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteSynchronous,
 };
+#[cfg(feature = "postgres")]
 use sqlx::Connection;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::error::Error;
+#[cfg(feature = "sqlite")]
 use crate::sql::checkpoint::{Checkpointer, WAL_LIMIT};
 
 /// Runs `$body` with `$pool` bound to whichever pool `$db` holds. The body is
-/// compiled once per backend, so the same statement text and row decoding
-/// serve both.
+/// compiled once per backend built (features `sqlite` and `postgres`), so
+/// the same statement text and row decoding serve both.
 macro_rules! with_pool {
     ($db:expr, $pool:ident => $body:expr) => {
         match $db {
+            #[cfg(feature = "sqlite")]
             $crate::sql::db::Db::Sqlite($pool, _) => $body,
+            #[cfg(feature = "postgres")]
             $crate::sql::db::Db::Postgres($pool) => $body,
         }
     };
@@ -55,7 +62,9 @@ pub(crate) use write_with_pool;
 /// The pool of one backend; on SQLite, with the turns its writes take.
 #[derive(Clone)]
 pub(crate) enum Db {
+    #[cfg(feature = "sqlite")]
     Sqlite(SqlitePool, Writes),
+    #[cfg(feature = "postgres")]
     Postgres(PgPool),
 }
 
@@ -84,17 +93,20 @@ pub(crate) enum Urgency {
 /// the one at its head waits for the turn itself, where urgent writes go
 /// straight. Writers in other processes still meet the busy handler.
 #[derive(Clone, Default)]
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) struct Writes {
     lobby: Arc<Mutex<()>>,
     turn: Arc<Mutex<()>>,
     /// Checkpoints a database file's WAL off the write path (none in
     /// memory).
+    #[cfg(feature = "sqlite")]
     checkpoints: Option<Arc<Checkpointer>>,
 }
 
 /// A write's turn, held while it runs. The turn is given up before the
 /// lobby, so an urgent write waiting gets it ahead of the next ordinary
 /// one.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) struct WriteTurn {
     _turn: OwnedMutexGuard<()>,
     _lobby: Option<OwnedMutexGuard<()>>,
@@ -109,7 +121,9 @@ impl Db {
     /// transaction's start), and no node's clock is involved.
     pub(crate) fn clock_sql(&self) -> &'static str {
         match self {
+            #[cfg(feature = "sqlite")]
             Db::Sqlite(..) => "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)",
+            #[cfg(feature = "postgres")]
             Db::Postgres(_) => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
         }
     }
@@ -117,8 +131,30 @@ impl Db {
     /// `"sqlite"` or `"postgres"`.
     pub(crate) fn name(&self) -> &'static str {
         match self {
+            #[cfg(feature = "sqlite")]
             Db::Sqlite(..) => "sqlite",
+            #[cfg(feature = "postgres")]
             Db::Postgres(_) => "postgres",
+        }
+    }
+
+    /// This process's turns at SQLite's writer; `None` on PostgreSQL.
+    fn writes(&self) -> Option<&Writes> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Db::Sqlite(_, writes) => Some(writes),
+            #[cfg(feature = "postgres")]
+            Db::Postgres(_) => None,
+        }
+    }
+
+    /// Whether this is an SQLite database.
+    pub(crate) fn is_sqlite(&self) -> bool {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Db::Sqlite(..) => true,
+            #[cfg(feature = "postgres")]
+            Db::Postgres(_) => false,
         }
     }
 
@@ -126,14 +162,13 @@ impl Db {
     /// `None` at once on PostgreSQL, where writers lock rows, not the
     /// database.
     pub(crate) async fn write_turn(&self, urgency: Urgency) -> Option<WriteTurn> {
-        let Db::Sqlite(_, writes) = self else {
-            return None;
-        };
+        let writes = self.writes()?;
         let lobby = match urgency {
             Urgency::Urgent => None,
             Urgency::Ordinary => Some(writes.lobby.clone().lock_owned().await),
         };
         let turn = writes.turn.clone().lock_owned().await;
+        #[cfg(feature = "sqlite")]
         if let Some(checkpoints) = &writes.checkpoints {
             checkpoints.wrote();
         }
@@ -151,6 +186,7 @@ pub(crate) struct PoolSettings {
     pub(crate) max_connections: u32,
     pub(crate) connect_timeout: Duration,
     /// SQLite only: the most bytes the database file may hold.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) sqlite_max_size: Option<u64>,
 }
 
@@ -166,22 +202,33 @@ impl Default for PoolSettings {
 
 /// SQLite's page size for the databases this crate creates (sqlx's
 /// default), the unit of the size limit.
+#[cfg(feature = "sqlite")]
 const SQLITE_PAGE_SIZE: u64 = 4096;
 
 /// The smallest SQLite size limit accepted: room for the schema and a few
 /// tasks.
 pub(crate) const SQLITE_MIN_SIZE: u64 = 64 * 1024;
 
+/// What keeps an in-memory SQLite database alive: a connection outside its
+/// pool (see [`OpenSqlite`]).
+#[cfg(feature = "sqlite")]
+pub(crate) type MemoryKeeper = SqliteConnection;
+/// Without the `sqlite` feature there is no in-memory database to keep.
+#[cfg(not(feature = "sqlite"))]
+pub(crate) type MemoryKeeper = std::convert::Infallible;
+
 /// An open SQLite database: its pool, and for an in-memory one a
 /// connection outside the pool that keeps the database alive (an in-memory
 /// SQLite database ends with its last connection, and the pool may close
 /// and replace its one connection after a statement cut off by a cancelled
 /// future).
+#[cfg(feature = "sqlite")]
 pub(crate) struct OpenSqlite {
     pub(crate) db: Db,
     pub(crate) keeper: Option<SqliteConnection>,
 }
 
+#[cfg(feature = "sqlite")]
 impl PoolSettings {
     /// Applies the SQLite settings every connection shares.
     fn sqlite_options(&self, options: SqliteConnectOptions) -> SqliteConnectOptions {
@@ -251,7 +298,10 @@ impl PoolSettings {
             keeper: Some(keeper),
         })
     }
+}
 
+#[cfg(feature = "postgres")]
+impl PoolSettings {
     /// Connects to PostgreSQL, with the tables in `schema` (created if
     /// missing) when one is given. Returns the pool and the options its
     /// connections use, for a `LISTEN` connection of their own.
@@ -309,6 +359,7 @@ impl PoolSettings {
 
 /// Parses a PostgreSQL URL, refusing at once what cannot be one (another
 /// scheme, or not a URL at all) rather than trying to connect.
+#[cfg(feature = "postgres")]
 fn postgres_options(url: &str) -> Result<PgConnectOptions, Error> {
     let scheme = url.split_once("://").map(|(scheme, _)| scheme);
     if !matches!(scheme, Some("postgres" | "postgresql")) {
@@ -353,6 +404,7 @@ pub(crate) fn priority_from_sql(p: i64) -> i16 {
 }
 
 /// The WAL file of the database file at `path`.
+#[cfg(feature = "sqlite")]
 fn wal_of(path: &Path) -> std::path::PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push("-wal");
@@ -368,6 +420,7 @@ mod tests {
     /// order they asked; behind an urgent write, the ordinary write at the
     /// head of the lobby (waiting for the turn itself already) goes before
     /// an urgent one that came after it.
+    #[cfg(feature = "sqlite")]
     #[tokio::test]
     async fn urgent_writes_pass_the_ordinary_ones_in_line() {
         let pool = SqlitePoolOptions::new()
@@ -417,6 +470,7 @@ mod tests {
     }
 
     /// PostgreSQL locks rows, not the database: its writes take no turn.
+    #[cfg(feature = "postgres")]
     #[tokio::test]
     async fn postgres_writes_take_no_turn() {
         let pool = PgPoolOptions::new()

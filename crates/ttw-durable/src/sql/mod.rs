@@ -3,6 +3,7 @@
 //! migrations and lease rows (`schema.rs`), and the scheduler's statements
 //! on `ttw_tasks` (`claims.rs`).
 
+#[cfg(feature = "sqlite")]
 pub(crate) mod checkpoint;
 pub(crate) mod claims;
 pub(crate) mod db;

@@ -10,8 +10,10 @@ use crate::model::queue::DEFAULT_QUEUE;
 use crate::sql::db::{with_pool, write_with_pool, Db, Urgency};
 
 /// The SQLite migrations, embedded at compile time.
+#[cfg(feature = "sqlite")]
 static SQLITE: Migrator = sqlx::migrate!("./migrations/sqlite");
 /// The PostgreSQL migrations, embedded at compile time.
+#[cfg(feature = "postgres")]
 static POSTGRES: Migrator = sqlx::migrate!("./migrations/postgres");
 
 /// The number of logical shards a schema gets when none is asked for.
@@ -26,7 +28,9 @@ pub const DEFAULT_SHARDS: u32 = 256;
 /// must be `None` or the same number.
 pub(crate) async fn prepare(db: &Db, requested: Option<u32>) -> Result<u32, Error> {
     match db {
+        #[cfg(feature = "sqlite")]
         Db::Sqlite(pool, _) => SQLITE.run(pool).await?,
+        #[cfg(feature = "postgres")]
         Db::Postgres(pool) => POSTGRES.run(pool).await?,
     }
     let wanted = i64::from(requested.unwrap_or(DEFAULT_SHARDS));
