@@ -715,3 +715,77 @@ async fn a_handler_s_place_is_free_while_its_outcome_is_written() {
     wait_state(&store, first, TaskState::Done, Duration::from_secs(10)).await;
     scheduler.shutdown().await.unwrap();
 }
+
+/// Tasks claimed and not yet settled are at most twice `max_concurrency`:
+/// with room for one handler, and the first two successes waiting to be
+/// written (their rows locked by another session), a third task is not
+/// claimed although a place is free, so claims cannot run ahead of the
+/// outcomes without bound. It runs once the two are written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(ttw_no_postgres, ignore = "needs DATABASE_URL when built")]
+async fn claimed_and_unsettled_tasks_stay_within_twice_max_concurrency() {
+    let db = Db::new(Backend::Postgres, "settling_cap");
+    let store = db.open().await;
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<String>();
+    // A handler returns once it is given a permit.
+    let go = Arc::new(tokio::sync::Semaphore::new(0));
+    let wait = go.clone();
+    let scheduler = fast(&store)
+        .max_concurrency(1)
+        .start(move |task| {
+            let name = String::from_utf8_lossy(task.payload()).to_string();
+            let (started_tx, wait) = (started_tx.clone(), wait.clone());
+            async move {
+                started_tx.send(name).unwrap();
+                wait.acquire().await.unwrap().forget();
+                Ok::<_, String>(())
+            }
+        })
+        .await
+        .unwrap();
+    let mut locker = db.caller_postgres().await;
+    sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
+    let lock = format!(
+        "SELECT id FROM {} WHERE id = $1 FOR UPDATE",
+        db.qualified("ttw_tasks")
+    );
+    let mut held = Vec::new();
+    for name in ["first", "second"] {
+        let id = store.schedule(name.as_bytes().to_vec()).await.unwrap();
+        let began = tokio::time::timeout(Duration::from_secs(10), started.recv()).await;
+        assert_eq!(began.expect("the handler started").as_deref(), Some(name));
+        // Its row is locked before its handler returns: its success waits.
+        sqlx::query(&lock)
+            .bind(id.get())
+            .execute(&mut locker)
+            .await
+            .unwrap();
+        go.add_permits(1);
+        held.push(id);
+    }
+    let third = store.schedule(b"third".to_vec()).await.unwrap();
+    let early = tokio::time::timeout(Duration::from_secs(2), started.recv()).await;
+    assert!(
+        early.is_err(),
+        "a third task started with two successes unwritten: {early:?}"
+    );
+    for id in &held {
+        assert_eq!(
+            store.get(*id).await.unwrap().unwrap().state,
+            TaskState::Running
+        );
+    }
+    sqlx::query("COMMIT").execute(&mut locker).await.unwrap();
+    let began = tokio::time::timeout(Duration::from_secs(10), started.recv()).await;
+    assert_eq!(
+        began
+            .expect("the third started once the two were written")
+            .as_deref(),
+        Some("third")
+    );
+    go.add_permits(1);
+    for id in held.into_iter().chain([third]) {
+        wait_state(&store, id, TaskState::Done, Duration::from_secs(10)).await;
+    }
+    scheduler.shutdown().await.unwrap();
+}
