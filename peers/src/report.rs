@@ -9,30 +9,30 @@ use crate::{Contender, Printed};
 
 #[derive(Default)]
 pub(crate) struct Measured {
-    throughput: Vec<f64>,
-    lateness: Vec<f64>,
-    early: usize,
-    inserted_late: usize,
+    pub(crate) throughput: Vec<f64>,
+    pub(crate) lateness: Vec<f64>,
+    pub(crate) early: usize,
+    pub(crate) inserted_late: usize,
     /// Tasks that had not run when the contender gave up.
-    not_run: usize,
+    pub(crate) not_run: usize,
     /// Throughput runs that gave up before every task ran.
-    throughput_cut: usize,
-    repeats: usize,
-    idle_cpu_ms: Vec<f64>,
-    idle_statements: Vec<f64>,
-    single: Vec<f64>,
-    batch: Vec<f64>,
-    drain: Vec<f64>,
-    drain_cpu_us: Vec<f64>,
+    pub(crate) throughput_cut: usize,
+    pub(crate) repeats: usize,
+    pub(crate) idle_cpu_ms: Vec<f64>,
+    pub(crate) idle_statements: Vec<f64>,
+    pub(crate) single: Vec<f64>,
+    pub(crate) batch: Vec<f64>,
+    pub(crate) drain: Vec<f64>,
+    pub(crate) drain_cpu_us: Vec<f64>,
     /// Drain runs that gave up before every task ran.
-    drain_cut: usize,
-    burst: Vec<f64>,
-    sustained: Vec<f64>,
+    pub(crate) drain_cut: usize,
+    pub(crate) burst: Vec<f64>,
+    pub(crate) sustained: Vec<f64>,
     /// Burst and sustained tasks that ran early, not run, inserted late.
-    long_early: usize,
-    long_not_run: usize,
-    long_inserted_late: usize,
-    failures: Vec<String>,
+    pub(crate) long_early: usize,
+    pub(crate) long_not_run: usize,
+    pub(crate) long_inserted_late: usize,
+    pub(crate) failures: Vec<String>,
 }
 
 pub(crate) type Results = BTreeMap<String, Measured>;
@@ -188,24 +188,7 @@ fn first_table(contenders: &[Contender], results: &mut Results) {
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for c in contenders {
         let m = results.entry(c.key()).or_default();
-        m.lateness.sort_by(f64::total_cmp);
-        let precision = if m.lateness.is_empty() {
-            "–".to_owned()
-        } else {
-            let ms = |v: f64| {
-                if v.is_finite() {
-                    format!("{v:.1}")
-                } else {
-                    "not run".to_owned()
-                }
-            };
-            format!(
-                "{} / {} / {}",
-                ms(percentile(&m.lateness, 0.5)),
-                ms(percentile(&m.lateness, 0.99)),
-                ms(m.lateness.last().copied().unwrap_or(f64::NAN))
-            )
-        };
+        let precision = lateness_cell(&mut m.lateness);
         println!(
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             c.label(),
@@ -221,26 +204,28 @@ fn first_table(contenders: &[Contender], results: &mut Results) {
     }
 }
 
-fn long_table(contenders: &[Contender], results: &mut Results) {
-    let long = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        if v.is_empty() {
-            return "–".to_owned();
+/// Lateness as `p50 / p99 / max` in ms (sorting `v`), `–` when none.
+fn lateness_cell(v: &mut [f64]) -> String {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return "–".to_owned();
+    }
+    let ms = |v: f64| {
+        if v.is_finite() {
+            format!("{v:.1}")
+        } else {
+            "not run".to_owned()
         }
-        let ms = |v: f64| {
-            if v.is_finite() {
-                format!("{v:.1}")
-            } else {
-                "not run".to_owned()
-            }
-        };
-        format!(
-            "{} / {} / {}",
-            ms(percentile(v, 0.5)),
-            ms(percentile(v, 0.99)),
-            ms(v.last().copied().unwrap_or(f64::NAN))
-        )
     };
+    format!(
+        "{} / {} / {}",
+        ms(percentile(v, 0.5)),
+        ms(percentile(v, 0.99)),
+        ms(v.last().copied().unwrap_or(f64::NAN))
+    )
+}
+
+fn long_table(contenders: &[Contender], results: &mut Results) {
     if contenders.iter().any(|c| {
         let m = &results[&c.key()];
         !(m.drain.is_empty() && m.burst.is_empty() && m.sustained.is_empty())
@@ -257,8 +242,8 @@ fn long_table(contenders: &[Contender], results: &mut Results) {
                 c.label(),
                 cell(median(&m.drain), 0),
                 cell(median(&m.drain_cpu_us), 0),
-                long(&mut m.burst),
-                long(&mut m.sustained),
+                lateness_cell(&mut m.burst),
+                lateness_cell(&mut m.sustained),
                 m.long_early,
             );
         }
