@@ -17,7 +17,8 @@ use crate::error::Error;
 use crate::model::queue::check_queue;
 use crate::model::task::{TaskInfo, TaskState};
 use crate::notify::{Announced, Made, ANNOUNCED};
-use crate::sql::db::{with_pool, write_with_pool, Urgency};
+use crate::sql::db::{with_pool, write_with_pool, Db, Urgency};
+use crate::sql::history::{from_history, BACK_COLUMNS};
 use crate::time::{from_ms, ms, now_ms, to_ms};
 
 /// The largest page [`Store::list`] returns.
@@ -293,7 +294,7 @@ impl Store {
             }
         }
         let sql = format!(
-            "SELECT {TASK_INFO_COLUMNS} FROM ttw_tasks WHERE {clause} ORDER BY id LIMIT {}",
+            "SELECT {TASK_INFO_COLUMNS} FROM ttw_all_tasks WHERE {clause} ORDER BY id LIMIT {}",
             query.limit
         );
         let tasks = with_pool!(self.db(), pool => {
@@ -512,7 +513,14 @@ impl Store {
             check_queue(queue)?;
         }
         let (clause, binds) = state_and_queue(Some(redrive.state), redrive.queue.as_deref());
-        let count_sql = format!("SELECT COUNT(*) FROM ttw_tasks WHERE {clause}");
+        // Dead tasks wait in `ttw_tasks`; done and cancelled ones are in
+        // the history, and come back from it (see `sql::history`).
+        let table = if redrive.state == TaskState::Dead {
+            "ttw_tasks"
+        } else {
+            "ttw_history"
+        };
+        let count_sql = format!("SELECT COUNT(*) FROM {table} WHERE {clause}");
         let count: i64 = with_pool!(self.db(), pool => {
             let mut q = sqlx::query_scalar(&count_sql);
             for b in &binds {
@@ -529,7 +537,7 @@ impl Store {
         while done < total {
             let take = (total - done).min(REDRIVE_GROUP);
             let select = format!(
-                "SELECT id FROM ttw_tasks WHERE {clause} AND id > {after} ORDER BY id LIMIT {take}"
+                "SELECT id FROM {table} WHERE {clause} AND id > {after} ORDER BY id LIMIT {take}"
             );
             let ids: Vec<i64> = with_pool!(self.db(), pool => {
                 let mut q = sqlx::query_scalar(&select);
@@ -547,27 +555,84 @@ impl Store {
                 i64::try_from(i128::from(spread) * i128::from(done) / i128::from(total.max(1)))
                     .unwrap_or(0);
             let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
-            let sql = self.notifier().announcing(&format!(
-                "UPDATE ttw_tasks SET state = 'scheduled', run_at = $1, attempts = 0, finished_at = NULL, \
-                 updated_at = {} WHERE id IN ({list}) AND state = $2 RETURNING {ANNOUNCED}",
-                self.db().clock_sql()
-            ));
-            let changed: Vec<Announced> = write_with_pool!(self.db(), Urgency::Ordinary, pool => {
-                let mut changed = Vec::new();
-                for row in sqlx::query(&sql)
-                    .bind(start.saturating_add(offset))
-                    .bind(redrive.state.as_sql())
-                    .fetch_all(pool)
-                    .await?
-                {
-                    changed.push(Announced::read(&row)?);
-                }
-                changed
-            });
+            let at = start.saturating_add(offset);
+            let changed = if table == "ttw_tasks" {
+                self.redrive_dead(&list, at).await?
+            } else {
+                self.redrive_finished(&list, redrive.state, at).await?
+            };
             done += ids.len() as u64;
             redriven += changed.len() as u64;
             self.notifier().committed(changed, Made::Moved);
         }
         Ok(redriven)
+    }
+
+    /// Dead tasks of `list` (ids, comma-separated) scheduled again at `at`
+    /// with their attempts reset.
+    async fn redrive_dead(&self, list: &str, at: i64) -> Result<Vec<Announced>, Error> {
+        let sql = self.notifier().announcing(&format!(
+            "UPDATE ttw_tasks SET state = 'scheduled', run_at = $1, attempts = 0, finished_at = NULL, \
+             updated_at = {} WHERE id IN ({list}) AND state = 'dead' RETURNING {ANNOUNCED}",
+            self.db().clock_sql()
+        ));
+        let changed = write_with_pool!(self.db(), Urgency::Ordinary, pool => {
+            let mut changed = Vec::new();
+            for row in sqlx::query(&sql).bind(at).fetch_all(pool).await? {
+                changed.push(Announced::read(&row)?);
+            }
+            changed
+        });
+        Ok(changed)
+    }
+
+    /// Finished tasks of `list` (ids, comma-separated) in state `state`,
+    /// moved from the history back to `ttw_tasks`, scheduled at `at` with
+    /// their attempts reset.
+    async fn redrive_finished(
+        &self,
+        list: &str,
+        state: TaskState,
+        at: i64,
+    ) -> Result<Vec<Announced>, Error> {
+        let back = from_history("$1", self.db().clock_sql());
+        let _turn = self.db().write_turn(Urgency::Ordinary).await;
+        let mut changed = Vec::new();
+        match self.db() {
+            #[cfg(feature = "postgres")]
+            Db::Postgres(pool) => {
+                let sql = self.notifier().announcing_after(
+                    &format!(
+                        "back AS (DELETE FROM ttw_history WHERE id IN ({list}) AND state = $2 RETURNING *)"
+                    ),
+                    &format!(
+                        "INSERT INTO ttw_tasks ({BACK_COLUMNS}) SELECT {back} FROM back RETURNING {ANNOUNCED}"
+                    ),
+                );
+                for row in sqlx::query(&sql).bind(at).bind(state.as_sql()).fetch_all(pool).await? {
+                    changed.push(Announced::read(&row)?);
+                }
+            }
+            // Copy back, then delete what was copied, in one transaction.
+            #[cfg(feature = "sqlite")]
+            Db::Sqlite(pool, _) => {
+                let sql = format!(
+                    "INSERT INTO ttw_tasks ({BACK_COLUMNS}) SELECT {back} FROM ttw_history \
+                     WHERE id IN ({list}) AND state = $2 RETURNING {ANNOUNCED}"
+                );
+                let mut tx = pool.begin().await?;
+                for row in sqlx::query(&sql).bind(at).bind(state.as_sql()).fetch_all(&mut *tx).await? {
+                    changed.push(Announced::read(&row)?);
+                }
+                if !changed.is_empty() {
+                    let ids = changed.iter().map(|t| t.id.to_string()).collect::<Vec<_>>().join(",");
+                    sqlx::query(&format!("DELETE FROM ttw_history WHERE id IN ({ids})"))
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+            }
+        }
+        Ok(changed)
     }
 }

@@ -13,6 +13,7 @@ use crate::model::new_task::{NewRow, NewTask};
 use crate::model::task::TaskId;
 use crate::notify::{Announced, Made, ANNOUNCED};
 use crate::sql::db::{placeholders, with_pool, Urgency};
+use crate::sql::history::finished_twins;
 use crate::time::now_ms;
 
 /// The most tasks one insert statement of a batch carries: seven parameters
@@ -69,6 +70,12 @@ impl Store {
         tasks: impl IntoIterator<Item = NewTask>,
     ) -> Result<Vec<Scheduled>, Error> {
         let rows = NewRow::check_batch(tasks)?;
+        self.insert_checked(rows).await
+    }
+
+    /// Inserts rows already checked, in one transaction, and announces the
+    /// tasks created once it has committed.
+    pub(crate) async fn insert_checked(&self, rows: Vec<NewRow>) -> Result<Vec<Scheduled>, Error> {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
@@ -76,10 +83,8 @@ impl Store {
         // On SQLite the whole transaction is this process's one write.
         let turn = db.write_turn(Urgency::Ordinary).await;
         let (outcomes, created) = with_pool!(db, pool => {
-            let mut tx = pool.begin().await?;
-            let inserted = self.insert_rows(Conn::from(&mut *tx), &rows).await?;
-            tx.commit().await?;
-            inserted
+            let mut conn = pool.acquire().await?;
+            self.insert_rows(Conn::from(&mut *conn), &rows).await?
         });
         drop(turn);
         self.notifier().committed(created, Made::Created);
@@ -87,9 +92,10 @@ impl Store {
     }
 
     /// Inserts `rows` on `conn`, a statement per thousand, and looks up
-    /// the tasks whose keys were kept already. Returns what became of each
-    /// row, in order, and each task created, to announce. Commits nothing
-    /// and announces nothing in this process: that is the caller's.
+    /// the tasks whose keys were kept already, in either table, all in one
+    /// transaction: a savepoint when `conn` is in a transaction already.
+    /// Returns what became of each row, in order, and each task created, to
+    /// announce. Announces nothing in this process: that is the caller's.
     pub(crate) async fn insert_rows(
         &self,
         conn: Conn<'_>,
@@ -129,7 +135,16 @@ impl Store {
         let mut outcomes: Vec<Option<Scheduled>> = vec![None; rows.len()];
         let mut created = Vec::with_capacity(rows.len());
         let mut kept = Vec::new();
+        // (row, id) of each task created with a key.
+        let mut keyed: Vec<(usize, i64)> = Vec::new();
+        let history = self.history_table();
+        let all = self.all_tasks_view();
         with_conn!(conn, c => {
+            // One transaction (a savepoint inside the caller's), so that a
+            // task whose key a finished one holds is never seen, and a
+            // batch of many statements commits whole.
+            let mut tx = sqlx::Connection::begin(c).await?;
+            let c = &mut *tx;
             for (n, chunk) in rows.chunks(ROWS_PER_STATEMENT).enumerate() {
                 let sql = if chunk.len() == ROWS_PER_STATEMENT.min(rows.len()) {
                     full.clone()
@@ -160,17 +175,52 @@ impl Store {
                     match inserted {
                         Some(task) => {
                             outcomes[base + i] = Some(Scheduled::Created(TaskId(task.id)));
+                            if chunk[i].idempotency_key.is_some() {
+                                keyed.push((base + i, task.id));
+                            }
                             created.push(task);
                         }
                         None => kept.push(base + i),
                     }
                 }
             }
+            // Keys a finished task holds in the history: the new task goes
+            // (see `sql::history`), the finished one is the key's task.
+            let mut gone = HashMap::new();
+            for chunk in keyed.chunks(ROWS_PER_STATEMENT) {
+                let sql = finished_twins(
+                    tasks,
+                    history,
+                    &format!("t.id IN ({})", placeholders(1, chunk.len())),
+                );
+                let mut query = sqlx::query_as::<_, (i64, i64)>(&sql);
+                for (_, id) in chunk {
+                    query = query.bind(id);
+                }
+                gone.extend(query.fetch_all(&mut *c).await?);
+            }
+            if !gone.is_empty() {
+                let ids: Vec<i64> = gone.keys().copied().collect();
+                for chunk in ids.chunks(ROWS_PER_STATEMENT) {
+                    let sql = format!("DELETE FROM {tasks} WHERE id IN ({})", placeholders(1, chunk.len()));
+                    let mut query = sqlx::query(&sql);
+                    for id in chunk {
+                        query = query.bind(id);
+                    }
+                    query.execute(&mut *c).await?;
+                }
+                for &(i, id) in &keyed {
+                    if let Some(&old) = gone.get(&id) {
+                        outcomes[i] = Some(Scheduled::Existing(TaskId(old)));
+                    }
+                }
+                created.retain(|task| !gone.contains_key(&task.id));
+            }
             // Keys that found a task: kept before, or created earlier in
-            // this batch (visible in its own transaction).
+            // this batch (visible in its own transaction), in either table.
             for chunk in kept.chunks(ROWS_PER_STATEMENT) {
                 let sql = format!(
-                    "SELECT id, idempotency_key FROM {tasks} WHERE idempotency_key IN ({})",
+                    "SELECT id, idempotency_key FROM {all} WHERE idempotency_key IN ({})",
                     placeholders(1, chunk.len())
                 );
                 let mut query = sqlx::query(&sql);
@@ -190,6 +240,7 @@ impl Store {
                     outcomes[i] = Some(Scheduled::Existing(TaskId(*id)));
                 }
             }
+            tx.commit().await?;
         });
         let outcomes = outcomes
             .into_iter()

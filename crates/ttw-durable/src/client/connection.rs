@@ -141,8 +141,8 @@ impl Store {
     ///
     /// The statements name the store's tables (in its PostgreSQL schema, if
     /// it has one), so the connection may have any `search_path`; it must
-    /// be to the database the store is on. On a connection outside a
-    /// transaction each statement of a thousand tasks commits by itself.
+    /// be to the database the store is on. The batch is written in one
+    /// transaction of its own, or a savepoint of the caller's.
     ///
     /// How the schedulers hear of the tasks: on PostgreSQL by the `NOTIFY`
     /// each statement sends, which goes out at commit; on SQLite this

@@ -17,7 +17,7 @@ impl Store {
     /// [`Error::is_database`].
     pub async fn counts(&self) -> Result<StateCounts, Error> {
         let rows: Vec<(String, i64)> = with_pool!(self.db(), pool => {
-            sqlx::query_as("SELECT state, COUNT(*) FROM ttw_tasks GROUP BY state")
+            sqlx::query_as("SELECT state, COUNT(*) FROM ttw_all_tasks GROUP BY state")
                 .fetch_all(pool)
                 .await?
         });
@@ -54,7 +54,7 @@ impl Store {
     /// ```
     pub async fn queue_counts(&self) -> Result<BTreeMap<String, StateCounts>, Error> {
         let rows: Vec<(String, String, i64)> = with_pool!(self.db(), pool => {
-            sqlx::query_as("SELECT queue, state, COUNT(*) FROM ttw_tasks GROUP BY queue, state")
+            sqlx::query_as("SELECT queue, state, COUNT(*) FROM ttw_all_tasks GROUP BY queue, state")
                 .fetch_all(pool)
                 .await?
         });

@@ -20,6 +20,7 @@ use crate::model::new_task::{NewRow, NewTask};
 use crate::model::task::{TaskId, TaskInfo, TaskState};
 use crate::notify::{Announced, Made, ANNOUNCED};
 use crate::sql::db::Urgency;
+use crate::sql::history::finished_twins;
 use crate::time::{now_ms, to_ms};
 
 /// A task that is pending: scheduled and never claimed. A task waiting for
@@ -157,8 +158,8 @@ impl Store {
     /// and, for a task created or replaced, the task to announce. A
     /// replaced task keeps its queue, and its priority unless one was given.
     ///
-    /// Three statements, each atomic by itself, so it works alike inside
-    /// and outside a transaction and on both backends: update the key's
+    /// Three statements in one transaction (a savepoint inside the
+    /// caller's), alike on both backends: update the key's
     /// pending task; else insert, unless the key is taken; else read the
     /// key's task. Only if that task was pending after all (another writer
     /// got in between) does it go round again.
@@ -184,9 +185,17 @@ impl Store {
             "INSERT INTO {tasks} (run_at, payload, idempotency_key, max_attempts, queue, priority, created_at, updated_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, {clock}) ON CONFLICT (idempotency_key) DO NOTHING RETURNING {ANNOUNCED}"
         ));
-        let look = format!("SELECT id, state, attempts FROM {tasks} WHERE idempotency_key = $1");
+        let look = format!(
+            "SELECT id, state, attempts FROM {} WHERE idempotency_key = $1",
+            self.all_tasks_view()
+        );
+        let twins = finished_twins(tasks, self.history_table(), "t.id = $1");
         let new_time = row.time_given.then_some(row.run_at);
         with_conn!(conn, c => {
+            // A savepoint inside the caller's transaction, a transaction
+            // of its own outside one (see `sql::history`).
+            let mut tx = sqlx::Connection::begin(c).await?;
+            let c = &mut *tx;
             for _ in 0..REPLACE_TRIES {
                 // Read to its end (see the notes of `db`).
                 let replaced = sqlx::query(&update)
@@ -199,6 +208,7 @@ impl Store {
                     .await?;
                 if let Some(r) = replaced.first() {
                     let task = Announced::read(r)?;
+                    tx.commit().await?;
                     return Ok((Scheduled::Replaced(TaskId(task.id)), Some(task)));
                 }
                 let inserted = sqlx::query(&insert)
@@ -213,12 +223,24 @@ impl Store {
                     .await?;
                 if let Some(r) = inserted.first() {
                     let task = Announced::read(r)?;
+                    let twin: Option<(i64, i64)> =
+                        sqlx::query_as(&twins).bind(task.id).fetch_optional(&mut *c).await?;
+                    if let Some((new, old)) = twin {
+                        sqlx::query(&format!("DELETE FROM {tasks} WHERE id = $1"))
+                            .bind(new)
+                            .execute(&mut *c)
+                            .await?;
+                        tx.commit().await?;
+                        return Ok((Scheduled::Existing(TaskId(old)), None));
+                    }
+                    tx.commit().await?;
                     return Ok((Scheduled::Created(TaskId(task.id)), Some(task)));
                 }
                 if let Some(r) = sqlx::query(&look).bind(key).fetch_optional(&mut *c).await? {
                     let state = TaskState::from_sql(r.try_get("state")?)?;
                     let attempts: i64 = r.try_get("attempts")?;
                     if state != TaskState::Scheduled || attempts > 0 {
+                        tx.commit().await?;
                         return Ok((Scheduled::Existing(TaskId(r.try_get("id")?)), None));
                     }
                 }

@@ -20,6 +20,7 @@ use crate::notify::{Announced, ListenOptions, Made, Notifier, ANNOUNCED};
 use crate::sql::db::{
     with_pool, write_with_pool, Db, MemoryKeeper, PoolSettings, Urgency, SQLITE_MIN_SIZE,
 };
+use crate::sql::history::{into_history, HISTORY_COLUMNS};
 use crate::sql::schema;
 use crate::time::{now_ms, to_ms};
 
@@ -69,6 +70,10 @@ struct StoreInner {
     /// one: for statements on a caller's connection, whose `search_path`
     /// may differ from the pool's.
     tasks_table: String,
+    /// `ttw_history`, named as [`Store::tasks_table`] names `ttw_tasks`.
+    history_table: String,
+    /// `ttw_all_tasks`, named the same way.
+    all_tasks_view: String,
     /// The queues [`Store::publish_task_counts`] last set gauges for, so
     /// that a queue whose tasks are all gone is set to zero, not left at
     /// its last counts.
@@ -237,9 +242,9 @@ impl StoreBuilder {
         memory_keeper: Option<MemoryKeeper>,
     ) -> Result<Store, Error> {
         let shards = schema::prepare(&db, self.shards).await?;
-        let tasks_table = match (&listen, &self.schema) {
-            (Some(_), Some(schema)) => format!("{schema}.ttw_tasks"),
-            _ => "ttw_tasks".to_string(),
+        let prefix = match (&listen, &self.schema) {
+            (Some(_), Some(schema)) => format!("{schema}."),
+            _ => String::new(),
         };
         let notifier = Notifier::new(listen.map(|options| (options, self.schema.as_deref())));
         Ok(Store {
@@ -247,7 +252,9 @@ impl StoreBuilder {
                 db,
                 shards,
                 notifier,
-                tasks_table,
+                tasks_table: format!("{prefix}ttw_tasks"),
+                history_table: format!("{prefix}ttw_history"),
+                all_tasks_view: format!("{prefix}ttw_all_tasks"),
                 published_queues: Mutex::default(),
                 _memory_keeper: memory_keeper.map(Mutex::new),
             }),
@@ -325,6 +332,16 @@ impl Store {
         &self.inner.tasks_table
     }
 
+    /// The history of finished tasks, named as [`Store::tasks_table`].
+    pub(crate) fn history_table(&self) -> &str {
+        &self.inner.history_table
+    }
+
+    /// The view of both tables, named as [`Store::tasks_table`].
+    pub(crate) fn all_tasks_view(&self) -> &str {
+        &self.inner.all_tasks_view
+    }
+
     /// Where announcements of new and moved tasks go out, and schedulers
     /// listen.
     pub(crate) fn notifier(&self) -> &Notifier {
@@ -360,53 +377,41 @@ impl Store {
 
     async fn insert(&self, task: NewTask) -> Result<Scheduled, Error> {
         let row = NewRow::check(task)?;
+        if row.idempotency_key.is_some() {
+            // A key is checked against the history after the insert, in
+            // its transaction (see `sql::history`): the batch's path.
+            let mut outcomes = self.insert_checked(vec![row]).await?;
+            return outcomes
+                .pop()
+                .ok_or_else(|| Error::internal("a scheduled task has no outcome"));
+        }
         let now = now_ms();
         let db = self.db();
-        // Two tries: a conflicting task could be deleted (its retention
-        // ran out) between the insert and the lookup.
         let sql = self.inner.notifier.announcing(&format!(
-            "INSERT INTO ttw_tasks (run_at, payload, idempotency_key, max_attempts, queue, priority, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, {}) ON CONFLICT (idempotency_key) DO NOTHING RETURNING {ANNOUNCED}",
+            "INSERT INTO ttw_tasks (run_at, payload, max_attempts, queue, priority, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, {}) RETURNING {ANNOUNCED}",
             db.clock_sql()
         ));
-        for _ in 0..2 {
-            // Read to its end, so that a commit that failed is an error
-            // here and never an id (see the module's notes).
-            let inserted: Option<Announced> = write_with_pool!(db, Urgency::Ordinary, pool => {
-                sqlx::query(&sql)
-                .bind(row.run_at)
-                .bind(&row.payload)
-                .bind(&row.idempotency_key)
-                .bind(row.max_attempts)
-                .bind(&row.queue)
-                .bind(row.priority_or_default())
-                .bind(now)
-                .fetch_all(pool)
-                .await?
-                .first()
-                .map(Announced::read)
-                .transpose()?
-            });
-            if let Some(task) = inserted {
-                let id = task.id;
-                self.inner.notifier.committed(Some(task), Made::Created);
-                return Ok(Scheduled::Created(TaskId(id)));
-            }
-            let existing: Option<i64> = with_pool!(db, pool => {
-                sqlx::query("SELECT id FROM ttw_tasks WHERE idempotency_key = $1")
-                    .bind(&row.idempotency_key)
-                    .fetch_optional(pool)
-                    .await?
-                    .map(|row| row.try_get::<i64, _>("id"))
-                    .transpose()?
-            });
-            if let Some(id) = existing {
-                return Ok(Scheduled::Existing(TaskId(id)));
-            }
-        }
-        Err(Error::config(
-            "the idempotency key kept conflicting with a task being deleted",
-        ))
+        // Read to its end, so that a commit that failed is an error here
+        // and never an id (see the module's notes).
+        let inserted: Option<Announced> = write_with_pool!(db, Urgency::Ordinary, pool => {
+            sqlx::query(&sql)
+            .bind(row.run_at)
+            .bind(&row.payload)
+            .bind(row.max_attempts)
+            .bind(&row.queue)
+            .bind(row.priority_or_default())
+            .bind(now)
+            .fetch_all(pool)
+            .await?
+            .first()
+            .map(Announced::read)
+            .transpose()?
+        });
+        let task = inserted.ok_or_else(|| Error::internal("an insert returned no task"))?;
+        let id = task.id;
+        self.inner.notifier.committed(Some(task), Made::Created);
+        Ok(Scheduled::Created(TaskId(id)))
     }
 
     /// Cancels a task that is still scheduled. Returns whether it was: `false`
@@ -421,25 +426,54 @@ impl Store {
         self.cancel_where(Target::Id(id.0)).await
     }
 
-    /// Cancels the task `target` names if it is still scheduled; returns
+    /// Cancels the task `target` names if it is still scheduled, moving it
+    /// to `ttw_history` (see [`history`](crate::sql::history)); returns
     /// whether it was.
     pub(crate) async fn cancel_where(&self, target: Target<'_>) -> Result<bool, Error> {
         let now = now_ms();
-        let sql = format!(
-            "UPDATE ttw_tasks SET state = 'cancelled', updated_at = {}, finished_at = $2 \
-             WHERE {} = $1 AND state = 'scheduled'",
-            self.db().clock_sql(),
-            target.column()
-        );
-        let n = write_with_pool!(self.db(), Urgency::Ordinary, pool => {
-            let query = sqlx::query(&sql);
-            let query = match target {
-                Target::Id(id) => query.bind(id),
-                Target::Key(key) => query.bind(key),
-            };
-            query.bind(now).execute(pool).await?.rows_affected()
-        });
-        Ok(n == 1)
+        let into = into_history("cancelled", self.db().clock_sql(), "$2");
+        let column = target.column();
+        let found = format!("{column} = $1 AND state = 'scheduled'");
+        let _turn = self.db().write_turn(Urgency::Ordinary).await;
+        let moved: Option<i64> = match self.db() {
+            #[cfg(feature = "postgres")]
+            Db::Postgres(pool) => {
+                let sql = format!(
+                    "WITH moved AS (DELETE FROM ttw_tasks WHERE {found} RETURNING *) \
+                     INSERT INTO ttw_history ({HISTORY_COLUMNS}) SELECT {into} FROM moved RETURNING id"
+                );
+                let query = sqlx::query_scalar(&sql);
+                let query = match target {
+                    Target::Id(id) => query.bind(id),
+                    Target::Key(key) => query.bind(key),
+                };
+                query.bind(now).fetch_optional(pool).await?
+            }
+            // Copy, then delete what was copied, in one transaction.
+            #[cfg(feature = "sqlite")]
+            Db::Sqlite(pool, _) => {
+                let sql = format!(
+                    "INSERT INTO ttw_history ({HISTORY_COLUMNS}) SELECT {into} FROM ttw_tasks \
+                     WHERE {found} RETURNING id"
+                );
+                let mut tx = pool.begin().await?;
+                let query = sqlx::query_scalar(&sql);
+                let query = match target {
+                    Target::Id(id) => query.bind(id),
+                    Target::Key(key) => query.bind(key),
+                };
+                let moved: Option<i64> = query.bind(now).fetch_optional(&mut *tx).await?;
+                if let Some(id) = moved {
+                    sqlx::query("DELETE FROM ttw_tasks WHERE id = $1")
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                moved
+            }
+        };
+        Ok(moved.is_some())
     }
 
     /// Moves a task that is still scheduled to a new time. Returns whether it
@@ -517,7 +551,7 @@ impl Store {
     /// The task `target` names, or `None`.
     pub(crate) async fn get_where(&self, target: Target<'_>) -> Result<Option<TaskInfo>, Error> {
         let sql = format!(
-            "SELECT {TASK_INFO_COLUMNS} FROM ttw_tasks WHERE {} = $1",
+            "SELECT {TASK_INFO_COLUMNS} FROM ttw_all_tasks WHERE {} = $1",
             target.column()
         );
         let info = with_pool!(self.db(), pool => {

@@ -57,6 +57,22 @@ impl Notifier {
         }
     }
 
+    /// [`announcing`](Self::announcing) for a `change` that reads the
+    /// common table expressions `ctes` (`name AS (...)`, comma-separated),
+    /// on PostgreSQL, where a data-modifying `WITH` must be the statement's
+    /// own.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn announcing_after(&self, ctes: &str, change: &str) -> String {
+        match &self.postgres {
+            Some((_, channel)) => format!(
+                "WITH {ctes}, changed AS ({change}) SELECT changed.* FROM changed, \
+                 pg_notify('{channel}', changed.id || ':' || changed.run_at || ':' || changed.priority \
+                 || ':' || changed.queue)"
+            ),
+            None => format!("WITH {ctes} {change}"),
+        }
+    }
+
     /// Tells this process's schedulers that a task is due, once the change
     /// has committed (those of other processes heard of it from the
     /// statement made by [`announcing`](Self::announcing)).

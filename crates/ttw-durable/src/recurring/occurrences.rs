@@ -9,7 +9,8 @@ use super::{occurrence_key, CatchUp, StoredRow, COLUMNS, MAX_PER_PASS};
 use crate::client::store::Store;
 use crate::error::Error;
 use crate::notify::{Announced, Made, ANNOUNCED};
-use crate::sql::db::{with_pool, Urgency};
+use crate::sql::db::{placeholders, with_pool, Urgency};
+use crate::sql::history::finished_twins;
 use crate::time::{ms, now_ms};
 
 impl Store {
@@ -83,6 +84,7 @@ impl Store {
             return Ok(next);
         }
         let tasks = self.tasks_table();
+        let history = self.history_table();
         let clock = self.db().clock_sql();
         let values = (0..times.len())
             .map(|i| {
@@ -116,6 +118,27 @@ impl Store {
                 // Read to its end (see the notes of `db`).
                 for r in query.fetch_all(&mut *tx).await? {
                     created.push(Announced::read(&r)?);
+                }
+                // An occurrence that ran already holds its key from the
+                // history (see `sql::history`): the new task goes.
+                if !created.is_empty() {
+                    let ids = placeholders(1, created.len());
+                    let twins = finished_twins(&tasks, history, &format!("t.id IN ({ids})"));
+                    let mut query = sqlx::query_as::<_, (i64, i64)>(&twins);
+                    for task in &created {
+                        query = query.bind(task.id);
+                    }
+                    let gone: Vec<i64> =
+                        query.fetch_all(&mut *tx).await?.into_iter().map(|(new, _)| new).collect();
+                    if !gone.is_empty() {
+                        let sql = format!("DELETE FROM {tasks} WHERE id IN ({})", placeholders(1, gone.len()));
+                        let mut query = sqlx::query(&sql);
+                        for id in &gone {
+                            query = query.bind(id);
+                        }
+                        query.execute(&mut *tx).await?;
+                        created.retain(|task| !gone.contains(&task.id));
+                    }
                 }
             }
             let moved = sqlx::query(fence)

@@ -13,6 +13,7 @@ use crate::error::Error;
 use crate::model::lanes::Lanes;
 use crate::model::task::TaskState;
 use crate::node::completer::Success;
+use crate::sql::history::{into_history, HISTORY_COLUMNS};
 use crate::sql::db::{
     clamp_u32, placeholders, priority_from_sql, with_pool, write_with_pool, Db, Urgency,
 };
@@ -439,10 +440,11 @@ impl Claims {
         Ok(rows)
     }
 
-    /// Marks done every task of `batch` whose attempt still holds it, in
-    /// one statement, each row under its own fence (see [`fenced`]): a
-    /// stale attempt's row is refused and the others are written. Answers
-    /// the successes written.
+    /// Marks done every task of `batch` whose attempt still holds it, each
+    /// row under its own fence (see [`fenced`]), and moves it to
+    /// `ttw_history` (see [`history`](crate::sql::history)), in one
+    /// transaction: a stale attempt's row is refused and the others are
+    /// written. Answers the successes written.
     pub(crate) async fn complete_many(
         &self,
         batch: &[Success],
@@ -451,22 +453,21 @@ impl Claims {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let set = format!(
-            "state = 'done', {UNLOCK}, updated_at = {}, finished_at = $1",
-            self.db.clock_sql()
-        );
+        let into = into_history("done", self.db.clock_sql(), "$1");
         let turn = self.db.write_turn(Urgency::Ordinary).await;
         // Read to its end (see the notes of `db`).
         let written: Vec<(i64, i64)> = match &self.db {
-            // One statement text for every batch size: the ids and claims
-            // as two arrays.
+            // One statement: the rows deleted under their fence are the
+            // rows inserted into the history. One statement text for every
+            // batch size: the ids and claims as two arrays.
             #[cfg(feature = "postgres")]
             Db::Postgres(pool) => {
                 let sql = format!(
-                    "UPDATE ttw_tasks SET {set} \
-                     FROM UNNEST($4::BIGINT[], $5::BIGINT[]) AS v(task, claim) \
-                     WHERE ttw_tasks.id = v.task AND {} \
-                     RETURNING ttw_tasks.id, ttw_tasks.claims",
+                    "WITH moved AS (DELETE FROM ttw_tasks \
+                     USING UNNEST($4::BIGINT[], $5::BIGINT[]) AS v(task, claim) \
+                     WHERE ttw_tasks.id = v.task AND {} RETURNING ttw_tasks.*) \
+                     INSERT INTO ttw_history ({HISTORY_COLUMNS}) SELECT {into} FROM moved \
+                     RETURNING id, claims",
                     fence("v.claim", "$2", "$3")
                 );
                 let ids: Vec<i64> = batch.iter().map(|s| s.id).collect();
@@ -481,9 +482,11 @@ impl Claims {
                     .fetch_all(pool)
                     .await?
             }
-            // A list of (id, claim) rows, padded with rows that match no
-            // task to the next power of two, so that a few statements serve
-            // every batch size.
+            // Two statements in one transaction, under this process's
+            // write turn and SQLite's one writer: copy the fenced rows,
+            // then delete exactly those copied. A list of (id, claim) rows,
+            // padded with rows that match no task to the next power of
+            // two, so that a few statements serve every batch size.
             #[cfg(feature = "sqlite")]
             Db::Sqlite(pool, _) => {
                 let n = batch.len().next_power_of_two();
@@ -491,12 +494,14 @@ impl Claims {
                     .map(|i| format!("(${}, ${})", 4 + 2 * i, 5 + 2 * i))
                     .collect::<Vec<_>>()
                     .join(", ");
-                let sql = format!(
-                    "UPDATE ttw_tasks SET {set} \
+                let copy = format!(
+                    "INSERT INTO ttw_history ({HISTORY_COLUMNS}) SELECT {into} FROM ttw_tasks \
                      WHERE (id, claims) IN (VALUES {rows}) AND {} RETURNING id, claims",
                     checked(&still_held("$2", "$3"))
                 );
-                let mut query = sqlx::query_as(&sql)
+                let delete = format!("DELETE FROM ttw_tasks WHERE id IN ({})", placeholders(1, n));
+                let mut tx = pool.begin().await?;
+                let mut query = sqlx::query_as(&copy)
                     .bind(now)
                     .bind(&self.session)
                     .bind(self.shards);
@@ -506,7 +511,19 @@ impl Claims {
                 for _ in batch.len()..n {
                     query = query.bind(-1_i64).bind(-1_i64);
                 }
-                query.fetch_all(pool).await?
+                let written: Vec<(i64, i64)> = query.fetch_all(&mut *tx).await?;
+                if !written.is_empty() {
+                    let mut query = sqlx::query(&delete);
+                    for (id, _) in &written {
+                        query = query.bind(id);
+                    }
+                    for _ in written.len()..n {
+                        query = query.bind(-1_i64);
+                    }
+                    query.execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+                written
             }
         };
         drop(turn);
@@ -620,7 +637,8 @@ impl Claims {
             .collect()
     }
 
-    /// Deletes done and cancelled tasks that finished before `before`, at
+    /// Deletes done and cancelled tasks (those in `ttw_history`) that
+    /// finished before `before`, at
     /// most `batch` a statement, each statement a write of its own: on
     /// SQLite a claim or an outcome waiting for the one writer gets its
     /// turn between two batches instead of after the whole sweep. Returns
@@ -642,8 +660,8 @@ impl Claims {
         let limit = i64::try_from(batch).unwrap_or(i64::MAX);
         let n = write_with_pool!(&self.db, Urgency::Ordinary, pool => {
             sqlx::query(
-                "DELETE FROM ttw_tasks WHERE id IN (SELECT id FROM ttw_tasks \
-                 WHERE state IN ('done', 'cancelled') AND finished_at < $1 LIMIT $2)",
+                "DELETE FROM ttw_history WHERE id IN (SELECT id FROM ttw_history \
+                 WHERE finished_at < $1 LIMIT $2)",
             )
             .bind(before)
             .bind(limit)
@@ -678,9 +696,16 @@ mod tests {
         for (i, id) in ids.iter().enumerate().take(28) {
             let finished_at = if i < 25 { 1_000 } else { 9_000 };
             let state = if i % 2 == 0 { "done" } else { "cancelled" };
-            sqlx::query("UPDATE ttw_tasks SET state = $1, finished_at = $2 WHERE id = $3")
-                .bind(state)
-                .bind(finished_at)
+            let into = into_history(state, "updated_at", "$1");
+            sqlx::query(&format!(
+                "INSERT INTO ttw_history ({HISTORY_COLUMNS}) SELECT {into} FROM ttw_tasks WHERE id = $2"
+            ))
+            .bind(finished_at)
+            .bind(id.get())
+            .execute(pool)
+            .await
+            .unwrap();
+            sqlx::query("DELETE FROM ttw_tasks WHERE id = $1")
                 .bind(id.get())
                 .execute(pool)
                 .await
@@ -692,7 +717,7 @@ mod tests {
         assert_eq!(claims.sweep_once(5_000, 10).await.unwrap(), 10);
         assert_eq!(claims.sweep(5_000, 10).await.unwrap(), 15);
         assert_eq!(claims.sweep(5_000, 10).await.unwrap(), 0);
-        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM ttw_tasks")
+        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM ttw_all_tasks")
             .fetch_one(pool)
             .await
             .unwrap();
@@ -753,13 +778,29 @@ mod tests {
             .iter()
             .enumerate()
         {
-            let got: String = sqlx::query_scalar("SELECT state FROM ttw_tasks WHERE id = $1")
+            let got: String = sqlx::query_scalar("SELECT state FROM ttw_all_tasks WHERE id = $1")
                 .bind(ids[i])
                 .fetch_one(pool)
                 .await
                 .unwrap();
             assert_eq!(got, *state, "task {i}");
+            // A task written done left the hot table for the history, with
+            // its payload and attempt; the others stay where they were.
+            let hot: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM ttw_tasks WHERE id = $1")
+                .bind(ids[i])
+                .fetch_one(pool)
+                .await
+                .unwrap();
+            assert_eq!(hot, i64::from(*state != "done"), "task {i} in ttw_tasks");
         }
+        let (payload, claims_then, finished): (Vec<u8>, i64, i64) = sqlx::query_as(
+            "SELECT payload, claims, finished_at FROM ttw_history WHERE id = $1",
+        )
+        .bind(ids[0])
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        assert_eq!((payload, claims_then, finished), (b"t0".to_vec(), 1, 7_000));
         // Written once: the same success again finds nothing to write.
         assert!(claims
             .complete_many(&batch[..1], 8_000)
