@@ -13,10 +13,15 @@
 //! handler's start minus the time the task was due) p50, p99 and max, the
 //! tasks done a second, the backlog at the phase's end (tasks due and not
 //! yet claimed), the size of the task table with its indexes, and when the
-//! tasks more than 100 ms late started. Options:
-//! `--rate N` (tasks a second, default 800), `--secs S` (each phase,
-//! default 120), `--concurrency N` (handlers in flight, default 16). The
-//! tables are in a schema of their own, dropped at the end.
+//! tasks more than 100 ms late started; then, every minute of every
+//! phase, the size of the hot table (`ttw_tasks`, what claims and outcomes
+//! read) and of the history of finished tasks (`ttw_history`), each with
+//! its indexes. Options: `--rate N` (tasks a second, default 800),
+//! `--secs S` (each phase, default 120), `--concurrency N` (handlers in
+//! flight, default 16), `--phases LIST` (of `clean`, `held`, `recovery`,
+//! comma-separated; default all three). The tables are in a schema of
+//! their own, dropped at the end. The size run of issue #45:
+//! `--rate 1000 --secs 600 --phases clean`.
 
 #[path = "support/percentile.rs"]
 mod percentile;
@@ -34,6 +39,7 @@ struct Options {
     rate: u64,
     secs: u64,
     concurrency: usize,
+    phases: Vec<&'static str>,
 }
 
 fn options() -> Result<Options, String> {
@@ -42,6 +48,7 @@ fn options() -> Result<Options, String> {
         rate: 800,
         secs: 120,
         concurrency: 16,
+        phases: vec!["clean", "snapshot held", "recovery"],
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -52,6 +59,17 @@ fn options() -> Result<Options, String> {
             "--rate" => o.rate = number()?,
             "--secs" => o.secs = number()?,
             "--concurrency" => o.concurrency = number()? as usize,
+            "--phases" => {
+                o.phases = value
+                    .split(',')
+                    .map(|p| match p {
+                        "clean" => Ok("clean"),
+                        "held" => Ok("snapshot held"),
+                        "recovery" => Ok("recovery"),
+                        other => Err(format!("--phases: unknown phase {other:?}")),
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
             other => return Err(format!("unknown option {other:?}")),
         }
     }
@@ -73,6 +91,15 @@ fn ms_since_epoch(t: SystemTime) -> f64 {
 
 async fn scalar(conn: &mut PgConnection, sql: &str) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(sql).fetch_one(conn).await
+}
+
+/// The size of `table` with its indexes, in bytes.
+async fn size(conn: &mut PgConnection, table: &str) -> Result<i64, sqlx::Error> {
+    scalar(
+        conn,
+        &format!("SELECT pg_total_relation_size('{table}')::BIGINT"),
+    )
+    .await
 }
 
 async fn run(o: Options) -> Result<(), Box<dyn std::error::Error>> {
@@ -133,15 +160,18 @@ async fn run(o: Options) -> Result<(), Box<dyn std::error::Error>> {
 
     let mut admin = PgConnection::connect(&o.url).await?;
     let table = format!("{schema}.ttw_tasks");
+    let history = format!("{schema}.ttw_history");
+    // (phase, seconds into it, hot table bytes, history bytes)
+    let mut sizes: Vec<(&str, u64, i64, i64)> = Vec::new();
     println!(
         "{} tasks a second due now, {} handlers, {} s a phase, PostgreSQL",
         o.rate, o.concurrency, o.secs
     );
     println!(
-        "| phase | pickup p50 / p99 / max, ms | done/s | backlog at end | table and indexes | over 100 ms late |"
+        "| phase | pickup p50 / p99 / max, ms | done/s | backlog at end | ttw_tasks and indexes | over 100 ms late |"
     );
     println!("|---|---:|---:|---:|---:|---|");
-    for phase in ["clean", "snapshot held", "recovery"] {
+    for phase in o.phases.clone() {
         let holder = if phase == "snapshot held" {
             let mut holder = PgConnection::connect(&o.url).await?;
             sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ")
@@ -156,7 +186,15 @@ async fn run(o: Options) -> Result<(), Box<dyn std::error::Error>> {
         let phase_start = ms_since_epoch(SystemTime::now());
         let done_before = done.load(Ordering::Relaxed);
         let started = Instant::now();
-        tokio::time::sleep(Duration::from_secs(o.secs)).await;
+        let mut waited = 0;
+        while waited < o.secs {
+            let step = (o.secs - waited).min(60);
+            tokio::time::sleep(Duration::from_secs(step)).await;
+            waited += step;
+            let hot = size(&mut admin, &table).await?;
+            let old = size(&mut admin, &history).await?;
+            sizes.push((phase, waited, hot, old));
+        }
         let took = started.elapsed().as_secs_f64();
         let seen = std::mem::take(&mut *lateness.lock().unwrap());
         // When the tasks over 100 ms late started, in seconds into the
@@ -183,11 +221,7 @@ async fn run(o: Options) -> Result<(), Box<dyn std::error::Error>> {
             &format!("SELECT COUNT(*) FROM {table} WHERE state = 'scheduled' AND run_at <= {now}"),
         )
         .await?;
-        let bytes = scalar(
-            &mut admin,
-            &format!("SELECT pg_total_relation_size('{table}')::BIGINT"),
-        )
-        .await?;
+        let bytes = size(&mut admin, &table).await?;
         println!(
             "| {phase} | {:.1} / {:.1} / {:.1} | {rate:.0} | {backlog} | {:.0} MB | {slow} |",
             percentile(&late, 0.5),
@@ -198,6 +232,16 @@ async fn run(o: Options) -> Result<(), Box<dyn std::error::Error>> {
         if let Some(mut holder) = holder {
             sqlx::query("COMMIT").execute(&mut holder).await?;
         }
+    }
+    println!();
+    println!("| phase | s into it | ttw_tasks and indexes | ttw_history and indexes |");
+    println!("|---|---:|---:|---:|");
+    for (phase, at, hot, old) in sizes {
+        println!(
+            "| {phase} | {at} | {:.1} MB | {:.1} MB |",
+            hot as f64 / 1e6,
+            old as f64 / 1e6
+        );
     }
     producer.abort();
     scheduler.shutdown().await?;

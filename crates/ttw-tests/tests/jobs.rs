@@ -404,3 +404,82 @@ on_both! {
         assert_eq!(store.counts().await.unwrap().dead, 0);
     }
 }
+
+on_both! {
+    /// Finished tasks leave the hot table: a task done or cancelled moves
+    /// to `ttw_history`, so `ttw_tasks` holds only what is pending (and
+    /// dead). `get`, `get_by_key` and the counts still show them; their
+    /// keys stay taken, to a single schedule, a batch, a replacement and a
+    /// schedule in the caller's transaction alike (each insert finds the
+    /// key in the history after its own insert and takes its task back);
+    /// and a redrive brings done tasks back to run again.
+    async fn finished_tasks_leave_the_hot_table_and_keep_their_keys(db: Db) {
+        let store = db.open().await;
+        let log = Log::default();
+        let scheduler = start_logging(fast(&store), &log).await;
+        let done_a = store.schedule("a").idempotency_key("k:a").await.unwrap();
+        let done_b = store.schedule("b").await.unwrap();
+        let cancelled = store.schedule("c").idempotency_key("k:c").delay(Duration::from_secs(3600)).await.unwrap();
+        assert!(store.cancel_by_key("k:c").await.unwrap());
+        log.wait_for(2, Duration::from_secs(10)).await;
+        wait_state(&store, done_a, TaskState::Done, Duration::from_secs(5)).await;
+        wait_state(&store, done_b, TaskState::Done, Duration::from_secs(5)).await;
+
+        assert_eq!(db.query_i64("SELECT COUNT(*) FROM ttw_tasks").await, 0, "the hot table is empty");
+        assert_eq!(db.query_i64("SELECT COUNT(*) FROM ttw_history WHERE state = 'done'").await, 2);
+        assert_eq!(db.query_i64("SELECT COUNT(*) FROM ttw_history WHERE state = 'cancelled'").await, 1);
+        assert_eq!(store.get_by_key("k:c").await.unwrap().unwrap().state, TaskState::Cancelled);
+        let counts = store.counts().await.unwrap();
+        assert_eq!((counts.done, counts.cancelled, counts.scheduled), (2, 1, 0));
+
+        // The keys are still taken, whichever way a task asks for them.
+        let later = Duration::from_secs(3600);
+        assert_eq!(store.schedule("a2").idempotency_key("k:a").delay(later).await.unwrap(), done_a);
+        let batch = store
+            .schedule_batch([
+                NewTask::new("c2").idempotency_key("k:c").delay(later),
+                NewTask::new("n").idempotency_key("k:new").delay(later),
+                NewTask::new("a3").idempotency_key("k:a").delay(later),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(batch[0], Scheduled::Existing(cancelled));
+        assert!(batch[1].is_created());
+        assert_eq!(batch[2], Scheduled::Existing(done_a));
+        let replaced = store.schedule("a4").idempotency_key("k:a").replace_pending().submit().await.unwrap();
+        assert_eq!(replaced, Scheduled::Existing(done_a));
+        let in_tx = match db.backend {
+            Backend::Sqlite => {
+                let mut conn = db.caller_sqlite().await;
+                let mut tx = conn.begin().await.unwrap();
+                let r = store.schedule("a5").idempotency_key("k:a").delay(later).submit_in(&mut *tx).await.unwrap();
+                tx.commit().await.unwrap();
+                r
+            }
+            Backend::Postgres => {
+                let mut conn = db.caller_postgres().await;
+                let mut tx = conn.begin().await.unwrap();
+                let r = store.schedule("a5").idempotency_key("k:a").delay(later).submit_in(&mut *tx).await.unwrap();
+                tx.commit().await.unwrap();
+                r
+            }
+        };
+        assert_eq!(in_tx, Scheduled::Existing(done_a));
+        // Only the one new task is in the hot table; nothing ran twice.
+        assert_eq!(db.query_i64("SELECT COUNT(*) FROM ttw_tasks").await, 1);
+        assert_eq!(store.get(done_a).await.unwrap().unwrap().payload, b"a");
+
+        // Redriven, the done tasks come back from the history, run again
+        // (at once, so they may be back in the history by the next line)
+        // and return to the history.
+        let redrive = Redrive::dead().state(TaskState::Done);
+        assert_eq!(store.redrive_many(&redrive).await.unwrap(), 2);
+        log.wait_for(4, Duration::from_secs(10)).await;
+        wait_state(&store, done_a, TaskState::Done, Duration::from_secs(5)).await;
+        wait_state(&store, done_b, TaskState::Done, Duration::from_secs(5)).await;
+        assert_eq!(db.query_i64("SELECT COUNT(*) FROM ttw_history").await, 3);
+        let ran: Vec<TaskId> = log.seen().iter().map(|s| s.0).collect();
+        assert_eq!(ran.iter().filter(|id| **id == done_a).count(), 2, "{ran:?}");
+        scheduler.shutdown().await.unwrap();
+    }
+}

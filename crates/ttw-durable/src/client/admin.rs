@@ -247,7 +247,7 @@ impl Store {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), ttw_durable::Error> {
     /// let store = Store::sqlite_in_memory().await?;
-    /// assert_eq!(store.schema_version().await?, 6);
+    /// assert_eq!(store.schema_version().await?, 7);
     /// # Ok(())
     /// # }
     /// ```
@@ -609,7 +609,12 @@ impl Store {
                         "INSERT INTO ttw_tasks ({BACK_COLUMNS}) SELECT {back} FROM back RETURNING {ANNOUNCED}"
                     ),
                 );
-                for row in sqlx::query(&sql).bind(at).bind(state.as_sql()).fetch_all(pool).await? {
+                for row in sqlx::query(&sql)
+                    .bind(at)
+                    .bind(state.as_sql())
+                    .fetch_all(pool)
+                    .await?
+                {
                     changed.push(Announced::read(&row)?);
                 }
             }
@@ -621,11 +626,20 @@ impl Store {
                      WHERE id IN ({list}) AND state = $2 RETURNING {ANNOUNCED}"
                 );
                 let mut tx = pool.begin().await?;
-                for row in sqlx::query(&sql).bind(at).bind(state.as_sql()).fetch_all(&mut *tx).await? {
+                for row in sqlx::query(&sql)
+                    .bind(at)
+                    .bind(state.as_sql())
+                    .fetch_all(&mut *tx)
+                    .await?
+                {
                     changed.push(Announced::read(&row)?);
                 }
                 if !changed.is_empty() {
-                    let ids = changed.iter().map(|t| t.id.to_string()).collect::<Vec<_>>().join(",");
+                    let ids = changed
+                        .iter()
+                        .map(|t| t.id.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",");
                     sqlx::query(&format!("DELETE FROM ttw_history WHERE id IN ({ids})"))
                         .execute(&mut *tx)
                         .await?;

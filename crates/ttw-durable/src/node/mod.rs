@@ -476,7 +476,9 @@ impl Node {
     /// One catch-up poll: arms what changed since the last.
     async fn poll(&self, poll: &mut Poll) -> Result<(), Error> {
         for due in poll.poll(&self.claims, self.window.horizon()).await? {
-            self.window.arm(due).await;
+            if self.window.arm(due).await {
+                poll.armed(due);
+            }
         }
         Ok(())
     }

@@ -13,10 +13,10 @@ use crate::error::Error;
 use crate::model::lanes::Lanes;
 use crate::model::task::TaskState;
 use crate::node::completer::Success;
-use crate::sql::history::{into_history, HISTORY_COLUMNS};
 use crate::sql::db::{
     clamp_u32, placeholders, priority_from_sql, with_pool, write_with_pool, Db, Urgency,
 };
+use crate::sql::history::{into_history, HISTORY_COLUMNS};
 use crate::time::now_ms;
 
 /// The lease of the task's lane: its queue and its shard (`shards` is the
@@ -793,13 +793,12 @@ mod tests {
                 .unwrap();
             assert_eq!(hot, i64::from(*state != "done"), "task {i} in ttw_tasks");
         }
-        let (payload, claims_then, finished): (Vec<u8>, i64, i64) = sqlx::query_as(
-            "SELECT payload, claims, finished_at FROM ttw_history WHERE id = $1",
-        )
-        .bind(ids[0])
-        .fetch_one(pool)
-        .await
-        .unwrap();
+        let (payload, claims_then, finished): (Vec<u8>, i64, i64) =
+            sqlx::query_as("SELECT payload, claims, finished_at FROM ttw_history WHERE id = $1")
+                .bind(ids[0])
+                .fetch_one(pool)
+                .await
+                .unwrap();
         assert_eq!((payload, claims_then, finished), (b"t0".to_vec(), 1, 7_000));
         // Written once: the same success again finds nothing to write.
         assert!(claims
