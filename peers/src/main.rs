@@ -46,6 +46,7 @@ impl Contender {
             "river" => "River (riverqueue 0.5)",
             "graphile" => "graphile_worker 0.14",
             "apalis" => "apalis 1.0",
+            "awa" => "awa 0.6",
             other => other,
         };
         let db = match self.db {
@@ -60,11 +61,12 @@ impl Contender {
     }
 }
 
-const CONTENDERS: [(&str, &str, Db); 9] = [
+const CONTENDERS: [(&str, &str, Db); 10] = [
     ("ttw", "ttw-peer", Db::Postgres),
     ("river", "peer", Db::Postgres),
     ("graphile", "peer", Db::Postgres),
     ("apalis", "peer", Db::Postgres),
+    ("awa", "peer", Db::Postgres),
     ("poll", "ttw-peer", Db::Postgres),
     ("ttw", "ttw-peer", Db::Sqlite),
     ("river", "peer", Db::Sqlite),

@@ -1,6 +1,6 @@
 //! The peers as contenders: River's Rust client (`river`, PostgreSQL and
-//! SQLite), graphile_worker (`graphile`, PostgreSQL) and apalis (`apalis`,
-//! PostgreSQL and SQLite). Each is set up the way its README's first example
+//! SQLite), graphile_worker (`graphile`, PostgreSQL), apalis (`apalis`,
+//! PostgreSQL and SQLite) and awa (`awa`, PostgreSQL). Each is set up the way its README's first example
 //! does it; the only knob changed is the handlers in flight
 //! ([`harness::concurrency`], the same for every contender). Run by the
 //! runner; see README.md.
@@ -311,14 +311,95 @@ impl Contender for Apalis {
     }
 }
 
+// ---- awa --------------------------------------------------------------------
+
+/// awa's job arguments (its derive names the kind `awa_task`).
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, awa::JobArgs)]
+struct AwaTask {
+    n: u64,
+    due_ms: i64,
+}
+
+struct Awa {
+    pool: sqlx08::PgPool,
+    client: awa::Client,
+}
+
+fn awa_params(t: Payload) -> awa::InsertParams {
+    let opts = awa::InsertOpts {
+        run_at: Some(chrono::DateTime::from_timestamp_millis(t.due_ms).expect("a valid instant")),
+        ..Default::default()
+    };
+    awa::insert::params_with(
+        &AwaTask {
+            n: t.n,
+            due_ms: t.due_ms,
+        },
+        opts,
+    )
+    .expect("job arguments")
+}
+
+impl Contender for Awa {
+    const HAS_BATCH: bool = true;
+
+    async fn open(backend: &Backend) -> Self {
+        let Backend::Postgres(url) = backend else {
+            panic!("awa runs on PostgreSQL only");
+        };
+        // As awa's README: a pool with sqlx's defaults, its migrations, one
+        // queue with its defaults but the workers.
+        let pool = sqlx08::PgPool::connect(url).await.expect("connect");
+        awa::migrations::run(&pool).await.expect("migrate");
+        let client = awa::Client::builder(pool.clone())
+            .queue(
+                "default",
+                awa::QueueConfig {
+                    max_workers: harness::concurrency() as u32,
+                    ..Default::default()
+                },
+            )
+            .register::<AwaTask, _, _>(|task, _ctx| async move {
+                Job {
+                    n: task.n,
+                    due_ms: task.due_ms,
+                }
+                .seen();
+                Ok(awa::JobResult::Completed)
+            })
+            .build()
+            .expect("build the client");
+        Awa { pool, client }
+    }
+
+    async fn start(&mut self) {
+        self.client.start().await.expect("start");
+    }
+
+    async fn insert(&self, task: Payload) {
+        awa::insert::insert_many(&self.pool, &[awa_params(task)])
+            .await
+            .expect("insert");
+    }
+
+    async fn insert_batch(&self, tasks: &[Payload]) {
+        // Its bulk path, `COPY`.
+        let params: Vec<awa::InsertParams> = tasks.iter().map(|&t| awa_params(t)).collect();
+        awa::insert_many_copy_from_pool(&self.pool, &params)
+            .await
+            .expect("insert_many_copy");
+    }
+}
+
 fn main() {
     harness::main(|name, scenario: Scenario, backend| async move {
         match name.as_str() {
             "river" => harness::scenario::<River>(scenario, backend).await,
             "graphile" => harness::scenario::<Graphile>(scenario, backend).await,
             "apalis" => harness::scenario::<Apalis>(scenario, backend).await,
+            "awa" => harness::scenario::<Awa>(scenario, backend).await,
             other => Err(format!(
-                "unknown contender {other:?}: river, graphile or apalis"
+                "unknown contender {other:?}: river, graphile, apalis or awa"
             )),
         }
     });
