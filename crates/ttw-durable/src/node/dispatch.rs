@@ -311,9 +311,7 @@ async fn explain_unclaimed(node: &Node, missing: &[Due]) -> Result<(), Error> {
         };
         match verdict {
             Verdict::LostToFencing | Verdict::Gone => {}
-            Verdict::NotDue => {
-                node.window.arm(due).await;
-            }
+            Verdict::NotDue => node.window.arm(due).await,
             Verdict::Again => node.window.retry(due, Retry::NotDueYet).await,
         }
     }

@@ -476,9 +476,7 @@ impl Node {
     /// One catch-up poll: arms what changed since the last.
     async fn poll(&self, poll: &mut Poll) -> Result<(), Error> {
         for due in poll.poll(&self.claims, self.window.horizon()).await? {
-            if self.window.arm(due).await {
-                poll.armed(due);
-            }
+            self.window.arm(due).await;
         }
         Ok(())
     }

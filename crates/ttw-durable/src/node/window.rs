@@ -99,13 +99,12 @@ impl Window {
     }
 
     /// Puts a task into the wheel at its `run_at`, if it is due inside the
-    /// window and in a lane this node holds; answers whether it did.
-    pub(crate) async fn arm(&self, due: Due) -> bool {
+    /// window and in a lane this node holds.
+    pub(crate) async fn arm(&self, due: Due) {
         if due.run_at >= self.horizon() || !self.shards.owns(due.lane as usize) {
-            return false;
+            return;
         }
         self.put(due, until_ms(due.run_at)).await;
-        true
     }
 
     /// Puts a fired task back into the wheel for `why`'s delay.

@@ -123,7 +123,7 @@ impl Store {
                 // history (see `sql::history`): the new task goes.
                 if !created.is_empty() {
                     let ids = placeholders(1, created.len());
-                    let twins = finished_twins(&tasks, history, &format!("t.id IN ({ids})"));
+                    let twins = finished_twins(tasks, history, &format!("t.id IN ({ids})"));
                     let mut query = sqlx::query_as::<_, (i64, i64)>(&twins);
                     for task in &created {
                         query = query.bind(task.id);
