@@ -188,7 +188,8 @@ mod time;
 
 pub use client::admin::{DueTimeline, NodeInfo, Redrive, TaskQuery, MAX_PAGE, REDRIVE_GROUP};
 pub use client::connection::CallerConnection;
-pub use client::store::{Schedule, Scheduled, Store, StoreBuilder};
+pub use client::schedule::{Schedule, Scheduled};
+pub use client::store::{Store, StoreBuilder};
 pub use error::Error;
 pub use model::limits::{MAX_IDEMPOTENCY_KEY, MAX_PAYLOAD, MAX_RUN_AT};
 pub use model::new_task::NewTask;

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use sqlx::Row;
 
 use crate::client::connection::{with_conn, Conn};
-use crate::client::store::{Scheduled, Store};
+use crate::client::schedule::Scheduled;
+use crate::client::store::Store;
 use crate::error::Error;
 use crate::model::new_task::{NewRow, NewTask};
 use crate::model::task::TaskId;

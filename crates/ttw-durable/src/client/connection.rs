@@ -8,7 +8,8 @@ use sqlx::PgConnection;
 #[cfg(feature = "sqlite")]
 use sqlx::SqliteConnection;
 
-use crate::client::store::{Schedule, Scheduled, Store};
+use crate::client::schedule::{Schedule, Scheduled};
+use crate::client::store::Store;
 use crate::error::Error;
 use crate::model::new_task::{NewRow, NewTask};
 use crate::notify::Announced;

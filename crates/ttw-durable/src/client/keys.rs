@@ -14,7 +14,8 @@ use std::time::SystemTime;
 use sqlx::Row;
 
 use crate::client::connection::{with_conn, Conn};
-use crate::client::store::{Scheduled, Store, Target};
+use crate::client::schedule::Scheduled;
+use crate::client::store::{Store, Target};
 use crate::error::Error;
 use crate::model::new_task::{NewRow, NewTask};
 use crate::model::task::{TaskId, TaskInfo, TaskState};

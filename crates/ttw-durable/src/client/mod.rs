@@ -7,4 +7,5 @@ pub(crate) mod batch;
 pub(crate) mod connection;
 pub(crate) mod counts;
 pub(crate) mod keys;
+pub(crate) mod schedule;
 pub(crate) mod store;

@@ -637,39 +637,9 @@ impl Claims {
             .collect()
     }
 
-    /// Deletes done and cancelled tasks (those in `ttw_history`) that
-    /// finished before `before`, at
-    /// most `batch` a statement, each statement a write of its own: on
-    /// SQLite a claim or an outcome waiting for the one writer gets its
-    /// turn between two batches instead of after the whole sweep. Returns
-    /// how many were deleted.
+    /// The retention sweep (see [`history::sweep`](crate::sql::history::sweep)).
     pub(crate) async fn sweep(&self, before: i64, batch: u64) -> Result<u64, Error> {
-        let mut total = 0;
-        loop {
-            let n = self.sweep_once(before, batch).await?;
-            total += n;
-            if n < batch {
-                return Ok(total);
-            }
-            tokio::task::yield_now().await;
-        }
-    }
-
-    /// One batch of [`Claims::sweep`]: at most `batch` rows.
-    async fn sweep_once(&self, before: i64, batch: u64) -> Result<u64, Error> {
-        let limit = i64::try_from(batch).unwrap_or(i64::MAX);
-        let n = write_with_pool!(&self.db, Urgency::Ordinary, pool => {
-            sqlx::query(
-                "DELETE FROM ttw_history WHERE id IN (SELECT id FROM ttw_history \
-                 WHERE finished_at < $1 LIMIT $2)",
-            )
-            .bind(before)
-            .bind(limit)
-            .execute(pool)
-            .await?
-            .rows_affected()
-        });
-        Ok(n)
+        crate::sql::history::sweep(&self.db, before, batch).await
     }
 }
 
@@ -677,55 +647,6 @@ impl Claims {
 mod tests {
     use super::*;
     use crate::client::store::Store;
-
-    /// The retention sweep deletes in bounded batches: each statement
-    /// deletes at most its batch, and the sweep goes on until a batch comes
-    /// back short, leaving scheduled tasks and those finished after the
-    /// cutoff alone.
-    #[tokio::test]
-    async fn the_sweep_deletes_in_bounded_batches() {
-        let store = Store::sqlite_in_memory().await.unwrap();
-        let mut ids = Vec::new();
-        for i in 0..30 {
-            ids.push(store.schedule(format!("t{i}").into_bytes()).await.unwrap());
-        }
-        let Db::Sqlite(pool, _) = store.db() else {
-            unreachable!("an SQLite store")
-        };
-        // 25 finished long ago, 3 finished after the cutoff, 2 scheduled.
-        for (i, id) in ids.iter().enumerate().take(28) {
-            let finished_at = if i < 25 { 1_000 } else { 9_000 };
-            let state = if i % 2 == 0 { "done" } else { "cancelled" };
-            let into = into_history(state, "updated_at", "$1");
-            sqlx::query(&format!(
-                "INSERT INTO ttw_history ({HISTORY_COLUMNS}) SELECT {into} FROM ttw_tasks WHERE id = $2"
-            ))
-            .bind(finished_at)
-            .bind(id.get())
-            .execute(pool)
-            .await
-            .unwrap();
-            sqlx::query("DELETE FROM ttw_tasks WHERE id = $1")
-                .bind(id.get())
-                .execute(pool)
-                .await
-                .unwrap();
-        }
-        let lanes =
-            Arc::new(Lanes::new(vec![crate::DEFAULT_QUEUE.into()], store.shards()).unwrap());
-        let claims = Claims::new(store.db().clone(), lanes, store.shards(), "s".into());
-        assert_eq!(claims.sweep_once(5_000, 10).await.unwrap(), 10);
-        assert_eq!(claims.sweep(5_000, 10).await.unwrap(), 15);
-        assert_eq!(claims.sweep(5_000, 10).await.unwrap(), 0);
-        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM ttw_all_tasks")
-            .fetch_one(pool)
-            .await
-            .unwrap();
-        assert_eq!(
-            left, 5,
-            "the 3 finished after the cutoff and the 2 scheduled stay"
-        );
-    }
 
     /// A batch of successes is fenced row by row: the rows whose attempt
     /// still holds its task are written, and in the same statement a stale

@@ -1,6 +1,6 @@
 //! Finished tasks: the statements that move a task that is done or
-//! cancelled out of `ttw_tasks` into `ttw_history`, and back when it is
-//! redriven.
+//! cancelled out of `ttw_tasks` into `ttw_history`, back when it is
+//! redriven, and the sweep that deletes it when its retention ends.
 //!
 //! Retention: a task stays in `ttw_tasks` while it is scheduled, running
 //! or dead (a dead task waits there for a redrive). The statement that
@@ -11,6 +11,9 @@
 //! An idempotency key stays taken while its task is in either table: an
 //! insert that takes a key looks in `ttw_history` after its own insert, in
 //! the same transaction (see [`finished_twins`]).
+
+use crate::error::Error;
+use crate::sql::db::{write_with_pool, Db, Urgency};
 
 /// The columns of `ttw_history`, in the order of [`into_history`].
 pub(crate) const HISTORY_COLUMNS: &str =
@@ -61,4 +64,91 @@ pub(crate) fn finished_twins(tasks: &str, history: &str, ids: &str) -> String {
         "SELECT t.id AS new_id, h.id AS old_id FROM {tasks} t \
          JOIN {history} h ON h.idempotency_key = t.idempotency_key WHERE {ids}"
     )
+}
+
+/// The retention sweep: deletes the finished tasks of `ttw_history` that
+/// finished before `before`, at most `batch` a statement, each statement a write of its own: on
+/// SQLite a claim or an outcome waiting for the one writer gets its
+/// turn between two batches instead of after the whole sweep. Returns
+/// how many were deleted.
+pub(crate) async fn sweep(db: &Db, before: i64, batch: u64) -> Result<u64, Error> {
+    let mut total = 0;
+    loop {
+        let n = sweep_once(db, before, batch).await?;
+        total += n;
+        if n < batch {
+            return Ok(total);
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+/// One batch of [`sweep`]: at most `batch` rows.
+async fn sweep_once(db: &Db, before: i64, batch: u64) -> Result<u64, Error> {
+    let limit = i64::try_from(batch).unwrap_or(i64::MAX);
+    let n = write_with_pool!(db, Urgency::Ordinary, pool => {
+        sqlx::query(
+            "DELETE FROM ttw_history WHERE id IN (SELECT id FROM ttw_history \
+             WHERE finished_at < $1 LIMIT $2)",
+        )
+        .bind(before)
+        .bind(limit)
+        .execute(pool)
+        .await?
+        .rows_affected()
+    });
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::store::Store;
+
+    /// The retention sweep deletes in bounded batches: each statement
+    /// deletes at most its batch, and the sweep goes on until a batch comes
+    /// back short, leaving scheduled tasks and those finished after the
+    /// cutoff alone.
+    #[tokio::test]
+    async fn the_sweep_deletes_in_bounded_batches() {
+        let store = Store::sqlite_in_memory().await.unwrap();
+        let mut ids = Vec::new();
+        for i in 0..30 {
+            ids.push(store.schedule(format!("t{i}").into_bytes()).await.unwrap());
+        }
+        let Db::Sqlite(pool, _) = store.db() else {
+            unreachable!("an SQLite store")
+        };
+        // 25 finished long ago, 3 finished after the cutoff, 2 scheduled.
+        for (i, id) in ids.iter().enumerate().take(28) {
+            let finished_at = if i < 25 { 1_000 } else { 9_000 };
+            let state = if i % 2 == 0 { "done" } else { "cancelled" };
+            let into = into_history(state, "updated_at", "$1");
+            sqlx::query(&format!(
+                "INSERT INTO ttw_history ({HISTORY_COLUMNS}) SELECT {into} FROM ttw_tasks WHERE id = $2"
+            ))
+            .bind(finished_at)
+            .bind(id.get())
+            .execute(pool)
+            .await
+            .unwrap();
+            sqlx::query("DELETE FROM ttw_tasks WHERE id = $1")
+                .bind(id.get())
+                .execute(pool)
+                .await
+                .unwrap();
+        }
+        let db = store.db();
+        assert_eq!(sweep_once(db, 5_000, 10).await.unwrap(), 10);
+        assert_eq!(sweep(db, 5_000, 10).await.unwrap(), 15);
+        assert_eq!(sweep(db, 5_000, 10).await.unwrap(), 0);
+        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM ttw_all_tasks")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        assert_eq!(
+            left, 5,
+            "the 3 finished after the cutoff and the 2 scheduled stay"
+        );
+    }
 }
