@@ -193,6 +193,9 @@ fn now_ms_f64() -> f64 {
 #[derive(Default)]
 struct Record {
     lateness: Vec<f64>,
+    /// Each first start's due instant and lateness, in ms, when
+    /// `PEERS_TRACE` names a file to write them to.
+    trace: Vec<(i64, f64)>,
     runs: Vec<u8>,
     repeats: usize,
 }
@@ -201,6 +204,27 @@ static RECORD: Mutex<Option<Record>> = Mutex::new(None);
 static DISTINCT: AtomicUsize = AtomicUsize::new(0);
 static DONE: OnceLock<tokio::sync::Notify> = OnceLock::new();
 static TARGET: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Whether `PEERS_TRACE` asks for each task's lateness.
+fn tracing() -> bool {
+    static TRACE: OnceLock<bool> = OnceLock::new();
+    *TRACE.get_or_init(|| std::env::var_os("PEERS_TRACE").is_some())
+}
+
+/// Writes the trace to the file `PEERS_TRACE` names: a line of due
+/// instant (ms since the epoch) and lateness (ms) per task, in start order.
+fn write_trace(record: &Record) {
+    if let Some(path) = std::env::var_os("PEERS_TRACE") {
+        let text: String = record
+            .trace
+            .iter()
+            .map(|(due, late)| format!("{due} {late:.3}\n"))
+            .collect();
+        if let Err(e) = std::fs::write(&path, text) {
+            eprintln!("PEERS_TRACE: {e}");
+        }
+    }
+}
 
 fn done() -> &'static tokio::sync::Notify {
     DONE.get_or_init(tokio::sync::Notify::new)
@@ -221,6 +245,9 @@ pub fn seen(task: Payload) {
         return;
     }
     record.lateness.push(late);
+    if tracing() {
+        record.trace.push((task.due_ms, late));
+    }
     drop(guard);
     if DISTINCT.fetch_add(1, Ordering::AcqRel) + 1 >= TARGET.load(Ordering::Acquire) {
         done().notify_one();
@@ -264,11 +291,13 @@ fn process_cpu() -> Option<Duration> {
 }
 
 fn take_record() -> Record {
-    RECORD
+    let record = RECORD
         .lock()
         .expect("record lock")
         .take()
-        .unwrap_or_default()
+        .unwrap_or_default();
+    write_trace(&record);
+    record
 }
 
 /// Inserts `tasks` in order: batches of [`BATCH`] where the contender has

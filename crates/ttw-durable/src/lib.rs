@@ -72,8 +72,11 @@
 //!   handler, and claims and heartbeats go ahead of schedules and outcomes
 //!   waiting, so tasks falling due during a burst of schedules are claimed
 //!   within milliseconds (see BENCHMARKS.md). The WAL is checkpointed by
-//!   the store on a connection of its own, never inside one of those
-//!   writes' commits (SQLite's automatic checkpoints are off).
+//!   the store on a connection of its own every 100 ms while writes go on,
+//!   never inside one of those writes' commits (SQLite's automatic
+//!   checkpoints are off); under steady writes, once the WAL holds 32 MiB,
+//!   one checkpoint runs for a few milliseconds in a write turn of its own
+//!   so that the WAL starts over instead of growing.
 //! - **Claim**: when the wheel fires, one `UPDATE ... WHERE id IN (...) AND
 //!   state = 'scheduled' AND run_at <= now AND <this node holds the shard's
 //!   lease> RETURNING ...` moves the batch to running, counts the attempt,

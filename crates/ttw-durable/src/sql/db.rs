@@ -268,10 +268,12 @@ impl PoolSettings {
             .connect_with(self.sqlite_options(options))
             .await
             .map_err(|err| Error::open(shown, err))?;
-        let writes = Writes {
-            checkpoints: Some(Arc::new(Checkpointer::start(pool.clone(), wal_of(path)))),
-            ..Writes::default()
-        };
+        let mut writes = Writes::default();
+        writes.checkpoints = Some(Arc::new(Checkpointer::start(
+            pool.clone(),
+            path,
+            writes.turn.clone(),
+        )));
         Ok(OpenSqlite {
             db: Db::Sqlite(pool, writes),
             keeper: None,
@@ -401,14 +403,6 @@ pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
 /// A task's priority as the store holds it, in the range the API takes.
 pub(crate) fn priority_from_sql(p: i64) -> i16 {
     p.clamp(i64::from(i16::MIN), i64::from(i16::MAX)) as i16
-}
-
-/// The WAL file of the database file at `path`.
-#[cfg(feature = "sqlite")]
-fn wal_of(path: &Path) -> std::path::PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push("-wal");
-    name.into()
 }
 
 #[cfg(test)]
