@@ -9,11 +9,13 @@
 //! 15 - 25 ms; with automatic checkpoints off it was 4 - 8 ms (BENCHMARKS.md).
 //! So the store's connections turn them off, and a task of the store's own
 //! checkpoints on a connection of its own, beside the writes: `PASSIVE`,
-//! which never waits for writers or readers. It looks every [`EVERY`] and
+//! which never waits for writers or readers. The end of a write wakes it;
+//! it looks [`EVERY`] later, and every [`EVERY`] while writes go on, and
 //! checkpoints when there were [`MANY`] writes since the last checkpoint,
-//! or there was a write and the WAL holds more than [`LARGE`] (read from
-//! the wal-index header, without a statement), or 30 s have passed since a
-//! write; so an idle node adds at most two statements a minute.
+//! or the WAL holds more than [`LARGE`] (read from the wal-index header,
+//! without a statement), or 30 s have passed since a write; so an idle node
+//! adds at most two statements a minute, and wakes twice for each write of
+//! its heartbeat.
 //!
 //! A checkpoint first syncs the frames written since the last one, and that
 //! sync is what a busy store's commits feel: at 1,100 tasks a second, about
@@ -42,10 +44,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::SqlitePool;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Notify};
 use tokio::task::JoinHandle;
 
-/// How often the checkpointer looks.
+/// How long after a write the checkpointer looks, and how often while
+/// writes go on.
 const EVERY: Duration = Duration::from_millis(100);
 /// Writes since the last checkpoint that make the next look checkpoint.
 const MANY: u64 = 64;
@@ -71,8 +74,15 @@ const BESIDE: usize = 3;
 /// A store's checkpointer: counts its writes, and stops when the last
 /// clone of the store is dropped.
 pub(crate) struct Checkpointer {
-    writes: Arc<AtomicU64>,
+    writes: Arc<Writes>,
     task: JoinHandle<()>,
+}
+
+/// The writes counted, and the checkpointer's wake-up at a write.
+#[derive(Default)]
+struct Writes {
+    count: AtomicU64,
+    wrote: Notify,
 }
 
 impl Checkpointer {
@@ -91,15 +101,16 @@ impl Checkpointer {
         turn: Arc<Mutex<()>>,
         restart_past: u64,
     ) -> Checkpointer {
-        let writes = Arc::new(AtomicU64::new(0));
+        let writes = Arc::new(Writes::default());
         let files = (beside(path, "-wal"), beside(path, "-shm"));
         let task = tokio::spawn(run(pool, files, writes.clone(), turn, restart_past));
         Checkpointer { writes, task }
     }
 
-    /// One more write committed (or tried).
+    /// One more write ended (committed, or tried).
     pub(crate) fn wrote(&self) {
-        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.writes.count.fetch_add(1, Ordering::Relaxed);
+        self.writes.wrote.notify_one();
     }
 }
 
@@ -109,25 +120,36 @@ impl Drop for Checkpointer {
     }
 }
 
+/// Checkpoints while writes go on: woken by a write, it looks [`EVERY`]
+/// later, and again every [`EVERY`] while the writes go on, so an idle node
+/// wakes twice for each write of its heartbeat, not ten times a second.
 async fn run(
     pool: SqlitePool,
     (wal, shm): (PathBuf, PathBuf),
-    writes: Arc<AtomicU64>,
+    writes: Arc<Writes>,
     turn: Arc<Mutex<()>>,
     restart_past: u64,
 ) {
-    let mut tick = tokio::time::interval(EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let large = || match wal_frames(&shm) {
         Some(frames) => frames.saturating_mul(FRAME) > LARGE,
         None => std::fs::metadata(&wal).is_ok_and(|m| m.len() > LARGE),
     };
-    // Writes counted at the last checkpoint.
-    let mut done = 0;
+    // Writes counted at the last checkpoint, and at the last look.
+    let (mut done, mut seen) = (0, 0);
     let mut last = tokio::time::Instant::now();
     loop {
-        tick.tick().await;
-        let now = writes.load(Ordering::Relaxed);
+        if writes.count.load(Ordering::Relaxed) == seen {
+            // No write since the last look: wait for one, or for the
+            // longest a write may wait for its checkpoint.
+            let latest = last + AT_LEAST_EVERY;
+            tokio::select! {
+                _ = writes.wrote.notified() => {}
+                _ = tokio::time::sleep_until(latest), if seen != done => {}
+            }
+        }
+        tokio::time::sleep(EVERY).await;
+        let now = writes.count.load(Ordering::Relaxed);
+        seen = now;
         let since = now - done;
         if since == 0 || (since < MANY && last.elapsed() < AT_LEAST_EVERY && !large()) {
             continue;

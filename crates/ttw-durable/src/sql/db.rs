@@ -105,11 +105,24 @@ pub(crate) struct Writes {
 
 /// A write's turn, held while it runs. The turn is given up before the
 /// lobby, so an urgent write waiting gets it ahead of the next ordinary
-/// one.
+/// one. Given up, it counts the write for the checkpointer, which looks at
+/// the WAL a moment after a write ends (a look while a write runs does
+/// not see its frames).
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) struct WriteTurn {
     _turn: OwnedMutexGuard<()>,
     _lobby: Option<OwnedMutexGuard<()>>,
+    #[cfg(feature = "sqlite")]
+    checkpoints: Option<Arc<Checkpointer>>,
+}
+
+#[cfg(feature = "sqlite")]
+impl Drop for WriteTurn {
+    fn drop(&mut self) {
+        if let Some(checkpoints) = &self.checkpoints {
+            checkpoints.wrote();
+        }
+    }
 }
 
 impl Db {
@@ -168,13 +181,11 @@ impl Db {
             Urgency::Ordinary => Some(writes.lobby.clone().lock_owned().await),
         };
         let turn = writes.turn.clone().lock_owned().await;
-        #[cfg(feature = "sqlite")]
-        if let Some(checkpoints) = &writes.checkpoints {
-            checkpoints.wrote();
-        }
         Some(WriteTurn {
             _turn: turn,
             _lobby: lobby,
+            #[cfg(feature = "sqlite")]
+            checkpoints: writes.checkpoints.clone(),
         })
     }
 }
