@@ -8,8 +8,79 @@ use std::time::{Duration, SystemTime};
 
 use crate::client::store::Store;
 use crate::error::Error;
-use crate::model::new_task::NewTask;
+use crate::model::new_task::{NewRow, NewTask};
 use crate::model::task::TaskId;
+use crate::notify::{Announced, Made, ANNOUNCED};
+use crate::sql::db::{write_with_pool, Urgency};
+use crate::time::now_ms;
+
+impl Store {
+    /// Starts scheduling a task carrying `payload` (at most
+    /// [`MAX_PAYLOAD`](crate::MAX_PAYLOAD) bytes). Await the returned
+    /// builder to store it; by default it is due at once.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use ttw_durable::Store;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// let at = SystemTime::now() + Duration::from_secs(15 * 60);
+    /// let id = store.schedule(b"cancel unpaid order 7".to_vec()).at(at).await?;
+    /// assert_eq!(store.get(id).await?.unwrap().attempts, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn schedule(&self, payload: impl Into<Vec<u8>>) -> Schedule<'_> {
+        Schedule {
+            store: self,
+            task: NewTask::new(payload),
+            replace: false,
+        }
+    }
+
+    pub(crate) async fn insert(&self, task: NewTask) -> Result<Scheduled, Error> {
+        let row = NewRow::check(task)?;
+        if row.idempotency_key.is_some() {
+            // A key is checked against the history after the insert, in
+            // its transaction (see `sql::history`): the batch's path.
+            let mut outcomes = self.insert_checked(vec![row]).await?;
+            return outcomes
+                .pop()
+                .ok_or_else(|| Error::internal("a scheduled task has no outcome"));
+        }
+        let now = now_ms();
+        let db = self.db();
+        let sql = self.notifier().announcing(&format!(
+            "INSERT INTO ttw_tasks (run_at, payload, max_attempts, queue, priority, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, {}) RETURNING {ANNOUNCED}",
+            db.clock_sql()
+        ));
+        // Read to its end, so that a commit that failed is an error here
+        // and never an id (see the module's notes).
+        let inserted: Option<Announced> = write_with_pool!(db, Urgency::Ordinary, pool => {
+            sqlx::query(&sql)
+            .bind(row.run_at)
+            .bind(&row.payload)
+            .bind(row.max_attempts)
+            .bind(&row.queue)
+            .bind(row.priority_or_default())
+            .bind(now)
+            .fetch_all(pool)
+            .await?
+            .first()
+            .map(Announced::read)
+            .transpose()?
+        });
+        let task = inserted.ok_or_else(|| Error::internal("an insert returned no task"))?;
+        let id = task.id;
+        self.notifier().committed(Some(task), Made::Created);
+        Ok(Scheduled::Created(TaskId(id)))
+    }
+}
 
 /// A task being scheduled, from [`Store::schedule`]; `.await` it to store the
 /// task and get its [`TaskId`].

@@ -1,6 +1,6 @@
 //! The client: [`Store`] opens the task store (SQLite or PostgreSQL) and
-//! schedules, moves, cancels, reads and redrives tasks; [`Schedule`] is one
-//! task being scheduled.
+//! schedules, moves, cancels, reads and redrives tasks; one task being
+//! scheduled is in [`schedule`](crate::client::schedule).
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -11,9 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use sqlx::Row;
 
-use crate::client::schedule::{Schedule, Scheduled};
 use crate::error::Error;
-use crate::model::new_task::{NewRow, NewTask};
 use crate::model::task::{TaskId, TaskInfo, TaskState};
 use crate::notify::{Announced, ListenOptions, Made, Notifier, ANNOUNCED};
 use crate::sql::db::{
@@ -345,72 +343,6 @@ impl Store {
     /// listen.
     pub(crate) fn notifier(&self) -> &Notifier {
         &self.inner.notifier
-    }
-
-    /// Starts scheduling a task carrying `payload` (at most
-    /// [`MAX_PAYLOAD`](crate::MAX_PAYLOAD) bytes). Await the returned
-    /// builder to store it; by default it is due at once.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::{Duration, SystemTime};
-    /// use ttw_durable::Store;
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), ttw_durable::Error> {
-    /// let store = Store::sqlite_in_memory().await?;
-    /// let at = SystemTime::now() + Duration::from_secs(15 * 60);
-    /// let id = store.schedule(b"cancel unpaid order 7".to_vec()).at(at).await?;
-    /// assert_eq!(store.get(id).await?.unwrap().attempts, 0);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn schedule(&self, payload: impl Into<Vec<u8>>) -> Schedule<'_> {
-        Schedule {
-            store: self,
-            task: NewTask::new(payload),
-            replace: false,
-        }
-    }
-
-    pub(crate) async fn insert(&self, task: NewTask) -> Result<Scheduled, Error> {
-        let row = NewRow::check(task)?;
-        if row.idempotency_key.is_some() {
-            // A key is checked against the history after the insert, in
-            // its transaction (see `sql::history`): the batch's path.
-            let mut outcomes = self.insert_checked(vec![row]).await?;
-            return outcomes
-                .pop()
-                .ok_or_else(|| Error::internal("a scheduled task has no outcome"));
-        }
-        let now = now_ms();
-        let db = self.db();
-        let sql = self.inner.notifier.announcing(&format!(
-            "INSERT INTO ttw_tasks (run_at, payload, max_attempts, queue, priority, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, {}) RETURNING {ANNOUNCED}",
-            db.clock_sql()
-        ));
-        // Read to its end, so that a commit that failed is an error here
-        // and never an id (see the module's notes).
-        let inserted: Option<Announced> = write_with_pool!(db, Urgency::Ordinary, pool => {
-            sqlx::query(&sql)
-            .bind(row.run_at)
-            .bind(&row.payload)
-            .bind(row.max_attempts)
-            .bind(&row.queue)
-            .bind(row.priority_or_default())
-            .bind(now)
-            .fetch_all(pool)
-            .await?
-            .first()
-            .map(Announced::read)
-            .transpose()?
-        });
-        let task = inserted.ok_or_else(|| Error::internal("an insert returned no task"))?;
-        let id = task.id;
-        self.inner.notifier.committed(Some(task), Made::Created);
-        Ok(Scheduled::Created(TaskId(id)))
     }
 
     /// Cancels a task that is still scheduled. Returns whether it was: `false`
