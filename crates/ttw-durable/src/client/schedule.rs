@@ -60,7 +60,7 @@ impl Store {
             db.clock_sql()
         ));
         // Read to its end, so that a commit that failed is an error here
-        // and never an id (see the module's notes).
+        // and never an id (see the notes of `sql::db`).
         let inserted: Option<Announced> = write_with_pool!(db, Urgency::Ordinary, pool => {
             sqlx::query(&sql)
             .bind(row.run_at)
