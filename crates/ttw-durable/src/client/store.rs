@@ -320,6 +320,32 @@ impl Store {
         !self.inner.db.is_sqlite()
     }
 
+    /// Fault injection (feature `test-faults`, for this workspace's
+    /// tests): the next `n` WAL checkpoints of an SQLite database file
+    /// fail as on a full disk; nothing on PostgreSQL or in memory.
+    #[cfg(feature = "test-faults")]
+    #[doc(hidden)]
+    pub fn fault_fail_checkpoints(&self, n: u64) {
+        #[cfg(feature = "sqlite")]
+        if let Some(checkpoints) = self.inner.db.checkpointer() {
+            checkpoints.fail_checkpoints(n);
+        }
+        #[cfg(not(feature = "sqlite"))]
+        let _ = n;
+    }
+
+    /// Fault injection (feature `test-faults`): how many of the checkpoint
+    /// failures asked for are still to come.
+    #[cfg(feature = "test-faults")]
+    #[doc(hidden)]
+    pub fn fault_checkpoint_failures_left(&self) -> u64 {
+        #[cfg(feature = "sqlite")]
+        if let Some(checkpoints) = self.inner.db.checkpointer() {
+            return checkpoints.checkpoint_failures_left();
+        }
+        0
+    }
+
     pub(crate) fn db(&self) -> &Db {
         &self.inner.db
     }

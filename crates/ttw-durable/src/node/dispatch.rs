@@ -221,7 +221,12 @@ async fn claim_and_run(
     // before its lock runs out and the task is reclaimed.
     let deadline = Instant::now() + node.config.callback_timeout;
     let (now, lock) = claim_times(node.config.clock.now_ms(), &node.config);
-    let claimed = match node.claims.claim(&dues, now, lock).await {
+    let claimed = if node.faults.fail_claim() {
+        Err(Error::injected("the claim"))
+    } else {
+        node.claims.claim(&dues, now, lock).await
+    };
+    let claimed = match claimed {
         Ok(claimed) => claimed,
         Err(err) => {
             exit_all(node, &dues);

@@ -6,8 +6,9 @@
 //! Each stands for a fault that cannot be produced for real in a test
 //! precisely enough: a heartbeat that stops while the node's wheel keeps
 //! firing (a long pause or a partition seen from one side), and one failed
-//! window load or one failed look at unclaimed tasks (a database error at
-//! that statement and no other).
+//! window load, look at unclaimed tasks, claim or outcome write (a
+//! database error at that statement and no other, as a full disk or a
+//! lost connection gives).
 
 #[cfg(feature = "test-faults")]
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,6 +22,10 @@ pub(crate) struct Faults {
     failing_loads: AtomicU64,
     #[cfg(feature = "test-faults")]
     failing_explains: AtomicU64,
+    #[cfg(feature = "test-faults")]
+    failing_claims: AtomicU64,
+    #[cfg(feature = "test-faults")]
+    failing_outcomes: AtomicU64,
 }
 
 impl Faults {
@@ -55,6 +60,27 @@ impl Faults {
         false
     }
 
+    /// Whether this claim is to fail (using up one of those asked).
+    pub(crate) fn fail_claim(&self) -> bool {
+        #[cfg(feature = "test-faults")]
+        {
+            take_one(&self.failing_claims)
+        }
+        #[cfg(not(feature = "test-faults"))]
+        false
+    }
+
+    /// Whether this outcome statement (a batch of successes, one success,
+    /// or a failed attempt) is to fail (using up one of those asked).
+    pub(crate) fn fail_outcome(&self) -> bool {
+        #[cfg(feature = "test-faults")]
+        {
+            take_one(&self.failing_outcomes)
+        }
+        #[cfg(not(feature = "test-faults"))]
+        false
+    }
+
     /// Stops (`true`) or resumes heartbeats.
     #[cfg(feature = "test-faults")]
     pub(crate) fn pause_heartbeat(&self, paused: bool) {
@@ -74,8 +100,31 @@ impl Faults {
     }
 }
 
+impl Faults {
+    /// Makes the next `n` claims fail.
+    #[cfg(feature = "test-faults")]
+    pub(crate) fn fail_claims(&self, n: u64) {
+        self.failing_claims.store(n, Ordering::SeqCst);
+    }
+
+    /// Makes the next `n` outcome statements fail.
+    #[cfg(feature = "test-faults")]
+    pub(crate) fn fail_outcomes(&self, n: u64) {
+        self.failing_outcomes.store(n, Ordering::SeqCst);
+    }
+
+    /// How many of the claim and outcome failures asked are still to come.
+    #[cfg(feature = "test-faults")]
+    pub(crate) fn left(&self) -> (u64, u64) {
+        (
+            self.failing_claims.load(Ordering::SeqCst),
+            self.failing_outcomes.load(Ordering::SeqCst),
+        )
+    }
+}
+
 #[cfg(feature = "test-faults")]
-fn take_one(count: &AtomicU64) -> bool {
+pub(crate) fn take_one(count: &AtomicU64) -> bool {
     count
         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
         .is_ok()

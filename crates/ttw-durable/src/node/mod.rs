@@ -104,7 +104,7 @@ pub(crate) struct Node {
     membership: tokio::sync::Mutex<()>,
     /// Shutting down: heartbeats give shards back as they come idle.
     leaving: AtomicBool,
-    pub(crate) faults: Faults,
+    pub(crate) faults: Arc<Faults>,
     /// Failing database calls, warned of at most once per interval each.
     reports: Reports,
 }
@@ -120,6 +120,7 @@ impl Node {
         leases: Leases,
         store: Store,
     ) -> Node {
+        let faults = Arc::new(Faults::default());
         let outcomes = Arc::new(Outcomes::new(
             claims.clone(),
             window.clone(),
@@ -127,6 +128,7 @@ impl Node {
             config.max_attempts,
             node_id.clone(),
             config.clock.clone(),
+            faults.clone(),
         ));
         let queue_limits = window
             .lanes
@@ -161,7 +163,7 @@ impl Node {
             listening: Arc::new(AtomicBool::new(false)),
             membership: tokio::sync::Mutex::new(()),
             leaving: AtomicBool::new(false),
-            faults: Faults::default(),
+            faults,
             reports: Reports::default(),
         }
     }

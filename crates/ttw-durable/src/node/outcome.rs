@@ -16,6 +16,7 @@ use crate::node::clock::Clock;
 use crate::node::completer::{Completer, Success, Write};
 use crate::node::events::Events;
 use crate::node::failure::Failure;
+use crate::node::faults::Faults;
 use crate::node::window::Window;
 use crate::sql::claims::{Attempt, Claims, Due, Failed};
 use crate::time::ms;
@@ -37,6 +38,8 @@ pub(crate) struct Outcomes {
     aborted: Arc<AtomicBool>,
     /// Writes successes in batches (see [`Outcomes::new`]).
     completer: Completer,
+    /// The node's injected faults (tests only).
+    faults: Arc<Faults>,
 }
 
 /// Writers of successes on PostgreSQL: a batch is formed while the other
@@ -49,6 +52,7 @@ struct Successes {
     claims: Claims,
     clock: Clock,
     aborted: Arc<AtomicBool>,
+    faults: Arc<Faults>,
 }
 
 impl Write for Successes {
@@ -58,9 +62,13 @@ impl Write for Successes {
             self.clock.now_ms(),
             self.aborted.clone(),
         );
+        let injected = self.faults.fail_outcome();
         async move {
             if aborted.load(Ordering::SeqCst) {
                 return Err(Error::closed());
+            }
+            if injected {
+                return Err(Error::injected("a batch of successes"));
             }
             claims.complete_many(&batch, now).await
         }
@@ -73,9 +81,13 @@ impl Write for Successes {
             self.clock.now_ms(),
             self.aborted.clone(),
         );
+        let injected = self.faults.fail_outcome();
         async move {
             if aborted.load(Ordering::SeqCst) {
                 return Err(Error::closed());
+            }
+            if injected {
+                return Err(Error::injected("a success"));
             }
             Ok(!claims.complete_many(&[success], now).await?.is_empty())
         }
@@ -91,6 +103,7 @@ impl Outcomes {
         max_attempts: u32,
         node_id: String,
         clock: Clock,
+        faults: Arc<Faults>,
     ) -> Outcomes {
         let aborted = Arc::new(AtomicBool::new(false));
         // Successes go in batches. On SQLite every write waits for the
@@ -107,6 +120,7 @@ impl Outcomes {
                 claims: claims.clone(),
                 clock: clock.clone(),
                 aborted: aborted.clone(),
+                faults: faults.clone(),
             }),
             writers,
         );
@@ -120,6 +134,7 @@ impl Outcomes {
             default_max: i64::from(max_attempts),
             node_id,
             aborted,
+            faults,
         }
     }
 
@@ -165,6 +180,9 @@ impl Outcomes {
     /// failure).
     pub(crate) async fn fail(&self, attempt: &Attempt, failure: &Failure) -> Result<(), Error> {
         self.check_open()?;
+        if self.faults.fail_outcome() {
+            return Err(Error::injected("a failed attempt's outcome"));
+        }
         let now = self.clock.now_ms();
         let retry_at = match failure.next_attempt_after() {
             Some(wait) => now.saturating_add(ms(wait)),

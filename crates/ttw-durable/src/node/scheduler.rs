@@ -641,6 +641,33 @@ impl Scheduler {
     pub fn fault_fail_explains(&self, n: u64) {
         self.node.faults.fail_explains(n);
     }
+
+    /// Fault injection (feature `test-faults`): the next `n` claims of
+    /// fired tasks fail as a database error would (a full disk), without
+    /// reaching the database.
+    #[cfg(feature = "test-faults")]
+    #[doc(hidden)]
+    pub fn fault_fail_claims(&self, n: u64) {
+        self.node.faults.fail_claims(n);
+    }
+
+    /// Fault injection (feature `test-faults`): the next `n` outcome
+    /// statements (a batch of successes, a success written alone after its
+    /// batch failed, a failed attempt's retry or death) fail as a database
+    /// error would, without reaching the database.
+    #[cfg(feature = "test-faults")]
+    #[doc(hidden)]
+    pub fn fault_fail_outcomes(&self, n: u64) {
+        self.node.faults.fail_outcomes(n);
+    }
+
+    /// Fault injection (feature `test-faults`): how many of the claim and
+    /// outcome failures asked for are still to come.
+    #[cfg(feature = "test-faults")]
+    #[doc(hidden)]
+    pub fn fault_left(&self) -> (u64, u64) {
+        self.node.faults.left()
+    }
 }
 
 impl Drop for Scheduler {

@@ -83,6 +83,22 @@ pub(crate) struct Checkpointer {
 struct WriteCount {
     count: AtomicU64,
     wrote: Notify,
+    /// Checkpoints still to fail by fault injection (feature
+    /// `test-faults`).
+    #[cfg(feature = "test-faults")]
+    failing: AtomicU64,
+}
+
+impl WriteCount {
+    /// Whether this checkpoint statement is to fail by fault injection.
+    fn fail_checkpoint(&self) -> bool {
+        #[cfg(feature = "test-faults")]
+        {
+            crate::node::faults::take_one(&self.failing)
+        }
+        #[cfg(not(feature = "test-faults"))]
+        false
+    }
 }
 
 impl Checkpointer {
@@ -111,6 +127,19 @@ impl Checkpointer {
     pub(crate) fn wrote(&self) {
         self.writes.count.fetch_add(1, Ordering::Relaxed);
         self.writes.wrote.notify_one();
+    }
+
+    /// Makes the next `n` checkpoint statements fail (feature
+    /// `test-faults`), as a full disk makes them.
+    #[cfg(feature = "test-faults")]
+    pub(crate) fn fail_checkpoints(&self, n: u64) {
+        self.writes.failing.store(n, Ordering::SeqCst);
+    }
+
+    /// How many of the checkpoint failures asked for are still to come.
+    #[cfg(feature = "test-faults")]
+    pub(crate) fn checkpoint_failures_left(&self) -> u64 {
+        self.writes.failing.load(Ordering::SeqCst)
     }
 }
 
@@ -157,7 +186,7 @@ async fn run(
         (done, last) = (now, tokio::time::Instant::now());
         // A busy database, a full disk: the next look tries again, and
         // SQLite checkpoints when the last connection closes.
-        if let Err(err) = checkpoint(&pool, &turn, restart_past).await {
+        if let Err(err) = checkpoint(&pool, &turn, restart_past, &writes).await {
             tracing::debug!(error = %err, "WAL checkpoint failed");
         }
     }
@@ -201,6 +230,7 @@ async fn checkpoint(
     pool: &SqlitePool,
     turn: &Mutex<()>,
     restart_past: u64,
+    writes: &WriteCount,
 ) -> Result<(), sqlx::Error> {
     let mut little_left = false;
     let mut wal = Wal {
@@ -209,7 +239,7 @@ async fn checkpoint(
     };
     for _ in 0..BESIDE {
         let started = std::time::Instant::now();
-        wal = passive(pool).await?;
+        wal = passive(pool, writes).await?;
         little_left = started.elapsed() < SHORT && wal.copied >= wal.frames;
         if little_left || wal.bytes() <= restart_past {
             break;
@@ -217,7 +247,7 @@ async fn checkpoint(
     }
     if wal.bytes() > restart_past && (little_left || wal.bytes() > 2 * restart_past) {
         let _turn = turn.lock().await;
-        passive(pool).await?;
+        passive(pool, writes).await?;
     }
     Ok(())
 }
@@ -237,7 +267,12 @@ impl Wal {
 }
 
 /// One `PASSIVE` checkpoint.
-async fn passive(pool: &SqlitePool) -> Result<Wal, sqlx::Error> {
+async fn passive(pool: &SqlitePool, writes: &WriteCount) -> Result<Wal, sqlx::Error> {
+    if writes.fail_checkpoint() {
+        return Err(sqlx::Error::Io(std::io::Error::other(
+            "a checkpoint failed by fault injection",
+        )));
+    }
     // Read to its end (see the notes of `db`).
     let rows: Vec<(i64, i64, i64)> = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
         .fetch_all(pool)

@@ -161,6 +161,13 @@ impl Db {
         }
     }
 
+    /// The checkpointer of an SQLite database file; `None` in memory and
+    /// on PostgreSQL.
+    #[cfg(feature = "sqlite")]
+    pub(crate) fn checkpointer(&self) -> Option<&Checkpointer> {
+        self.writes()?.checkpoints.as_deref()
+    }
+
     /// Whether this is an SQLite database.
     pub(crate) fn is_sqlite(&self) -> bool {
         match self {
@@ -239,6 +246,26 @@ pub(crate) struct OpenSqlite {
     pub(crate) keeper: Option<SqliteConnection>,
 }
 
+/// Whether an SQLite connection given back to its pool may serve again:
+/// not while sqlx counts it inside a transaction. Then it is closed (which
+/// rolls back whatever SQLite still holds open) and the pool opens a new
+/// one.
+///
+/// A commit refused by a full disk is rolled back by SQLite itself; the
+/// rollback sqlx sends when the transaction is dropped then fails, and sqlx
+/// goes on counting the connection as inside one. The next transaction on
+/// it began as a savepoint, which a refused statement rolled back to,
+/// leaving a transaction open that held SQLite's write lock: every other
+/// write then failed with "database is locked" after the busy timeout, and
+/// this connection's writes never committed (after a full disk, delivery
+/// stalled). A transaction merely dropped also closes its connection, as
+/// the rollback sqlx queued may not have run yet: errors are rare, and a
+/// new connection costs a millisecond.
+#[cfg(feature = "sqlite")]
+fn reusable(conn: &mut SqliteConnection) -> bool {
+    !sqlx::Connection::is_in_transaction(conn)
+}
+
 #[cfg(feature = "sqlite")]
 impl PoolSettings {
     /// Applies the SQLite settings every connection shares.
@@ -276,6 +303,7 @@ impl PoolSettings {
         let pool = SqlitePoolOptions::new()
             .max_connections(self.max_connections)
             .acquire_timeout(self.connect_timeout)
+            .after_release(|conn, _| Box::pin(std::future::ready(Ok(reusable(conn)))))
             .connect_with(self.sqlite_options(options))
             .await
             .map_err(|err| Error::open(shown, err))?;
@@ -303,6 +331,7 @@ impl PoolSettings {
             .min_connections(1)
             .idle_timeout(None)
             .max_lifetime(None)
+            .after_release(|conn, _| Box::pin(std::future::ready(Ok(reusable(conn)))))
             .acquire_timeout(self.connect_timeout)
             .connect_with(options)
             .await?;
@@ -472,6 +501,91 @@ mod tests {
             }
             assert_eq!(*order.lock().unwrap(), expected, "behind {first:?}");
         }
+    }
+
+    /// Regression: a transaction refused by a full disk left its pooled
+    /// connection inside a transaction. SQLite rolls a transaction back by
+    /// itself on "database or disk is full", so the rollback sqlx sends
+    /// when the transaction is dropped failed ("no transaction is active")
+    /// and sqlx still counted the connection as in one; the next
+    /// transaction on it began as a savepoint, and a failure in that one
+    /// rolled back to the savepoint and left the transaction open. The
+    /// connection went back to the pool holding SQLite's write lock: every
+    /// other write then waited out the busy timeout and failed with
+    /// "database is locked", and writes on that connection never
+    /// committed. After a full disk, delivery stalled for good.
+    ///
+    /// Here, on the pool's one connection, a transaction that SQLite rolled
+    /// back by itself, then one with a refused statement; then a write
+    /// must commit (another connection sees it), and a write from another
+    /// connection must not find the database locked. (The tmpfs tests of
+    /// `ttw-tests` fill a real disk.)
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn a_transaction_refused_by_a_full_disk_leaves_no_connection_inside_one() {
+        use sqlx::{Connection, Row};
+        let dir = std::env::temp_dir().join(format!("ttw-full-tx-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("full.db");
+        let settings = PoolSettings {
+            max_connections: 1,
+            ..PoolSettings::default()
+        };
+        let Db::Sqlite(pool, _) = settings.sqlite(&path).await.unwrap().db else {
+            unreachable!("a file opens on SQLite")
+        };
+        sqlx::query("CREATE TABLE t (id INTEGER PRIMARY KEY, body BLOB)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        // A commit refused by a full disk: SQLite rolls the transaction
+        // back by itself (a `ROLLBACK` stands for that here, unseen by
+        // sqlx), and sqlx's own rollback at the drop then fails.
+        let mut tx = pool.begin().await.unwrap();
+        sqlx::query("INSERT INTO t (body) VALUES (x'00')")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        sqlx::query("ROLLBACK").execute(&mut *tx).await.unwrap();
+        drop(tx);
+        // The next transaction on the pool's one connection: a statement
+        // refused (here by a constraint, which rolls back only the
+        // statement), and the transaction dropped.
+        let mut tx = pool.begin().await.unwrap();
+        sqlx::query("INSERT INTO t (id, body) VALUES (7, x'00')")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO t (id, body) VALUES (7, x'00')")
+            .execute(&mut *tx)
+            .await
+            .unwrap_err();
+        drop(tx);
+        sqlx::query("INSERT INTO t (body) VALUES (x'01')")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let mut other = SqliteConnection::connect_with(
+            &SqliteConnectOptions::new()
+                .filename(&path)
+                .busy_timeout(Duration::from_millis(500)),
+        )
+        .await
+        .unwrap();
+        let count: i64 = sqlx::query("SELECT COUNT(*) FROM t")
+            .fetch_one(&mut other)
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(count, 1, "the write after the refusals was not committed");
+        sqlx::query("INSERT INTO t (body) VALUES (x'02')")
+            .execute(&mut other)
+            .await
+            .expect("another connection can write");
+        drop(other);
+        pool.close().await;
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// PostgreSQL locks rows, not the database: its writes take no turn.
