@@ -198,15 +198,23 @@ impl Node {
     /// or outcome failed, or shards were taken from another owner whose
     /// deliveries may still hold locks. Every such lock ends within a
     /// callback timeout and the lock grace from now, so reclaims run every
-    /// reclaim period until one period past that. Otherwise a lock never
+    /// reclaim period until a reclaim is sure to have come after that: a
+    /// reclaim runs at the first heartbeat a period after the last, so two
+    /// are up to a period and a heartbeat apart. Otherwise a lock never
     /// runs out unseen (every delivery records an outcome, or fails to and
     /// lands here), and a reclaim runs only every [`RECLAIM_QUIET`], as a
     /// safety net.
+    ///
+    /// (The watch once ended one period after the last lock: with reclaims
+    /// a period and a heartbeat apart, the last one could come just before
+    /// the lock ran out, and a task whose outcome was refused then waited
+    /// for the safety net, a minute, to be delivered again.)
     fn watch_locks(&self) {
         let until = Instant::now()
             + self.config.callback_timeout
             + self.config.lock_grace
-            + self.config.reclaim_period();
+            + self.config.reclaim_period()
+            + self.config.heartbeat;
         let mut watched = self.locks_watched.lock().unwrap_or_else(|e| e.into_inner());
         *watched = Some(watched.map_or(until, |t| t.max(until)));
     }

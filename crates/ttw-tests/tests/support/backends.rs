@@ -93,6 +93,13 @@ impl Db {
         }
     }
 
+    /// The PostgreSQL URL and the test's schema; `None` on SQLite.
+    pub fn postgres_parts(&self) -> Option<(&str, &str)> {
+        self.postgres
+            .as_ref()
+            .map(|(url, schema)| (url.as_str(), schema.as_str()))
+    }
+
     /// Where this database is, as arguments of the `ttw` tool.
     pub fn cli_args(&self) -> Vec<String> {
         match (&self.sqlite, &self.postgres) {
