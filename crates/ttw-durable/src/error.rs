@@ -34,6 +34,7 @@ enum Kind {
     SchemaTooNew(i64),
     PayloadTooLarge {
         len: usize,
+        limit: usize,
     },
     OutOfRange(&'static str),
     Config(String),
@@ -50,8 +51,9 @@ enum Kind {
 }
 
 impl Error {
-    pub(crate) fn payload_too_large(len: usize) -> Self {
-        Self::from_kind(Kind::PayloadTooLarge { len })
+    /// A payload of `len` bytes, over `limit`.
+    pub(crate) fn payload_too_large(len: usize, limit: usize) -> Self {
+        Self::from_kind(Kind::PayloadTooLarge { len, limit })
     }
 
     pub(crate) fn out_of_range(what: &'static str) -> Self {
@@ -319,10 +321,9 @@ impl fmt::Display for Error {
                 f,
                 "the database schema is newer than this version of the crate (it has migration {v})"
             ),
-            Kind::PayloadTooLarge { len } => write!(
+            Kind::PayloadTooLarge { len, limit } => write!(
                 f,
-                "payload of {len} bytes is larger than the limit of {} bytes",
-                crate::MAX_PAYLOAD
+                "payload of {len} bytes is larger than the limit of {limit} bytes"
             ),
             Kind::OutOfRange(what) => write!(f, "{what} is out of range"),
             Kind::Config(what) => write!(f, "invalid configuration: {what}"),

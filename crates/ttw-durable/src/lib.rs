@@ -185,33 +185,33 @@ mod node;
 mod notify;
 mod recurring;
 mod sql;
-pub mod target;
+pub mod targets;
 mod telemetry;
-mod time;
 
 pub use client::admin::{DueTimeline, NodeInfo, Redrive, TaskQuery, MAX_PAGE, REDRIVE_GROUP};
 pub use client::connection::CallerConnection;
 pub use client::schedule::{Schedule, Scheduled};
 pub use client::store::{Store, StoreBuilder};
 pub use error::Error;
+pub use model::attempt::Task;
+pub use model::backoff::Backoff;
+pub use model::failure::{Failure, MAX_RETRY_AFTER};
 pub use model::limits::{MAX_IDEMPOTENCY_KEY, MAX_PAYLOAD, MAX_RUN_AT};
 pub use model::new_task::NewTask;
 pub use model::queue::{DEFAULT_QUEUE, MAX_QUEUE_NAME};
 pub use model::task::{StateCounts, TaskId, TaskInfo, TaskState};
-pub use node::delivery::{Deliveries, Delivery, Task};
+pub use node::delivery::{Deliveries, Delivery};
 pub use node::events::SchedulerStats;
-pub use node::failure::{Failure, MAX_RETRY_AFTER};
-pub use node::outcome::Backoff;
 pub use node::scheduler::{Scheduler, SchedulerBuilder};
 pub use recurring::{
     CatchUp, Recurring, RecurringInfo, Registered, MAX_CATCH_UP, MAX_RECURRING_NAME, MIN_INTERVAL,
 };
 pub use sql::schema::DEFAULT_SHARDS;
-pub use target::{Delivered, Target};
+pub use targets::{Delivered, Target};
 #[cfg(feature = "nats")]
-pub use target::{JetStream, JetStreamBuilder};
+pub use targets::{JetStream, JetStreamBuilder};
 #[cfg(feature = "webhook")]
-pub use target::{Webhook, WebhookBuilder};
+pub use targets::{Webhook, WebhookBuilder};
 pub use telemetry::describe_metrics;
 
 /// The README's examples, compiled and run as doc tests.

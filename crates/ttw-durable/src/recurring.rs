@@ -23,9 +23,9 @@ use sqlx::Row;
 use crate::client::store::Store;
 use crate::error::Error;
 use crate::model::queue::{check_queue, DEFAULT_QUEUE};
+use crate::model::time::{from_ms, ms, now_ms};
 use crate::sql::db::priority_from_sql;
 use crate::sql::db::{fnv1a, placeholders, with_pool, Urgency};
-use crate::time::{from_ms, ms, now_ms};
 
 mod occurrences;
 mod rule;
@@ -262,8 +262,11 @@ impl Recurring {
     fn check(&self) -> Result<Rule, Error> {
         check_name(&self.name)?;
         check_queue(&self.queue)?;
-        if self.payload.len() > crate::MAX_PAYLOAD {
-            return Err(Error::payload_too_large(self.payload.len()));
+        if self.payload.len() > crate::model::limits::MAX_PAYLOAD {
+            return Err(Error::payload_too_large(
+                self.payload.len(),
+                crate::model::limits::MAX_PAYLOAD,
+            ));
         }
         if self.max_attempts == Some(0) {
             return Err(Error::config("max_attempts must be at least 1"));

@@ -16,10 +16,10 @@ use crate::client::store::{read_task_info, Store, TASK_INFO_COLUMNS};
 use crate::error::Error;
 use crate::model::queue::check_queue;
 use crate::model::task::{TaskInfo, TaskState};
+use crate::model::time::{from_ms, ms, now_ms, to_ms};
 use crate::notify::{Announced, Made, ANNOUNCED};
 use crate::sql::db::{with_pool, write_with_pool, Db, Urgency};
 use crate::sql::history::{from_history, BACK_COLUMNS};
-use crate::time::{from_ms, ms, now_ms, to_ms};
 
 /// The largest page [`Store::list`] returns.
 pub const MAX_PAGE: u32 = 1000;
@@ -105,7 +105,7 @@ impl TaskQuery {
     }
 
     /// Only tasks with ids above `id`: the page after the one `id` ended.
-    pub fn after(mut self, id: crate::TaskId) -> Self {
+    pub fn after(mut self, id: crate::model::task::TaskId) -> Self {
         self.after = Some(id.get());
         self
     }

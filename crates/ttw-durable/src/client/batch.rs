@@ -12,10 +12,10 @@ use crate::client::store::Store;
 use crate::error::Error;
 use crate::model::new_task::{NewRow, NewTask};
 use crate::model::task::TaskId;
+use crate::model::time::now_ms;
 use crate::notify::{Announced, Made, ANNOUNCED};
 use crate::sql::db::{placeholders, with_pool, Urgency};
 use crate::sql::history::finished_twins;
-use crate::time::now_ms;
 
 /// The most tasks one insert statement of a batch carries: seven parameters
 /// each, far below SQLite's 32,766 and PostgreSQL's 65,535.

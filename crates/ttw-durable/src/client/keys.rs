@@ -15,14 +15,14 @@ use sqlx::Row;
 
 use crate::client::connection::{with_conn, Conn};
 use crate::client::schedule::Scheduled;
-use crate::client::store::{Store, Target};
+use crate::client::store::{Store, Which};
 use crate::error::Error;
 use crate::model::new_task::{NewRow, NewTask};
 use crate::model::task::{TaskId, TaskInfo, TaskState};
+use crate::model::time::{now_ms, to_ms};
 use crate::notify::{Announced, Made, ANNOUNCED};
 use crate::sql::db::Urgency;
 use crate::sql::history::finished_twins;
-use crate::time::{now_ms, to_ms};
 
 /// A task that is pending: scheduled and never claimed. A task waiting for
 /// its retry is scheduled too, but has had an attempt: its retries go on
@@ -58,7 +58,7 @@ impl Store {
     /// # }
     /// ```
     pub async fn get_by_key(&self, key: &str) -> Result<Option<TaskInfo>, Error> {
-        self.get_where(Target::Key(key)).await
+        self.get_where(Which::Key(key)).await
     }
 
     /// Cancels the task that holds idempotency key `key`, if it is still
@@ -90,7 +90,7 @@ impl Store {
     /// # }
     /// ```
     pub async fn cancel_by_key(&self, key: &str) -> Result<bool, Error> {
-        self.cancel_where(Target::Key(key)).await
+        self.cancel_where(Which::Key(key)).await
     }
 
     /// Moves the task that holds idempotency key `key`, if it is still
@@ -120,7 +120,7 @@ impl Store {
     /// # }
     /// ```
     pub async fn reschedule_by_key(&self, key: &str, at: SystemTime) -> Result<bool, Error> {
-        self.make_due(Target::Key(key), TaskState::Scheduled, to_ms(at)?, "")
+        self.make_due(Which::Key(key), TaskState::Scheduled, to_ms(at)?, "")
             .await
     }
 

@@ -10,9 +10,9 @@ use crate::client::store::Store;
 use crate::error::Error;
 use crate::model::new_task::{NewRow, NewTask};
 use crate::model::task::TaskId;
+use crate::model::time::now_ms;
 use crate::notify::{Announced, Made, ANNOUNCED};
 use crate::sql::db::{write_with_pool, Urgency};
-use crate::time::now_ms;
 
 impl Store {
     /// Starts scheduling a task carrying `payload` (at most

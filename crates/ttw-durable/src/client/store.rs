@@ -13,13 +13,13 @@ use sqlx::Row;
 
 use crate::error::Error;
 use crate::model::task::{TaskId, TaskInfo, TaskState};
+use crate::model::time::{now_ms, to_ms};
 use crate::notify::{Announced, ListenOptions, Made, Notifier, ANNOUNCED};
 use crate::sql::db::{
     with_pool, write_with_pool, Db, MemoryKeeper, PoolSettings, Urgency, SQLITE_MIN_SIZE,
 };
 use crate::sql::history::{into_history, HISTORY_COLUMNS};
 use crate::sql::schema;
-use crate::time::{now_ms, to_ms};
 
 /// A durable task store on SQLite or PostgreSQL: the client that schedules
 /// tasks, and what a [`Scheduler`](crate::Scheduler) runs on.
@@ -380,13 +380,13 @@ impl Store {
     ///
     /// [`Error::is_database`].
     pub async fn cancel(&self, id: TaskId) -> Result<bool, Error> {
-        self.cancel_where(Target::Id(id.0)).await
+        self.cancel_where(Which::Id(id.0)).await
     }
 
     /// Cancels the task `target` names if it is still scheduled, moving it
     /// to `ttw_history` (see [`history`](crate::sql::history)); returns
     /// whether it was.
-    pub(crate) async fn cancel_where(&self, target: Target<'_>) -> Result<bool, Error> {
+    pub(crate) async fn cancel_where(&self, target: Which<'_>) -> Result<bool, Error> {
         let now = now_ms();
         let into = into_history("cancelled", self.db().clock_sql(), "$2");
         let column = target.column();
@@ -401,8 +401,8 @@ impl Store {
                 );
                 let query = sqlx::query_scalar(&sql);
                 let query = match target {
-                    Target::Id(id) => query.bind(id),
-                    Target::Key(key) => query.bind(key),
+                    Which::Id(id) => query.bind(id),
+                    Which::Key(key) => query.bind(key),
                 };
                 query.bind(now).fetch_optional(pool).await?
             }
@@ -416,8 +416,8 @@ impl Store {
                 let mut tx = pool.begin().await?;
                 let query = sqlx::query_scalar(&sql);
                 let query = match target {
-                    Target::Id(id) => query.bind(id),
-                    Target::Key(key) => query.bind(key),
+                    Which::Id(id) => query.bind(id),
+                    Which::Key(key) => query.bind(key),
                 };
                 let moved: Option<i64> = query.bind(now).fetch_optional(&mut *tx).await?;
                 if let Some(id) = moved {
@@ -441,7 +441,7 @@ impl Store {
     /// [`Error::is_out_of_range`] for a time the store cannot hold,
     /// [`Error::is_database`].
     pub async fn reschedule(&self, id: TaskId, at: SystemTime) -> Result<bool, Error> {
-        self.make_due(Target::Id(id.0), TaskState::Scheduled, to_ms(at)?, "")
+        self.make_due(Which::Id(id.0), TaskState::Scheduled, to_ms(at)?, "")
             .await
     }
 
@@ -453,7 +453,7 @@ impl Store {
     /// [`Error::is_database`].
     pub async fn redrive(&self, id: TaskId) -> Result<bool, Error> {
         self.make_due(
-            Target::Id(id.0),
+            Which::Id(id.0),
             TaskState::Dead,
             now_ms(),
             ", attempts = 0, finished_at = NULL",
@@ -466,7 +466,7 @@ impl Store {
     /// it. Returns whether it was in that state.
     pub(crate) async fn make_due(
         &self,
-        target: Target<'_>,
+        target: Which<'_>,
         from: TaskState,
         run_at: i64,
         also: &str,
@@ -481,8 +481,8 @@ impl Store {
         let changed: Vec<Announced> = write_with_pool!(self.db(), Urgency::Ordinary, pool => {
             let query = sqlx::query(&sql);
             let query = match target {
-                Target::Id(id) => query.bind(id),
-                Target::Key(key) => query.bind(key),
+                Which::Id(id) => query.bind(id),
+                Which::Key(key) => query.bind(key),
             };
             let mut changed = Vec::new();
             for row in query.bind(run_at).bind(from.as_sql()).fetch_all(pool).await? {
@@ -502,11 +502,11 @@ impl Store {
     ///
     /// [`Error::is_database`].
     pub async fn get(&self, id: TaskId) -> Result<Option<TaskInfo>, Error> {
-        self.get_where(Target::Id(id.0)).await
+        self.get_where(Which::Id(id.0)).await
     }
 
     /// The task `target` names, or `None`.
-    pub(crate) async fn get_where(&self, target: Target<'_>) -> Result<Option<TaskInfo>, Error> {
+    pub(crate) async fn get_where(&self, target: Which<'_>) -> Result<Option<TaskInfo>, Error> {
         let sql = format!(
             "SELECT {TASK_INFO_COLUMNS} FROM ttw_all_tasks WHERE {} = $1",
             target.column()
@@ -514,8 +514,8 @@ impl Store {
         let info = with_pool!(self.db(), pool => {
             let query = sqlx::query(&sql);
             let query = match target {
-                Target::Id(id) => query.bind(id),
-                Target::Key(key) => query.bind(key),
+                Which::Id(id) => query.bind(id),
+                Which::Key(key) => query.bind(key),
             };
             match query.fetch_optional(pool).await? {
                 None => None,
@@ -539,7 +539,7 @@ macro_rules! read_task_info {
         $crate::model::task::TaskInfo {
             id: $crate::model::task::TaskId(row.try_get("id")?),
             state: $crate::model::task::TaskState::from_sql(row.try_get("state")?)?,
-            run_at: $crate::time::from_ms(row.try_get("run_at")?),
+            run_at: $crate::model::time::from_ms(row.try_get("run_at")?),
             attempts: $crate::sql::db::clamp_u32(row.try_get("attempts")?),
             max_attempts: row
                 .try_get::<Option<i64>, _>("max_attempts")?
@@ -556,17 +556,17 @@ pub(crate) use read_task_info;
 
 /// Which task a statement is about: by id, or by idempotency key.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Target<'a> {
+pub(crate) enum Which<'a> {
     Id(i64),
     Key(&'a str),
 }
 
-impl Target<'_> {
+impl Which<'_> {
     /// The column that names the task.
     pub(crate) fn column(self) -> &'static str {
         match self {
-            Target::Id(_) => "id",
-            Target::Key(_) => "idempotency_key",
+            Which::Id(_) => "id",
+            Which::Key(_) => "idempotency_key",
         }
     }
 }

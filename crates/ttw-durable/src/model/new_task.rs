@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use crate::error::Error;
 use crate::model::limits::{MAX_IDEMPOTENCY_KEY, MAX_PAYLOAD};
 use crate::model::queue::{check_queue, DEFAULT_QUEUE};
-use crate::time::{now_ms, to_ms};
+use crate::model::time::{now_ms, to_ms};
 
 /// One task of a batch for [`Store::schedule_batch`](crate::Store::schedule_batch), with the options a
 /// single [`Schedule`](crate::Schedule) takes: due at once unless told
@@ -136,7 +136,7 @@ impl NewRow {
         let queue = queue.unwrap_or_else(|| DEFAULT_QUEUE.to_string());
         check_queue(&queue)?;
         if payload.len() > MAX_PAYLOAD {
-            return Err(Error::payload_too_large(payload.len()));
+            return Err(Error::payload_too_large(payload.len(), MAX_PAYLOAD));
         }
         match &idempotency_key {
             Some(key) if key.is_empty() => return Err(Error::invalid_key("it is empty")),

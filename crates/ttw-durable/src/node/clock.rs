@@ -31,7 +31,7 @@ impl Clock {
     /// Now, in milliseconds since the Unix epoch.
     pub(crate) fn now_ms(&self) -> i64 {
         match self {
-            Clock::System => crate::time::now_ms(),
+            Clock::System => crate::model::time::now_ms(),
             Clock::Tokio { start, at_ms } => {
                 let elapsed = i64::try_from(start.elapsed().as_millis()).unwrap_or(i64::MAX);
                 at_ms.saturating_add(elapsed)

@@ -15,16 +15,10 @@ use futures::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot, Mutex};
 
 use crate::error::Error;
+pub(crate) use crate::sql::claims::Success;
 
 /// The most outcomes one statement writes.
 pub(crate) const MAX_BATCH: usize = 512;
-
-/// One attempt to record as succeeded: the task and the claim it holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Success {
-    pub(crate) id: i64,
-    pub(crate) claim: i64,
-}
 
 /// Where successes are written.
 pub(crate) trait Write: Send + Sync + 'static {

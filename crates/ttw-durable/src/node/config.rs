@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::model::backoff::Backoff;
 use crate::node::clock::Clock;
-use crate::node::outcome::Backoff;
 
 /// The longest any duration setting of a scheduler is taken to be: 30
 /// years, forever for a scheduler. Longer settings (up to `Duration::MAX`)

@@ -15,15 +15,16 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::error::Error;
+use crate::model::attempt::Task;
+use crate::model::failure::Failure;
 use crate::model::task::TaskState;
+use crate::model::time::ms;
 use crate::node::config::Config;
-use crate::node::delivery::{Delivery, Task};
-use crate::node::failure::Failure;
+use crate::node::delivery::Delivery;
 use crate::node::report::Failing;
 use crate::node::window::Retry;
 use crate::node::Node;
 use crate::sql::claims::{Due, Unclaimed};
-use crate::time::ms;
 use tokio_timing_wheel::Expirations;
 
 /// The most ids claimed in one statement.
@@ -250,7 +251,7 @@ async fn claim_and_run(
         let lateness_ms = claimed_at.saturating_sub(c.run_at).max(0);
         node.events()
             .delivered(node.outcomes.queue_of(&c.attempt), lateness_ms);
-        let task = Task::from_claimed(c, window.lanes.queue_of(dues[at].lane).clone());
+        let task = c.into_task(window.lanes.queue_of(dues[at].lane).clone());
         // The handler, its outcome and whatever they log run in this span.
         let span = tracing::info_span!(
             "ttw_delivery",

@@ -124,7 +124,7 @@ impl Faults {
 }
 
 #[cfg(feature = "test-faults")]
-pub(crate) fn take_one(count: &AtomicU64) -> bool {
+fn take_one(count: &AtomicU64) -> bool {
     count
         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
         .is_ok()

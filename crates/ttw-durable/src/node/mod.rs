@@ -9,7 +9,6 @@ pub(crate) mod config;
 pub(crate) mod delivery;
 pub(crate) mod dispatch;
 pub(crate) mod events;
-pub(crate) mod failure;
 pub(crate) mod faults;
 pub(crate) mod lease;
 pub(crate) mod outcome;
@@ -29,6 +28,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::client::store::Store;
 use crate::error::Error;
+use crate::model::time::ms;
 use crate::node::config::Config;
 use crate::node::events::{Events, SchedulerStats};
 use crate::node::faults::Faults;
@@ -40,7 +40,6 @@ use crate::node::window::Window;
 use crate::notify::{Heard, Listener};
 use crate::recurring;
 use crate::sql::claims::Claims;
-use crate::time::ms;
 
 /// The most rows one statement of the retention sweep deletes.
 const SWEEP_BATCH: u64 = 1_000;

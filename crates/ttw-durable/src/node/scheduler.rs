@@ -15,20 +15,21 @@ use tokio::task::JoinHandle;
 
 use crate::client::store::Store;
 use crate::error::Error;
+use crate::model::attempt::Task;
+use crate::model::backoff::Backoff;
+use crate::model::failure::Failure;
 use crate::model::lanes::Lanes;
 use crate::model::queue::DEFAULT_QUEUE;
+use crate::model::time::ms;
 use crate::node::config::Config;
-use crate::node::delivery::{Deliveries, Task};
+use crate::node::delivery::Deliveries;
 use crate::node::dispatch::{dispatch, Handler, Mode};
 use crate::node::events::SchedulerStats;
-use crate::node::failure::Failure;
 use crate::node::lease::Leases;
-use crate::node::outcome::Backoff;
 use crate::node::window::Window;
 use crate::node::Node;
 use crate::sql::claims::{Claims, Due};
-use crate::target::Target;
-use crate::time::ms;
+use crate::targets::Target;
 use tokio_timing_wheel::TimingWheel;
 
 /// Settings of a [`Scheduler`], from [`Scheduler::builder`].
@@ -246,8 +247,8 @@ impl SchedulerBuilder {
     /// `start` refuses, with [`Error::is_config`], a target whose
     /// [`timeout`](Target::timeout) is longer than `callback_timeout`.
     ///
-    /// [`Webhook`]: crate::target
-    /// [`JetStream`]: crate::target
+    /// [`Webhook`]: crate::targets
+    /// [`JetStream`]: crate::targets
     ///
     /// # Examples
     ///

@@ -11,10 +11,10 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::model::lanes::Lanes;
+use crate::model::time::until_ms;
 use crate::node::shards::ShardTable;
 use crate::notify::Announced;
 use crate::sql::claims::Due;
-use crate::time::until_ms;
 use tokio_timing_wheel::TimingWheel;
 
 /// Why a fired task goes back into the wheel before it is claimed, and for

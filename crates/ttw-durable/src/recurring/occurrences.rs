@@ -8,10 +8,10 @@ use super::rule::Rule;
 use super::{occurrence_key, CatchUp, StoredRow, COLUMNS, MAX_PER_PASS};
 use crate::client::store::Store;
 use crate::error::Error;
+use crate::model::time::{ms, now_ms};
 use crate::notify::{Announced, Made, ANNOUNCED};
 use crate::sql::db::{placeholders, with_pool, Urgency};
 use crate::sql::history::finished_twins;
-use crate::time::{ms, now_ms};
 
 impl Store {
     /// One pass of a node over the schedules of the shards it holds

@@ -94,7 +94,9 @@ impl WriteCount {
     fn fail_checkpoint(&self) -> bool {
         #[cfg(feature = "test-faults")]
         {
-            crate::node::faults::take_one(&self.failing)
+            self.failing
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
         }
         #[cfg(not(feature = "test-faults"))]
         false

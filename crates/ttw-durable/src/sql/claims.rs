@@ -10,14 +10,14 @@ use std::sync::Arc;
 use sqlx::Row;
 
 use crate::error::Error;
+use crate::model::attempt::{Attempt, Task};
 use crate::model::lanes::Lanes;
 use crate::model::task::TaskState;
-use crate::node::completer::Success;
+use crate::model::time::{from_ms, now_ms};
 use crate::sql::db::{
     clamp_u32, placeholders, priority_from_sql, with_pool, write_with_pool, Db, Urgency,
 };
 use crate::sql::history::{into_history, HISTORY_COLUMNS};
-use crate::time::now_ms;
 
 /// The lease of the task's lane: its queue and its shard (`shards` is the
 /// shard count, SQL).
@@ -171,18 +171,11 @@ pub(crate) struct Changes {
     pub(crate) due: Vec<Due>,
 }
 
-/// One attempt at a task: what its outcome is fenced on, and where a
-/// retry is armed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Attempt {
+/// One attempt to record as succeeded: the task and the claim it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Success {
     pub(crate) id: i64,
-    /// Which attempt, from 1.
-    pub(crate) number: u32,
-    /// The task's claim count after this claim.
     pub(crate) claim: i64,
-    /// The task's lane on this node.
-    pub(crate) lane: u32,
-    pub(crate) priority: i16,
 }
 
 /// A task claimed for delivery: what the claim statement returned.
@@ -192,6 +185,19 @@ pub(crate) struct Claimed {
     pub(crate) run_at: i64,
     pub(crate) payload: Vec<u8>,
     pub(crate) idempotency_key: Option<String>,
+}
+
+impl Claimed {
+    /// The task as its handler gets it, in `queue`.
+    pub(crate) fn into_task(self, queue: Arc<str>) -> Task {
+        Task {
+            attempt: self.attempt,
+            run_at: from_ms(self.run_at),
+            payload: self.payload,
+            idempotency_key: self.idempotency_key,
+            queue,
+        }
+    }
 }
 
 /// A fired task the claim did not take, as it is now.
@@ -681,8 +687,13 @@ mod tests {
         ] {
             sqlx::query(&sql).execute(pool).await.unwrap();
         }
-        let lanes =
-            Arc::new(Lanes::new(vec![crate::DEFAULT_QUEUE.into()], store.shards()).unwrap());
+        let lanes = Arc::new(
+            Lanes::new(
+                vec![crate::model::queue::DEFAULT_QUEUE.into()],
+                store.shards(),
+            )
+            .unwrap(),
+        );
         let claims = Claims::new(store.db().clone(), lanes, store.shards(), "s".into());
         let success = |i: usize, claim: i64| Success { id: ids[i], claim };
         let batch = [

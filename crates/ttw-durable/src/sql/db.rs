@@ -163,7 +163,7 @@ impl Db {
 
     /// The checkpointer of an SQLite database file; `None` in memory and
     /// on PostgreSQL.
-    #[cfg(feature = "sqlite")]
+    #[cfg(all(feature = "sqlite", feature = "test-faults"))]
     pub(crate) fn checkpointer(&self) -> Option<&Checkpointer> {
         self.writes()?.checkpoints.as_deref()
     }

@@ -38,7 +38,7 @@ async fn the_wal_is_checkpointed_while_writes_go_on() {
     let path = dir.join("tasks.db");
     let store = Store::sqlite(&path).await.unwrap();
     let wal = dir.join("tasks.db-wal");
-    let round = || (0..2_000).map(|_| crate::NewTask::new(vec![7u8; 1024]));
+    let round = || (0..2_000).map(|_| crate::model::new_task::NewTask::new(vec![7u8; 1024]));
     let mut largest = 0;
     for _ in 0..8 {
         store.schedule_batch(round()).await.unwrap();

@@ -9,9 +9,9 @@ use async_nats::header::{HeaderMap, NATS_MESSAGE_ID};
 use async_nats::jetstream::Context;
 
 use crate::error::Error;
-use crate::node::delivery::Task;
-use crate::node::failure::Failure;
-use crate::target::{headers, Delivered, Target};
+use crate::model::attempt::Task;
+use crate::model::failure::Failure;
+use crate::targets::{headers, Delivered, Target};
 
 /// Publishes a queue's tasks to NATS JetStream. Build one with
 /// [`JetStream::builder`] from a connected [`async_nats::Client`] (which
@@ -23,7 +23,7 @@ use crate::target::{headers, Delivered, Target};
 /// The payload is the task's payload; the subject is the
 /// [`subject`](JetStreamBuilder::subject) template with the task's fields
 /// put in. The headers are the task's fields as every target sends them
-/// ([`crate::target`]), and `Nats-Msg-Id`: the
+/// ([`crate::targets`]), and `Nats-Msg-Id`: the
 /// [`message_id_prefix`](JetStreamBuilder::message_id_prefix) (default
 /// none) and [`Task::message_id`].
 ///

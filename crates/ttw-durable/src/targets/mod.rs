@@ -18,9 +18,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use crate::node::delivery::Task;
-use crate::node::failure::Failure;
-use crate::time::ms;
+use crate::model::attempt::Task;
+use crate::model::failure::Failure;
+use crate::model::time::ms;
 
 #[cfg(feature = "nats")]
 mod jetstream;

@@ -13,9 +13,9 @@ use reqwest::StatusCode;
 use sha2::Sha256;
 
 use crate::error::Error;
-use crate::node::delivery::Task;
-use crate::node::failure::Failure;
-use crate::target::{headers, Delivered, Target};
+use crate::model::attempt::Task;
+use crate::model::failure::Failure;
+use crate::targets::{headers, Delivered, Target};
 
 /// How many bytes of an error response's body a failed attempt records.
 const ERROR_BODY: usize = 256;
@@ -41,7 +41,7 @@ const ERROR_BODY: usize = 256;
 /// - `webhook-signature`: `v1,` and the base64 HMAC-SHA256, keyed with the
 ///   secret's bytes, of `{webhook-id}.{webhook-timestamp}.{body}`;
 /// - the task's fields, as every target sends them
-///   ([`crate::target`]): `ttw-message-id`, `ttw-task-id`, `ttw-attempt`,
+///   ([`crate::targets`]): `ttw-message-id`, `ttw-task-id`, `ttw-attempt`,
 ///   `ttw-queue`, `ttw-run-at` and `ttw-idempotency-key`.
 ///
 /// Redirects are not followed, connections are kept and reused (up to
