@@ -216,5 +216,5 @@ pub use telemetry::describe_metrics;
 
 /// The README's examples, compiled and run as doc tests.
 #[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
