@@ -13,6 +13,7 @@
 mod commands;
 mod output;
 mod serve;
+mod server;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -76,6 +77,20 @@ enum Command {
     Schedules,
     /// Serve the dashboard page and `/metrics` for Prometheus.
     Serve(ServeArgs),
+    /// Run the delayed-task service: the HTTP API, and a scheduler node
+    /// delivering each configured queue (see the README's "Run it as a
+    /// service").
+    Server(ServerArgs),
+}
+
+#[derive(Debug, Args)]
+struct ServerArgs {
+    /// The configuration file (TOML).
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// Check the file (and the environment variables it names) and exit.
+    #[arg(long)]
+    check: bool,
 }
 
 /// A task, by id or by `--key`.
@@ -269,6 +284,9 @@ pub fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<()> {
+    if let Command::Server(args) = &cli.command {
+        return server::server(&args.config, args.check).await;
+    }
     let Some(database) = cli.database.as_deref() else {
         return fail("no database: pass --database PATH_OR_URL or set DATABASE_URL");
     };
@@ -286,6 +304,8 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Redrive(args) => commands::redrive(&store, args, json).await,
         Command::Schedules => commands::schedules(&store, json).await,
         Command::Serve(args) => serve::serve(store, args).await,
+        // Handled above, before a database is opened.
+        Command::Server(_) => fail("ttw server opens the database its configuration names"),
     }
 }
 

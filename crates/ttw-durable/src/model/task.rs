@@ -47,6 +47,16 @@ pub enum TaskState {
 }
 
 impl TaskState {
+    /// The state's name in lower case, as the store, the `ttw` tool and
+    /// the service's API write it.
+    ///
+    /// ```
+    /// assert_eq!(ttw_durable::TaskState::Cancelled.as_str(), "cancelled");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        self.as_sql()
+    }
+
     /// The state as the `state` column holds it.
     pub(crate) fn as_sql(self) -> &'static str {
         match self {

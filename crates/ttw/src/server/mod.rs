@@ -1,0 +1,158 @@
+//! `ttw server --config FILE`: the delayed-task service. One process runs
+//! the HTTP API (any language schedules, reads, cancels and reschedules
+//! tasks over HTTP; see [`api`]), and unless the file turns it off a
+//! scheduler node that delivers each configured queue to its target (a
+//! signed webhook, or NATS JetStream). On SQLite it is the one box; on
+//! PostgreSQL any number of instances share the work, each a node fenced
+//! as every node is, and each serving the API.
+//!
+//! TLS is left to a proxy in front (the API speaks plain HTTP/1.1): bind to
+//! loopback or a private network. SIGTERM or Ctrl-C stops accepting
+//! requests, lets the deliveries in flight finish within `shutdown_grace`,
+//! and hands the node's leases over.
+
+mod api;
+pub(crate) mod config;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use ttw_durable::{Scheduler, Store};
+
+use crate::{Failure, Result};
+use config::{Settings, TargetSettings};
+
+/// Checks the file and says what it holds, or runs the service.
+pub(crate) async fn server(path: &Path, check: bool) -> Result<()> {
+    let settings = config::load(path, |var| std::env::var(var).ok())?;
+    if check {
+        let targets = settings
+            .queues
+            .iter()
+            .filter(|q| q.target.is_some())
+            .count();
+        println!(
+            "ttw server: {} is valid: {} queue(s), {targets} with a target, {} token(s), scheduler {}",
+            path.display(),
+            settings.queues.len(),
+            settings.tokens.len(),
+            if settings.scheduler { "on" } else { "off" }
+        );
+        return Ok(());
+    }
+    let store = crate::open(&settings.database, settings.schema.as_deref(), true).await?;
+    let scheduler = start_scheduler(&store, &settings).await?;
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .map_err(|err| Failure(format!("cannot listen on {}: {err}", settings.listen)))?;
+    let addr = listener.local_addr()?;
+    let grace = settings.shutdown_grace;
+    let max_body = settings.max_body_bytes;
+    let api = Arc::new(api::Api { store, settings });
+    let router = api::routes(api).layer(axum::extract::DefaultBodyLimit::max(max_body));
+    println!("ttw server: listening on http://{addr}");
+    axum::serve(listener, router)
+        .with_graceful_shutdown(stopped())
+        .await
+        .map_err(|err| Failure(format!("the server stopped: {err}")))?;
+    if let Some(scheduler) = scheduler {
+        match tokio::time::timeout(grace, scheduler.shutdown()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => {
+                return Err(Failure(format!(
+                    "the scheduler stopped with an error: {err}"
+                )))
+            }
+            Err(_) => {
+                eprintln!(
+                    "ttw server: deliveries still running after {grace:?}; their tasks are delivered again once their locks run out"
+                );
+            }
+        }
+    }
+    println!("ttw server: stopped");
+    Ok(())
+}
+
+/// The node, delivering each queue that has a target; `None` when the file
+/// turns the scheduler off or no queue has a target.
+async fn start_scheduler(store: &Store, settings: &Settings) -> Result<Option<Scheduler>> {
+    if !settings.scheduler || settings.queues.iter().all(|q| q.target.is_none()) {
+        return Ok(None);
+    }
+    let mut builder = Scheduler::builder(store.clone());
+    if let Some(n) = settings.max_concurrency {
+        builder = builder.max_concurrency(n);
+    }
+    for queue in &settings.queues {
+        match &queue.target {
+            None => {}
+            Some(TargetSettings::Webhook {
+                url,
+                secret,
+                timeout,
+                max_in_flight,
+            }) => {
+                let mut webhook = ttw_durable::Webhook::builder(url.clone());
+                if let Some(secret) = secret {
+                    webhook = webhook.secret(secret.clone());
+                }
+                if let Some(timeout) = timeout {
+                    webhook = webhook.timeout(*timeout);
+                }
+                if let Some(n) = max_in_flight {
+                    webhook = webhook.max_in_flight(*n);
+                }
+                let webhook = webhook
+                    .build()
+                    .map_err(|err| Failure(format!("queue {:?}: {err}", queue.name)))?;
+                builder = builder.deliver(queue.name.clone(), webhook);
+            }
+            Some(TargetSettings::Nats { url, subject }) => {
+                let client = async_nats::connect(url.as_str()).await.map_err(|err| {
+                    Failure(format!(
+                        "queue {:?}: cannot reach NATS at {url}: {err}",
+                        queue.name
+                    ))
+                })?;
+                let mut stream = ttw_durable::JetStream::builder(client);
+                if let Some(subject) = subject {
+                    stream = stream.subject(subject.clone());
+                }
+                let stream = stream
+                    .build()
+                    .map_err(|err| Failure(format!("queue {:?}: {err}", queue.name)))?;
+                builder = builder.deliver(queue.name.clone(), stream);
+            }
+        }
+    }
+    let scheduler = builder
+        .start_queues()
+        .await
+        .map_err(|err| Failure(format!("cannot start the scheduler: {err}")))?;
+    Ok(Some(scheduler))
+}
+
+/// Resolves at SIGTERM or Ctrl-C.
+async fn stopped() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    println!("ttw server: stopping");
+}
