@@ -1,0 +1,532 @@
+//! `ttw server` as a child process, used from another language: a client
+//! in Python's standard library (`support/client.py`) schedules, reads,
+//! cancels and reschedules over HTTP, and the Python webhook receiver
+//! (`support/receiver.py`) gets the deliveries and checks their signatures.
+//! Then the table of bad requests, each answered with its documented status
+//! and code, and SIGTERM.
+
+#[path = "support/receiver.rs"]
+mod receiver;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use receiver::{Receiver, SECRET};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use ttw_durable::{Store, TaskId, TaskState};
+
+const TOKEN: &str = "app-token-0123456789";
+const READER: &str = "reader-token-0123456789";
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ttw_server_{name}_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The server process and the address it listens on.
+struct Server {
+    child: Child,
+    base: String,
+    lines: Lines<BufReader<ChildStdout>>,
+}
+
+impl Server {
+    async fn start(config: &Path) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ttw-under-test"))
+            .args(["server", "--config"])
+            .arg(config)
+            .env("TTW_TOKEN_APP", TOKEN)
+            .env("TTW_TOKEN_READER", READER)
+            .env("TTW_HOOK_SECRET", SECRET)
+            .env_remove("DATABASE_URL")
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the server starts");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("the server says where it listens")
+            .unwrap()
+            .expect("a line");
+        let base = first
+            .strip_prefix("ttw server: listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {first}"))
+            .to_string();
+        Server { child, base, lines }
+    }
+}
+
+/// The Python client in bridge mode: one request a line.
+struct Bridge {
+    _child: Child,
+    stdin: ChildStdin,
+    lines: Lines<BufReader<ChildStdout>>,
+}
+
+impl Bridge {
+    fn start(base: &str) -> Bridge {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/client.py");
+        let mut child = Command::new("python3")
+            .args([script, base, TOKEN, "bridge"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("python3 runs the client");
+        Bridge {
+            stdin: child.stdin.take().unwrap(),
+            lines: BufReader::new(child.stdout.take().unwrap()).lines(),
+            _child: child,
+        }
+    }
+
+    async fn call(&mut self, request: Value) -> (u16, Value) {
+        let mut line = request.to_string();
+        line.push('\n');
+        self.stdin.write_all(line.as_bytes()).await.unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(30), self.lines.next_line())
+            .await
+            .expect("the client answers")
+            .unwrap()
+            .expect("a line");
+        let answer: Value = serde_json::from_str(&answer).unwrap();
+        (
+            answer["status"].as_u64().unwrap() as u16,
+            answer["body"].clone(),
+        )
+    }
+}
+
+fn config(dir: &Path, hook: &str) -> PathBuf {
+    let path = dir.join("ttw.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"listen = "127.0.0.1:0"
+database = "{}"
+max_body_bytes = 65536
+
+[[queues]]
+name = "hooks"
+webhook = {{ url = "{hook}", secret_env = "TTW_HOOK_SECRET" }}
+
+[[queues]]
+name = "library"
+
+[[tokens]]
+name = "app"
+secret_env = "TTW_TOKEN_APP"
+scopes = ["schedule", "read"]
+
+[[tokens]]
+name = "reader"
+secret_env = "TTW_TOKEN_READER"
+scopes = ["read"]
+queues = ["library"]
+"#,
+            dir.join("tasks.db").display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// A Python client schedules 20 tasks, a keyed one twice, a batch of 5, one
+/// it cancels and one it moves by key; the Python receiver gets every task
+/// but the cancelled one, each signed as Standard Webhooks says and none
+/// before it was due; the store then holds them done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_client_schedules_and_a_python_receiver_gets_the_webhooks() {
+    let dir = temp_dir("python");
+    let receiver = Receiver::start().await;
+    let server = Server::start(&config(&dir, &receiver.url("/hook"))).await;
+
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/client.py");
+    let out = Command::new("python3")
+        .args([script, &server.base, TOKEN, "flow", "hooks"])
+        .output()
+        .await
+        .expect("python3 runs the client");
+    assert!(
+        out.status.success(),
+        "the client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let done: Value = serde_json::from_slice(&out.stdout).expect("the client's summary");
+    let mut expected: BTreeSet<i64> = done["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(done["batch"].as_array().unwrap())
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    expected.insert(done["keyed"].as_i64().unwrap());
+    expected.insert(done["rescheduled"].as_i64().unwrap());
+    assert_eq!(expected.len(), 27);
+    let cancelled = done["cancelled"].as_i64().unwrap();
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen: BTreeSet<i64> = receiver
+            .requests()
+            .iter()
+            .map(|r| r["task"].as_i64().unwrap())
+            .collect();
+        if expected.is_subset(&seen) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "delivered {} of {}: missing {:?}",
+            expected.intersection(&seen).count(),
+            expected.len(),
+            expected.difference(&seen).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Every one signed, fresh, on time, in its queue; the cancelled never.
+    for r in receiver.requests() {
+        assert_eq!(r["verified"], true, "{r}");
+        assert_eq!(r["fresh"], true, "{r}");
+        assert_eq!(r["queue"], "hooks", "{r}");
+        assert!(
+            r["arrived_ms"].as_f64().unwrap() >= r["run_at_ms"].as_f64().unwrap(),
+            "early: {r}"
+        );
+        assert_ne!(
+            r["task"].as_i64().unwrap(),
+            cancelled,
+            "a cancelled task arrived"
+        );
+    }
+    let store = Store::sqlite(dir.join("tasks.db")).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    for id in &expected {
+        loop {
+            let state = store.get(TaskId::new(*id)).await.unwrap().unwrap().state;
+            if state == TaskState::Done {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "task {id} is {state:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every bad request gets its documented status and stable code, as JSON,
+/// and leaves nothing behind; then SIGTERM stops the server cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_are_answered_as_documented_and_sigterm_stops_it() {
+    let dir = temp_dir("bad");
+    let mut server = Server::start(&config(&dir, "http://127.0.0.1:9/unused")).await;
+    let mut client = Bridge::start(&server.base);
+    let app = json!({"Authorization": format!("Bearer {TOKEN}")});
+    let reader = json!({"Authorization": format!("Bearer {READER}")});
+    let huge = format!(r#"{{"queue": "library", "payload": "{}"}}"#, "x".repeat(70_000));
+    let long_key = "k".repeat(ttw_durable::MAX_IDEMPOTENCY_KEY + 1);
+    let cases: Vec<(&str, &str, Value, Option<String>, u16, &str)> = vec![
+        (
+            "POST",
+            "/v1/tasks",
+            json!({}),
+            Some("{}".into()),
+            401,
+            "unauthorized",
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            json!({"Authorization": "Bearer wrong-token-0123456"}),
+            Some("{}".into()),
+            401,
+            "unauthorized",
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            reader.clone(),
+            Some("{}".into()),
+            403,
+            "forbidden",
+        ),
+        (
+            "GET",
+            "/v1/tasks/1",
+            json!({"Authorization": "Basic abc"}),
+            None,
+            401,
+            "unauthorized",
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            app.clone(),
+            Some("{\"payload\":".into()),
+            400,
+            "malformed_json",
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            app.clone(),
+            Some("[1, 2]".into()),
+            400,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            app.clone(),
+            Some(r#"{"queue": "library", "priority": "high"}"#.into()),
+            400,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            app.clone(),
+            Some(r#"{"colour": "red"}"#.into()),
+            400,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            app.clone(),
+            Some(r#"{"queue": "nope"}"#.into()),
+            400,
+            "unknown_queue",
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            app.clone(),
+            Some(r#"{"queue": "library", "run_at": "tomorrow"}"#.into()),
+            400,
+            "invalid_time",
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            app.clone(),
+            Some(r#"{"queue": "library", "run_at": "1960-01-01T00:00:00Z"}"#.into()),
+            400,
+            "invalid_time",
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            app.clone(),
+            Some(r#"{"queue": "library", "run_at": "10000-01-01T00:00:00Z"}"#.into()),
+            400,
+            "invalid_time",
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            app.clone(),
+            Some(r#"{"queue": "library", "delay": "-5m"}"#.into()),
+            400,
+            "invalid_delay",
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            app.clone(),
+            Some(r#"{"queue": "library", "delay": "5m", "run_at": "2030-01-01T00:00:00Z"}"#.into()),
+            400,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            app.clone(),
+            Some(format!(r#"{{"queue": "library", "idempotency_key": "{long_key}"}}"#)),
+            400,
+            "invalid_key",
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            app.clone(),
+            Some(r#"{"queue": "library", "payload_base64": "not base64!"}"#.into()),
+            400,
+            "invalid_payload",
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            app.clone(),
+            Some(r#"{"queue": "library", "replace_pending": true}"#.into()),
+            400,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            app.clone(),
+            Some(r#"{"queue": "library", "max_attempts": 0}"#.into()),
+            400,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            app.clone(),
+            Some(huge),
+            413,
+            "body_too_large",
+        ),
+        (
+            "POST",
+            "/v1/tasks/batch",
+            app.clone(),
+            Some(r#"{"tasks": [{"queue": "library"}, {"queue": "nope"}]}"#.into()),
+            400,
+            "unknown_queue",
+        ),
+        ("GET", "/v1/tasks/abc", app.clone(), None, 400, "invalid_id"),
+        ("GET", "/v1/tasks/-3", app.clone(), None, 400, "invalid_id"),
+        (
+            "GET",
+            "/v1/tasks/999999",
+            app.clone(),
+            None,
+            404,
+            "not_found",
+        ),
+        (
+            "DELETE",
+            "/v1/keys/none-such",
+            app.clone(),
+            None,
+            404,
+            "not_found",
+        ),
+        (
+            "POST",
+            "/v1/tasks/1/reschedule",
+            app.clone(),
+            Some(r#"{"delay": "1m"}"#.into()),
+            404,
+            "not_found",
+        ),
+        ("GET", "/v2/anything", app.clone(), None, 404, "not_found"),
+    ];
+    for (method, path, headers, body, status, code) in &cases {
+        let (got, answer) = client
+            .call(json!({"method": method, "path": path, "headers": headers, "body": body}))
+            .await;
+        assert_eq!(
+            (got, answer["error"]["code"].as_str()),
+            (*status, Some(*code)),
+            "{method} {path} {body:?}: {answer}"
+        );
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{answer}"
+        );
+    }
+    // Nothing was written by any of them.
+    let (status, counts) = client
+        .call(json!({"method": "GET", "path": "/v1/counts", "headers": app}))
+        .await;
+    assert_eq!(status, 200, "{counts}");
+    assert_eq!(
+        counts["queues"],
+        json!({}),
+        "a refused request wrote a task"
+    );
+    // The reader sees only its queue's tasks: a task of another queue is
+    // not found for it.
+    let (status, made) = client
+        .call(
+            json!({"method": "POST", "path": "/v1/tasks", "headers": app,
+                     "body": r#"{"queue": "hooks", "delay": "1h"}"#}),
+        )
+        .await;
+    assert_eq!(status, 201, "{made}");
+    let (status, _) = client
+        .call(json!({"method": "GET", "path": format!("/v1/tasks/{}", made["id"]), "headers": reader}))
+        .await;
+    assert_eq!(status, 404);
+    let (status, ready) = client
+        .call(json!({"method": "GET", "path": "/readyz", "headers": {}}))
+        .await;
+    assert_eq!((status, ready["status"].as_str()), (200, Some("ready")));
+
+    // SIGTERM: it stops accepting and exits 0.
+    let pid = server.child.id().unwrap();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = tokio::time::timeout(Duration::from_secs(30), server.child.wait())
+        .await
+        .expect("the server stops within 30 s of SIGTERM")
+        .unwrap();
+    assert!(status.success(), "{status}");
+    let mut rest = Vec::new();
+    while let Ok(Some(line)) = server.lines.next_line().await {
+        rest.push(line);
+    }
+    assert!(rest.iter().any(|l| l == "ttw server: stopped"), "{rest:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--check` names what is wrong with a file, in one line and exit 1; a
+/// good file is exit 0.
+#[test]
+fn check_names_what_is_wrong() {
+    let dir = temp_dir("check");
+    let good = config(&dir, "http://127.0.0.1:9/h");
+    let run = |path: &Path, with_env: bool| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ttw-under-test"));
+        cmd.args(["server", "--check", "--config"]).arg(path);
+        cmd.env_remove("TTW_TOKEN_APP")
+            .env_remove("TTW_TOKEN_READER");
+        if with_env {
+            cmd.env("TTW_TOKEN_APP", TOKEN)
+                .env("TTW_TOKEN_READER", READER)
+                .env("TTW_HOOK_SECRET", SECRET);
+        }
+        cmd.output().unwrap()
+    };
+    let ok = run(&good, true);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let missing = run(&good, false);
+    assert_eq!(missing.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        err.contains("TTW_HOOK_SECRET") || err.contains("TTW_TOKEN_APP"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let typo = dir.join("typo.toml");
+    std::fs::write(&typo, "databse = \"x.db\"\n").unwrap();
+    let bad = run(&typo, true);
+    assert_eq!(bad.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("unknown field"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
