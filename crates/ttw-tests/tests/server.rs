@@ -234,7 +234,10 @@ async fn bad_requests_are_answered_as_documented_and_sigterm_stops_it() {
     let mut client = Bridge::start(&server.base);
     let app = json!({"Authorization": format!("Bearer {TOKEN}")});
     let reader = json!({"Authorization": format!("Bearer {READER}")});
-    let huge = format!(r#"{{"queue": "library", "payload": "{}"}}"#, "x".repeat(70_000));
+    let huge = format!(
+        r#"{{"queue": "library", "payload": "{}"}}"#,
+        "x".repeat(70_000)
+    );
     let long_key = "k".repeat(ttw_durable::MAX_IDEMPOTENCY_KEY + 1);
     let cases: Vec<(&str, &str, Value, Option<String>, u16, &str)> = vec![
         (
@@ -353,7 +356,9 @@ async fn bad_requests_are_answered_as_documented_and_sigterm_stops_it() {
             "POST",
             "/v1/tasks",
             app.clone(),
-            Some(format!(r#"{{"queue": "library", "idempotency_key": "{long_key}"}}"#)),
+            Some(format!(
+                r#"{{"queue": "library", "idempotency_key": "{long_key}"}}"#
+            )),
             400,
             "invalid_key",
         ),

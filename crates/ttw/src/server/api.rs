@@ -30,6 +30,7 @@ use subtle::ConstantTimeEq;
 use ttw_durable::{NewTask, Scheduled, Store, TaskId, TaskInfo, TaskState};
 
 use super::config::{Scope, Settings, Token};
+use super::group::Grouper;
 
 /// The most tasks one batch request schedules.
 pub(crate) const MAX_BATCH: usize = 1_000;
@@ -38,6 +39,8 @@ pub(crate) const MAX_BATCH: usize = 1_000;
 pub(crate) struct Api {
     pub(crate) store: Store,
     pub(crate) settings: Settings,
+    /// Writes single schedules in groups.
+    pub(crate) grouper: Grouper,
 }
 
 type Shared = Arc<Api>;
@@ -403,9 +406,21 @@ async fn schedule(
                 .map_err(|_| ApiError::bad("invalid_key", "the Idempotency-Key header is not text"))
         })
         .transpose()?;
-    let scheduled = check(&api, token, request, header_key)?
-        .submit(&api.store)
-        .await?;
+    let checked = check(&api, token, request, header_key)?;
+    let scheduled = if checked.replace_pending {
+        checked.submit(&api.store).await?
+    } else {
+        api.grouper
+            .schedule(checked.into_new_task())
+            .await
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "the server is stopping",
+                )
+            })??
+    };
     let (status, json) = scheduled_json(scheduled);
     Ok((status, Json(json)).into_response())
 }

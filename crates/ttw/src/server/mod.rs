@@ -13,6 +13,7 @@
 
 mod api;
 pub(crate) mod config;
+mod group;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -48,7 +49,12 @@ pub(crate) async fn server(path: &Path, check: bool) -> Result<()> {
     let addr = listener.local_addr()?;
     let grace = settings.shutdown_grace;
     let max_body = settings.max_body_bytes;
-    let api = Arc::new(api::Api { store, settings });
+    let grouper = group::Grouper::start(store.clone());
+    let api = Arc::new(api::Api {
+        store,
+        settings,
+        grouper,
+    });
     let router = api::routes(api).layer(axum::extract::DefaultBodyLimit::max(max_body));
     println!("ttw server: listening on http://{addr}");
     axum::serve(listener, router)

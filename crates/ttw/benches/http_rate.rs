@@ -1,0 +1,148 @@
+//! How fast `ttw server` schedules over HTTP: single `POST /v1/tasks`
+//! requests from many keep-alive connections (written in groups by the
+//! server), then `POST /v1/tasks/batch` of 1,000. The server is the `ttw`
+//! binary as a child process, with its scheduler off (the API and the
+//! store alone), on SQLite, or on PostgreSQL when `DATABASE_URL` is set.
+//!
+//! `cargo bench -p ttw --bench http_rate` (`TTW_HTTP_SINGLES`,
+//! `TTW_HTTP_CONNECTIONS`, `TTW_HTTP_BATCHES` change the sizes).
+
+use std::io::BufRead;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+const TOKEN: &str = "bench-token-0123456789";
+
+fn setting(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let singles = setting("TTW_HTTP_SINGLES", 40_000);
+    let connections = setting("TTW_HTTP_CONNECTIONS", 64);
+    let batches = setting("TTW_HTTP_BATCHES", 200);
+    let dir = std::env::temp_dir().join(format!("ttw_http_rate_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (database, backend) = match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => (url, "PostgreSQL"),
+        _ => (dir.join("tasks.db").display().to_string(), "SQLite"),
+    };
+    let schema = format!("ttw_http_rate_{}", std::process::id());
+    let config = dir.join("ttw.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:0\"\ndatabase = \"{database}\"\n{}\n[scheduler]\nenabled = false\n\n[[tokens]]\nname = \"bench\"\nsecret_env = \"TTW_BENCH_TOKEN\"\nscopes = [\"schedule\"]\n",
+            if backend == "PostgreSQL" { format!("schema = \"{schema}\"") } else { String::new() }
+        ),
+    )
+    .unwrap();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_ttw"))
+        .args(["server", "--config"])
+        .arg(&config)
+        .env("TTW_BENCH_TOKEN", TOKEN)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the ttw binary starts");
+    let mut first = String::new();
+    std::io::BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let base = first
+        .trim()
+        .strip_prefix("ttw server: listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
+        .to_string();
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(connections)
+            .build()
+            .unwrap();
+        // Singles: `connections` workers, each its own keep-alive connection.
+        let next = Arc::new(AtomicUsize::new(0));
+        let started = Instant::now();
+        let workers: Vec<_> = (0..connections)
+            .map(|_| {
+                let (client, next, url) = (client.clone(), next.clone(), format!("{base}/v1/tasks"));
+                tokio::spawn(async move {
+                    while next.fetch_add(1, Ordering::Relaxed) < singles {
+                        let answer = client
+                            .post(&url)
+                            .bearer_auth(TOKEN)
+                            .header("content-type", "application/json")
+                            .body(r#"{"payload": {"coupon": "X"}, "delay": "1h"}"#)
+                            .send()
+                            .await
+                            .unwrap();
+                        assert_eq!(answer.status(), 201);
+                        answer.bytes().await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.await.unwrap();
+        }
+        let secs = started.elapsed().as_secs_f64();
+        println!(
+            "{backend}: {singles} single schedules over {connections} keep-alive connections in {secs:.2} s: {:.0} tasks/s",
+            singles as f64 / secs
+        );
+
+        // Batches of 1,000 from 4 connections.
+        let body = {
+            let task = r#"{"payload": {"coupon": "X"}, "delay": "1h"}"#;
+            format!("{{\"tasks\": [{}]}}", vec![task; 1000].join(","))
+        };
+        let next = Arc::new(AtomicUsize::new(0));
+        let started = Instant::now();
+        let workers: Vec<_> = (0..4)
+            .map(|_| {
+                let (client, next, url, body) = (
+                    client.clone(),
+                    next.clone(),
+                    format!("{base}/v1/tasks/batch"),
+                    body.clone(),
+                );
+                tokio::spawn(async move {
+                    while next.fetch_add(1, Ordering::Relaxed) < batches {
+                        let answer = client
+                            .post(&url)
+                            .bearer_auth(TOKEN)
+                            .header("content-type", "application/json")
+                            .body(body.clone())
+                            .send()
+                            .await
+                            .unwrap();
+                        assert_eq!(answer.status(), 200);
+                        answer.bytes().await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.await.unwrap();
+        }
+        let secs = started.elapsed().as_secs_f64();
+        println!(
+            "{backend}: {} tasks in batches of 1,000 over 4 connections in {secs:.2} s: {:.0} tasks/s",
+            batches * 1000,
+            (batches * 1000) as f64 / secs
+        );
+    });
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
