@@ -225,6 +225,10 @@ async fn a_python_client_schedules_and_a_python_receiver_gets_the_webhooks() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A bad request: method, path, headers, body; the status and code it
+/// must get.
+type Case<'a> = (&'a str, &'a str, Value, Option<String>, u16, &'a str);
+
 /// Every bad request gets its documented status and stable code, as JSON,
 /// and leaves nothing behind; then SIGTERM stops the server cleanly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -239,7 +243,7 @@ async fn bad_requests_are_answered_as_documented_and_sigterm_stops_it() {
         "x".repeat(70_000)
     );
     let long_key = "k".repeat(ttw_durable::MAX_IDEMPOTENCY_KEY + 1);
-    let cases: Vec<(&str, &str, Value, Option<String>, u16, &str)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "POST",
             "/v1/tasks",
