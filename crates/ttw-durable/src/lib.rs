@@ -92,7 +92,7 @@
 //!   [`SchedulerBuilder::deliver`] goes to another process: a signed HTTP
 //!   webhook (`Webhook`, cargo feature `webhook`) or a NATS JetStream
 //!   subject (`JetStream`, feature `nats`), under the same claim, fence,
-//!   retries and lock as a handler. See [`target`].
+//!   retries and lock as a handler. See [`targets`].
 //! - **Outcomes**: success marks the task done (deleted after `retention`,
 //!   default 24 h); failure schedules a retry after a jittered exponential
 //!   [`Backoff`] until `max_attempts` (default 5), then marks it dead with its
