@@ -539,3 +539,109 @@ fn check_names_what_is_wrong() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Two instances of the service on one PostgreSQL schema, each a node and
+/// each serving the API; the Python client schedules 300 tasks through the
+/// first, due over 3 s; the second is SIGKILLed a second in. Every task
+/// reaches the Python receiver at least once, signed, none early: the
+/// survivor takes the dead node's shards when its lease runs out, and the
+/// tasks it had claimed when their locks do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(ttw_no_postgres, ignore = "needs DATABASE_URL when built")]
+async fn two_instances_on_postgres_one_killed_lose_nothing() {
+    let url = std::env::var("DATABASE_URL").expect("built with DATABASE_URL, run with it");
+    let schema = format!("ttw_server_two_{}", std::process::id());
+    let dir = temp_dir("two");
+    let receiver = Receiver::start().await;
+    let write = |name: &str| {
+        let path = dir.join(format!("{name}.toml"));
+        std::fs::write(
+            &path,
+            format!(
+                r#"listen = "127.0.0.1:0"
+database = "{url}"
+schema = "{schema}"
+
+[scheduler]
+node_id = "{name}"
+heartbeat = "200ms"
+lease_ttl = "1s"
+callback_timeout = "3s"
+lock_grace = "1s"
+
+[[queues]]
+name = "hooks"
+webhook = {{ url = "{}", secret_env = "TTW_HOOK_SECRET", timeout = "2s" }}
+
+[[tokens]]
+name = "app"
+secret_env = "TTW_TOKEN_APP"
+scopes = ["schedule", "read"]
+"#,
+                receiver.url("/hook")
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let a = Server::start(&write("a")).await;
+    let mut b = Server::start(&write("b")).await;
+    let mut client = Bridge::start(&a.base);
+    let tasks: Vec<Value> = (0..300)
+        .map(|n| json!({"queue": "hooks", "payload": {"n": n}, "delay": format!("{}ms", 500 + n * 10)}))
+        .collect();
+    let (status, made) = client
+        .call(json!({"method": "POST", "path": "/v1/tasks/batch",
+                     "headers": {"Authorization": format!("Bearer {TOKEN}")},
+                     "body": json!({"tasks": tasks}).to_string()}))
+        .await;
+    assert_eq!(status, 200, "{made}");
+    let expected: BTreeSet<i64> = made["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(expected.len(), 300);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    b.child.kill().await.expect("SIGKILL the second instance");
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let seen: BTreeSet<i64> = receiver
+            .requests()
+            .iter()
+            .map(|r| r["task"].as_i64().unwrap())
+            .collect();
+        if expected.is_subset(&seen) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of 300 delivered after the kill; missing {:?}",
+            expected.intersection(&seen).count(),
+            expected.difference(&seen).take(10).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let requests = receiver.requests();
+    for r in &requests {
+        assert_eq!(r["verified"], true, "{r}");
+        assert!(
+            r["arrived_ms"].as_f64().unwrap() >= r["run_at_ms"].as_f64().unwrap(),
+            "early: {r}"
+        );
+    }
+    println!(
+        "300 tasks, {} deliveries ({} repeats) with one of two instances killed",
+        requests.len(),
+        requests.len() - 300
+    );
+    drop(a);
+    if let Ok(mut conn) = <sqlx::PgConnection as sqlx::Connection>::connect(&url).await {
+        let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .execute(&mut conn)
+            .await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -12,6 +12,11 @@
 //! [scheduler]                       # this instance is a node (default)
 //! enabled = true
 //! max_concurrency = 1024
+//! # node_id = "ttw-1"               # stable ids let a restart take back at once
+//! # heartbeat = "2s"
+//! # lease_ttl = "10s"
+//! # callback_timeout = "60s"
+//! # lock_grace = "10s"
 //!
 //! [[queues]]
 //! name = "emails"
@@ -63,6 +68,11 @@ struct SchedulerFile {
     #[serde(default = "yes")]
     enabled: bool,
     max_concurrency: Option<usize>,
+    node_id: Option<String>,
+    heartbeat: Option<String>,
+    lease_ttl: Option<String>,
+    callback_timeout: Option<String>,
+    lock_grace: Option<String>,
 }
 
 impl Default for SchedulerFile {
@@ -70,6 +80,11 @@ impl Default for SchedulerFile {
         SchedulerFile {
             enabled: true,
             max_concurrency: None,
+            node_id: None,
+            heartbeat: None,
+            lease_ttl: None,
+            callback_timeout: None,
+            lock_grace: None,
         }
     }
 }
@@ -133,8 +148,20 @@ pub(crate) struct Settings {
     pub(crate) shutdown_grace: Duration,
     pub(crate) scheduler: bool,
     pub(crate) max_concurrency: Option<usize>,
+    pub(crate) node: NodeSettings,
     pub(crate) queues: Vec<Queue>,
     pub(crate) tokens: Vec<Token>,
+}
+
+/// The scheduler's timings, where the file sets them (the scheduler's
+/// defaults otherwise); the scheduler checks them together at start.
+#[derive(Debug, Default)]
+pub(crate) struct NodeSettings {
+    pub(crate) node_id: Option<String>,
+    pub(crate) heartbeat: Option<Duration>,
+    pub(crate) lease_ttl: Option<Duration>,
+    pub(crate) callback_timeout: Option<Duration>,
+    pub(crate) lock_grace: Option<Duration>,
 }
 
 /// A queue this service knows, and where its tasks go.
@@ -221,6 +248,22 @@ fn resolve(file: File, env: impl Fn(&str) -> Option<String>) -> Result<Settings>
             ))
         })?,
         None => Duration::from_secs(30),
+    };
+    let duration = |name: &str, text: &Option<String>| -> Result<Option<Duration>> {
+        text.as_ref()
+            .map(|t| {
+                humantime::parse_duration(t).map_err(|err| {
+                    Failure(format!("scheduler.{name}: {t:?} is not a duration ({err})"))
+                })
+            })
+            .transpose()
+    };
+    let node = NodeSettings {
+        node_id: file.scheduler.node_id.clone(),
+        heartbeat: duration("heartbeat", &file.scheduler.heartbeat)?,
+        lease_ttl: duration("lease_ttl", &file.scheduler.lease_ttl)?,
+        callback_timeout: duration("callback_timeout", &file.scheduler.callback_timeout)?,
+        lock_grace: duration("lock_grace", &file.scheduler.lock_grace)?,
     };
     let max_body_bytes = file.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY);
     if max_body_bytes < 1024 {
@@ -336,6 +379,7 @@ fn resolve(file: File, env: impl Fn(&str) -> Option<String>) -> Result<Settings>
         shutdown_grace,
         scheduler: file.scheduler.enabled,
         max_concurrency: file.scheduler.max_concurrency,
+        node,
         queues,
         tokens,
     })

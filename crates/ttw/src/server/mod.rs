@@ -90,6 +90,22 @@ async fn start_scheduler(store: &Store, settings: &Settings) -> Result<Option<Sc
     if let Some(n) = settings.max_concurrency {
         builder = builder.max_concurrency(n);
     }
+    let node = &settings.node;
+    if let Some(id) = &node.node_id {
+        builder = builder.node_id(id.clone());
+    }
+    if let Some(d) = node.heartbeat {
+        builder = builder.heartbeat(d);
+    }
+    if let Some(d) = node.lease_ttl {
+        builder = builder.lease_ttl(d);
+    }
+    if let Some(d) = node.callback_timeout {
+        builder = builder.callback_timeout(d);
+    }
+    if let Some(d) = node.lock_grace {
+        builder = builder.lock_grace(d);
+    }
     for queue in &settings.queues {
         match &queue.target {
             None => {}
