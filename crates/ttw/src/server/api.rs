@@ -503,16 +503,31 @@ fn task_json(info: &TaskInfo) -> Value {
     v
 }
 
-fn not_found_task(what: String) -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "not_found", what)
+/// A task named in the path: by id (`/v1/tasks/{id}`) or by idempotency
+/// key (`/v1/keys/{key}`).
+enum Named {
+    Id(String),
+    Key(String),
 }
 
-/// A task the token may read: 404 if there is none (or it is in a queue
-/// the token may not use, which is not told apart).
-async fn readable(token: &Token, info: Option<TaskInfo>, what: String) -> ApiResult<TaskInfo> {
+/// The task `named` names, for a token allowed `scope`: 404 if there is
+/// none (or it is in a queue the token may not use, which is not told
+/// apart).
+async fn find(api: &Api, headers: &HeaderMap, scope: Scope, named: Named) -> ApiResult<TaskInfo> {
+    let token = authorize(api, headers, scope)?;
+    let (info, what) = match named {
+        Named::Id(text) => {
+            let id = parse_id(&text)?;
+            (api.store.get(id).await?, format!("no task {id}"))
+        }
+        Named::Key(key) => {
+            let what = format!("no task has the key {key:?}");
+            (api.store.get_by_key(&key).await?, what)
+        }
+    };
     match info {
         Some(info) if allow_queue(token, &info.queue).is_ok() => Ok(info),
-        _ => Err(not_found_task(what)),
+        _ => Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", what)),
     }
 }
 
@@ -522,9 +537,7 @@ async fn get_task(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    let token = authorize(&api, &headers, Scope::Read)?;
-    let id = parse_id(&id)?;
-    let info = readable(token, api.store.get(id).await?, format!("no task {id}")).await?;
+    let info = find(&api, &headers, Scope::Read, Named::Id(id)).await?;
     Ok(Json(task_json(&info)))
 }
 
@@ -534,31 +547,36 @@ async fn get_key(
     headers: HeaderMap,
     Path(key): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    let token = authorize(&api, &headers, Scope::Read)?;
-    let info = readable(
-        token,
-        api.store.get_by_key(&key).await?,
-        format!("no task has the key {key:?}"),
-    )
-    .await?;
+    let info = find(&api, &headers, Scope::Read, Named::Key(key)).await?;
     Ok(Json(task_json(&info)))
 }
 
-/// A change to a pending task, answered 409 if it is no longer pending.
-fn changed(done: bool, info: &TaskInfo, what: &str) -> ApiResult<Json<Value>> {
+/// A change to a pending task, answered 409 if it is no longer pending
+/// (with the state it is in now).
+async fn changed(api: &Api, done: bool, info: TaskInfo, what: &str) -> ApiResult<Json<Value>> {
     if done {
-        Ok(Json(json!({"id": info.id.get(), what: true})))
-    } else {
-        Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "not_scheduled",
-            format!(
-                "task {} is {}, not scheduled",
-                info.id,
-                state_name(info.state)
-            ),
-        ))
+        return Ok(Json(json!({"id": info.id.get(), what: true})));
     }
+    let info = match api.store.get(info.id).await {
+        Ok(Some(now)) => now,
+        _ => info,
+    };
+    Err(ApiError::new(
+        StatusCode::CONFLICT,
+        "not_scheduled",
+        format!(
+            "task {} is {}, not scheduled",
+            info.id,
+            state_name(info.state)
+        ),
+    ))
+}
+
+/// Cancels the task `named` names, if it is pending.
+async fn cancel(api: &Api, headers: &HeaderMap, named: Named) -> ApiResult<Json<Value>> {
+    let info = find(api, headers, Scope::Schedule, named).await?;
+    let done = api.store.cancel(info.id).await?;
+    changed(api, done, info, "cancelled").await
 }
 
 /// `DELETE /v1/tasks/{id}`: cancel a pending task.
@@ -567,11 +585,7 @@ async fn cancel_task(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    let token = authorize(&api, &headers, Scope::Schedule)?;
-    let id = parse_id(&id)?;
-    let info = readable(token, api.store.get(id).await?, format!("no task {id}")).await?;
-    let done = api.store.cancel(id).await?;
-    changed(done, &refreshed(&api, info).await, "cancelled")
+    cancel(&api, &headers, Named::Id(id)).await
 }
 
 /// `DELETE /v1/keys/{key}`.
@@ -580,23 +594,7 @@ async fn cancel_key(
     headers: HeaderMap,
     Path(key): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    let token = authorize(&api, &headers, Scope::Schedule)?;
-    let info = readable(
-        token,
-        api.store.get_by_key(&key).await?,
-        format!("no task has the key {key:?}"),
-    )
-    .await?;
-    let done = api.store.cancel(info.id).await?;
-    changed(done, &refreshed(&api, info).await, "cancelled")
-}
-
-/// The task as it is now (for the state a refusal names).
-async fn refreshed(api: &Api, info: TaskInfo) -> TaskInfo {
-    match api.store.get(info.id).await {
-        Ok(Some(now)) => now,
-        _ => info,
-    }
+    cancel(&api, &headers, Named::Key(key)).await
 }
 
 #[derive(Debug, Deserialize)]
@@ -606,16 +604,20 @@ struct RescheduleBody {
     delay: Option<String>,
 }
 
+/// Moves the task `named` names to the body's `run_at` or `delay`, if it
+/// is pending.
 async fn reschedule(
     api: &Api,
-    info: TaskInfo,
+    headers: &HeaderMap,
+    named: Named,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Json<Value>> {
+    let info = find(api, headers, Scope::Schedule, named).await?;
     let request: RescheduleBody = body(bytes)?;
     let at = due_time(&request.run_at, &request.delay)?
         .ok_or_else(|| ApiError::bad("invalid_request", "give run_at or delay"))?;
     let done = api.store.reschedule(info.id, at).await?;
-    changed(done, &refreshed(api, info).await, "rescheduled")
+    changed(api, done, info, "rescheduled").await
 }
 
 /// `POST /v1/tasks/{id}/reschedule` with `run_at` or `delay`.
@@ -625,10 +627,7 @@ async fn reschedule_task(
     Path(id): Path<String>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Json<Value>> {
-    let token = authorize(&api, &headers, Scope::Schedule)?;
-    let id = parse_id(&id)?;
-    let info = readable(token, api.store.get(id).await?, format!("no task {id}")).await?;
-    reschedule(&api, info, bytes).await
+    reschedule(&api, &headers, Named::Id(id), bytes).await
 }
 
 /// `POST /v1/keys/{key}/reschedule`.
@@ -638,14 +637,7 @@ async fn reschedule_key(
     Path(key): Path<String>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Json<Value>> {
-    let token = authorize(&api, &headers, Scope::Schedule)?;
-    let info = readable(
-        token,
-        api.store.get_by_key(&key).await?,
-        format!("no task has the key {key:?}"),
-    )
-    .await?;
-    reschedule(&api, info, bytes).await
+    reschedule(&api, &headers, Named::Key(key), bytes).await
 }
 
 /// `GET /v1/counts`: tasks per queue and state (of the queues the token
