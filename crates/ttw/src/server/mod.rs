@@ -41,6 +41,11 @@ pub(crate) async fn server(path: &Path, check: bool) -> Result<()> {
         );
         return Ok(());
     }
+    // Warnings (a failing database, a refused delivery) on standard error.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_writer(std::io::stderr)
+        .try_init();
     let store = crate::open(&settings.database, settings.schema.as_deref(), true).await?;
     let scheduler = start_scheduler(&store, &settings).await?;
     let listener = tokio::net::TcpListener::bind(settings.listen)
