@@ -104,6 +104,30 @@ impl Bridge {
     }
 }
 
+/// Waits until the receiver has seen every task of `expected`; fails the
+/// test with how many and which are missing after `within`.
+async fn wait_delivered(receiver: &Receiver, expected: &BTreeSet<i64>, within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let seen: BTreeSet<i64> = receiver
+            .requests()
+            .iter()
+            .map(|r| r["task"].as_i64().unwrap())
+            .collect();
+        if expected.is_subset(&seen) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "delivered {} of {} within {within:?}; missing {:?}",
+            expected.intersection(&seen).count(),
+            expected.len(),
+            expected.difference(&seen).take(10).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn config(dir: &Path, hook: &str) -> PathBuf {
     let path = dir.join("ttw.toml");
     std::fs::write(
@@ -172,25 +196,7 @@ async fn a_python_client_schedules_and_a_python_receiver_gets_the_webhooks() {
     assert_eq!(expected.len(), 27);
     let cancelled = done["cancelled"].as_i64().unwrap();
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let seen: BTreeSet<i64> = receiver
-            .requests()
-            .iter()
-            .map(|r| r["task"].as_i64().unwrap())
-            .collect();
-        if expected.is_subset(&seen) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "delivered {} of {}: missing {:?}",
-            expected.intersection(&seen).count(),
-            expected.len(),
-            expected.difference(&seen).collect::<Vec<_>>()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_delivered(&receiver, &expected, Duration::from_secs(30)).await;
     // Every one signed, fresh, on time, in its queue; the cancelled never.
     for r in receiver.requests() {
         assert_eq!(r["verified"], true, "{r}");
@@ -605,24 +611,7 @@ scopes = ["schedule", "read"]
     tokio::time::sleep(Duration::from_millis(1500)).await;
     b.child.kill().await.expect("SIGKILL the second instance");
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let seen: BTreeSet<i64> = receiver
-            .requests()
-            .iter()
-            .map(|r| r["task"].as_i64().unwrap())
-            .collect();
-        if expected.is_subset(&seen) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} of 300 delivered after the kill; missing {:?}",
-            expected.intersection(&seen).count(),
-            expected.difference(&seen).take(10).collect::<Vec<_>>()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_delivered(&receiver, &expected, Duration::from_secs(60)).await;
     let requests = receiver.requests();
     for r in &requests {
         assert_eq!(r["verified"], true, "{r}");

@@ -26,6 +26,7 @@ use std::time::{Duration, SystemTime};
 
 use backends::{Backend, Db};
 use deliveries::Log;
+use log::start_logging;
 use settings::fast;
 use ttw_durable::{Scheduler, Store, TaskId, TaskState};
 
@@ -80,15 +81,7 @@ on_both! {
     async fn refused_claims_are_tried_again_and_lose_nothing(db: Db) {
         let store = db.open().await;
         let log = Log::default();
-        let seen = log.clone();
-        let scheduler = fast(&store)
-            .max_concurrency(4)
-            .start(move |task| {
-                seen.record(&task);
-                async { Ok::<_, String>(()) }
-            })
-            .await
-            .unwrap();
+        let scheduler = start_logging(fast(&store).max_concurrency(4), &log).await;
         scheduler.fault_fail_claims(6);
         let ids = schedule(&store, 40, Duration::from_millis(300)).await;
         log.wait_for(40, Duration::from_secs(30)).await;
@@ -177,14 +170,7 @@ async fn refused_checkpoints_hold_up_no_write() {
     let db = Db::new(Backend::Sqlite, "refused_checkpoints");
     let store = db.open().await;
     let log = Log::default();
-    let seen = log.clone();
-    let scheduler = fast(&store)
-        .start(move |task| {
-            seen.record(&task);
-            async { Ok::<_, String>(()) }
-        })
-        .await
-        .unwrap();
+    let scheduler = start_logging(fast(&store), &log).await;
     const ASKED: u64 = 1_000_000;
     store.fault_fail_checkpoints(ASKED);
     let mut ids = Vec::new();
@@ -232,14 +218,7 @@ async fn lost_postgres_connections_lose_nothing() {
         .await
         .unwrap();
     let log = Log::default();
-    let seen = log.clone();
-    let scheduler = fast(&store)
-        .start(move |task| {
-            seen.record(&task);
-            async { Ok::<_, String>(()) }
-        })
-        .await
-        .unwrap();
+    let scheduler = start_logging(fast(&store), &log).await;
     // Scheduled through a store of its own, whose connections stay up.
     let client = db.open().await;
     let started = SystemTime::now();

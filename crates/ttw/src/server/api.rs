@@ -30,7 +30,7 @@ use subtle::ConstantTimeEq;
 use ttw_durable::{NewTask, Scheduled, Store, TaskId, TaskInfo, TaskState};
 
 use super::config::{Scope, Settings, Token};
-use super::group::Grouper;
+use super::group::{Grouper, Refused};
 
 /// The most tasks one batch request schedules.
 pub(crate) const MAX_BATCH: usize = 1_000;
@@ -410,16 +410,24 @@ async fn schedule(
     let scheduled = if checked.replace_pending {
         checked.submit(&api.store).await?
     } else {
-        api.grouper
-            .schedule(checked.into_new_task())
-            .await
-            .ok_or_else(|| {
-                ApiError::new(
+        match api.grouper.schedule(checked.into_new_task()).await {
+            Some(Ok(scheduled)) => scheduled,
+            Some(Err(Refused::Store(err))) => return Err(err.into()),
+            Some(Err(Refused::Group(said))) => {
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    said,
+                ))
+            }
+            None => {
+                return Err(ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "unavailable",
                     "the server is stopping",
-                )
-            })??
+                ))
+            }
+        }
     };
     let (status, json) = scheduled_json(scheduled);
     Ok((status, Json(json)).into_response())

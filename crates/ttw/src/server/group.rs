@@ -6,8 +6,12 @@
 //! answered only after its commit. On SQLite one writer (writes take turns
 //! anyway); on PostgreSQL two, so one group forms while the other commits.
 //!
-//! A group refused as a whole is written again one task at a time, so each
-//! request gets its own answer (its own error), as it would alone.
+//! A group the store refused because of one task (an invalid task, which
+//! the API's checks should have caught) is written again one task at a
+//! time, so each request gets its own answer. A group the database failed
+//! is not: the commit may have happened with its answer lost, and writing
+//! again would store tasks twice; every request of the group is answered
+//! with the failure, and a client retries with its idempotency key.
 
 use std::sync::Arc;
 
@@ -19,7 +23,17 @@ pub(crate) const MAX_GROUP: usize = 512;
 
 struct Pending {
     task: NewTask,
-    reply: oneshot::Sender<Result<Scheduled, ttw_durable::Error>>,
+    reply: oneshot::Sender<Result<Scheduled, Refused>>,
+}
+
+/// Why a request's task was not scheduled.
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// The store's own answer to this task.
+    Store(ttw_durable::Error),
+    /// The database failed the write of the group this task was in: this
+    /// is what it said.
+    Group(String),
 }
 
 /// The handle the API schedules single tasks through.
@@ -43,10 +57,7 @@ impl Grouper {
 
     /// Schedules `task` in the next group; answers once it is committed.
     /// `None` if the writers are gone (the server is stopping).
-    pub(crate) async fn schedule(
-        &self,
-        task: NewTask,
-    ) -> Option<Result<Scheduled, ttw_durable::Error>> {
+    pub(crate) async fn schedule(&self, task: NewTask) -> Option<Result<Scheduled, Refused>> {
         let (reply, answer) = oneshot::channel();
         self.tx.send(Pending { task, reply }).ok()?;
         answer.await.ok()
@@ -67,19 +78,24 @@ async fn run(rx: Arc<Mutex<mpsc::UnboundedReceiver<Pending>>>, store: Store) {
                     let _ = pending.reply.send(Ok(result));
                 }
             }
-            Err(_) if group.len() > 1 => {
+            Err(err) if err.batch_index().is_some() && group.len() > 1 => {
                 for pending in group.drain(..) {
                     let answer = store
                         .schedule_batch([pending.task])
                         .await
-                        .map(|mut r| r.remove(0));
+                        .map(|mut r| r.remove(0))
+                        .map_err(Refused::Store);
                     let _ = pending.reply.send(answer);
                 }
             }
             Err(err) => {
-                // A group of one: its own error.
-                if let Some(pending) = group.pop() {
-                    let _ = pending.reply.send(Err(err));
+                let said = err.to_string();
+                let mut drained = group.drain(..);
+                if let Some(first) = drained.next() {
+                    let _ = first.reply.send(Err(Refused::Store(err)));
+                }
+                for pending in drained {
+                    let _ = pending.reply.send(Err(Refused::Group(said.clone())));
                 }
             }
         }
