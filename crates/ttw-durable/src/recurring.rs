@@ -18,14 +18,14 @@ use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
 use chrono_tz::Tz;
-use sqlx::Row;
 
 use crate::client::store::Store;
 use crate::error::Error;
 use crate::model::queue::{check_queue, DEFAULT_QUEUE};
 use crate::model::time::{from_ms, ms, now_ms};
+use crate::sql::db::fnv1a;
 use crate::sql::db::priority_from_sql;
-use crate::sql::db::{fnv1a, placeholders, with_pool, Urgency};
+use crate::sql::recurring::{self as sql, Change, Definition, RecurringRow};
 
 mod occurrences;
 mod rule;
@@ -383,11 +383,7 @@ pub struct RecurringInfo {
     pub priority: i16,
 }
 
-/// The columns a schedule's row is read with.
-const COLUMNS: &str = "name, cron, time_zone, every_ms, catch_up, missed_after_ms, payload, \
-                       max_attempts, queue, priority, paused, next_at, version";
-
-/// A schedule's row.
+/// A schedule's row, read.
 struct StoredRow {
     info: RecurringInfo,
     next_at: i64,
@@ -395,36 +391,25 @@ struct StoredRow {
 }
 
 impl StoredRow {
-    fn read<R: Row>(row: &R) -> Result<StoredRow, Error>
-    where
-        for<'a> &'a str: sqlx::ColumnIndex<R>,
-        for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-        for<'a> Option<String>: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-        for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-        for<'a> Option<i64>: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-        for<'a> Vec<u8>: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    {
-        let next_at: i64 = row.try_get("next_at")?;
-        let every: Option<i64> = row.try_get("every_ms")?;
-        let missed: i64 = row.try_get("missed_after_ms")?;
-        let max_attempts: Option<i64> = row.try_get("max_attempts")?;
+    fn from_row(row: RecurringRow) -> Result<StoredRow, Error> {
+        let millis = |ms: i64| Duration::from_millis(u64::try_from(ms).unwrap_or(0));
         Ok(StoredRow {
             info: RecurringInfo {
-                name: row.try_get("name")?,
-                cron: row.try_get("cron")?,
-                time_zone: row.try_get("time_zone")?,
-                every: every.map(|e| Duration::from_millis(u64::try_from(e).unwrap_or(0))),
-                catch_up: CatchUp::from_sql(&row.try_get::<String, _>("catch_up")?)?,
-                missed_after: Duration::from_millis(u64::try_from(missed).unwrap_or(0)),
-                paused: row.try_get::<i64, _>("paused")? != 0,
-                next_at: from_ms(next_at),
-                payload: row.try_get("payload")?,
-                max_attempts: max_attempts.map(crate::sql::db::clamp_u32),
-                queue: row.try_get("queue")?,
-                priority: priority_from_sql(row.try_get("priority")?),
+                every: row.every_ms.map(millis),
+                catch_up: CatchUp::from_sql(&row.catch_up)?,
+                missed_after: millis(row.missed_after_ms),
+                paused: row.paused,
+                next_at: from_ms(row.next_at),
+                max_attempts: row.max_attempts.map(crate::sql::db::clamp_u32),
+                priority: priority_from_sql(row.priority),
+                name: row.name,
+                cron: row.cron,
+                time_zone: row.time_zone,
+                payload: row.payload,
+                queue: row.queue,
             },
-            next_at,
-            version: row.try_get("version")?,
+            next_at: row.next_at,
+            version: row.version,
         })
     }
 
@@ -505,47 +490,15 @@ impl Store {
         let rule = schedule.check()?;
         let now = now_ms();
         let next_at = rule.first(now)?;
-        let insert = format!(
-            "INSERT INTO ttw_recurring (name, shard, cron, time_zone, every_ms, catch_up, missed_after_ms, \
-             payload, max_attempts, queue, priority, next_at, created_at, updated_at) \
-             VALUES ({}, $13) ON CONFLICT (name) DO NOTHING",
-            placeholders(1, 13)
-        );
-        let look = format!("SELECT {COLUMNS} FROM ttw_recurring WHERE name = $1");
-        let turn = self.db().write_turn(Urgency::Ordinary).await;
-        let found = with_pool!(self.db(), pool => {
-            let mut tx = pool.begin().await?;
-            let created = sqlx::query(&insert)
-                .bind(&schedule.name)
-                .bind(self.recurring_shard(&schedule.name))
-                .bind(schedule.cron_text())
-                .bind(&schedule.time_zone)
-                .bind(schedule.every_ms())
-                .bind(schedule.catch_up.as_sql())
-                .bind(ms(schedule.missed_after))
-                .bind(&schedule.payload)
-                .bind(schedule.max_attempts.map(i64::from))
-                .bind(&schedule.queue)
-                .bind(i64::from(schedule.priority))
-                .bind(next_at)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected()
-                == 1;
-            let found = if created {
-                if let Some(wake) = self.notifier().wake_recurring_sql() {
-                    sqlx::query(&wake).execute(&mut *tx).await?;
-                }
-                None
-            } else {
-                let row = sqlx::query(&look).bind(&schedule.name).fetch_one(&mut *tx).await?;
-                Some(StoredRow::read(&row)?)
-            };
-            tx.commit().await?;
-            found
-        });
-        drop(turn);
+        let found = sql::register(
+            self.db(),
+            self.names(),
+            self.definition(&schedule, next_at),
+            now,
+        )
+        .await?
+        .map(StoredRow::from_row)
+        .transpose()?;
         match found {
             None => {
                 self.notifier().wake_recurring();
@@ -591,24 +544,8 @@ impl Store {
         let rule = schedule.check()?;
         let now = now_ms();
         let next_at = rule.first(now)?;
-        let update =
-            "UPDATE ttw_recurring SET cron = $2, time_zone = $3, every_ms = $4, catch_up = $5, \
-             missed_after_ms = $6, payload = $7, max_attempts = $8, next_at = $9, \
-             version = version + 1, updated_at = $10, queue = $11, priority = $12 WHERE name = $1";
-        let values = vec![
-            Value::Text(schedule.cron_text().map(str::to_string)),
-            Value::Text(schedule.time_zone.clone()),
-            Value::Int(schedule.every_ms()),
-            Value::Text(Some(schedule.catch_up.as_sql().to_string())),
-            Value::Int(Some(ms(schedule.missed_after))),
-            Value::Bytes(schedule.payload.clone()),
-            Value::Int(schedule.max_attempts.map(i64::from)),
-            Value::Int(Some(next_at)),
-            Value::Int(Some(now)),
-            Value::Text(Some(schedule.queue.clone())),
-            Value::Int(Some(i64::from(schedule.priority))),
-        ];
-        self.change_recurring(&schedule.name, update, values, false, true)
+        let def = self.definition(&schedule, next_at);
+        self.change_recurring(&schedule.name, Change::Define(def), true)
             .await
     }
 
@@ -640,11 +577,7 @@ impl Store {
     /// # }
     /// ```
     pub async fn pause_recurring(&self, name: &str) -> Result<bool, Error> {
-        let sql = "UPDATE ttw_recurring SET paused = 1, version = version + 1, \
-                   next_at = CASE WHEN $2 < next_at THEN $2 ELSE next_at END, updated_at = $3 \
-                   WHERE name = $1 AND paused = 0";
-        self.change_recurring(name, sql, Vec::new(), true, false)
-            .await
+        self.change_recurring(name, Change::Pause, false).await
     }
 
     /// Resumes a paused schedule. Returns whether it was paused.
@@ -653,10 +586,7 @@ impl Store {
     ///
     /// [`Error::is_database`].
     pub async fn resume_recurring(&self, name: &str) -> Result<bool, Error> {
-        let sql = "UPDATE ttw_recurring SET paused = 0, version = version + 1, updated_at = $2 \
-                   WHERE name = $1 AND paused = 1";
-        let values = vec![Value::Int(Some(now_ms()))];
-        self.change_recurring(name, sql, values, false, true).await
+        self.change_recurring(name, Change::Resume, true).await
     }
 
     /// Deletes a schedule, and its occurrences made tasks and not yet
@@ -683,9 +613,7 @@ impl Store {
     /// # }
     /// ```
     pub async fn delete_recurring(&self, name: &str) -> Result<bool, Error> {
-        let sql = "DELETE FROM ttw_recurring WHERE name = $1";
-        self.change_recurring(name, sql, Vec::new(), false, false)
-            .await
+        self.change_recurring(name, Change::Delete, false).await
     }
 
     /// Every recurring schedule, by name, with its next occurrence not yet
@@ -695,82 +623,45 @@ impl Store {
     ///
     /// [`Error::is_database`].
     pub async fn list_recurring(&self) -> Result<Vec<RecurringInfo>, Error> {
-        let sql = format!("SELECT {COLUMNS} FROM ttw_recurring ORDER BY name");
-        let rows = with_pool!(self.db(), pool => {
-            let mut out = Vec::new();
-            for row in sqlx::query(&sql).fetch_all(pool).await? {
-                out.push(StoredRow::read(&row)?.info);
-            }
-            out
-        });
-        Ok(rows)
+        sql::list(self.db())
+            .await?
+            .into_iter()
+            .map(|row| StoredRow::from_row(row).map(|stored| stored.info))
+            .collect()
     }
 
-    /// One change of an operator to schedule `name`, in one transaction:
-    /// delete its occurrences made tasks and not yet started, then run
-    /// `sql`, bound to `name` as `$1` and then `values` (or, when
-    /// `earliest_deleted`, the earliest occurrence deleted, `i64::MAX` if
-    /// none, and now). Returns whether `sql` changed a row (if not, nothing
-    /// is deleted either); when `wake`, the schedulers are told.
+    /// One change of an operator to schedule `name` (see
+    /// [`sql::change`]); when `wake`, this process's schedulers are told.
     async fn change_recurring(
         &self,
         name: &str,
-        sql: &str,
-        values: Vec<Value>,
-        earliest_deleted: bool,
+        change: Change<'_>,
         wake: bool,
     ) -> Result<bool, Error> {
-        let now = now_ms();
-        let delete = format!(
-            "DELETE FROM {} WHERE recurring = $1 AND state = 'scheduled' AND attempts = 0 RETURNING run_at",
-            self.tasks_table()
-        );
-        let turn = self.db().write_turn(Urgency::Ordinary).await;
-        let changed = with_pool!(self.db(), pool => {
-            let mut tx = pool.begin().await?;
-            let mut earliest: Option<i64> = None;
-            for row in sqlx::query(&delete).bind(name).fetch_all(&mut *tx).await? {
-                let at: i64 = row.try_get("run_at")?;
-                earliest = Some(earliest.map_or(at, |e| e.min(at)));
-            }
-            let mut query = sqlx::query(sql).bind(name);
-            if earliest_deleted {
-                query = query.bind(earliest.unwrap_or(i64::MAX)).bind(now);
-            }
-            for value in &values {
-                query = match value {
-                    Value::Int(v) => query.bind(*v),
-                    Value::Text(v) => query.bind(v.clone()),
-                    Value::Bytes(v) => query.bind(v.clone()),
-                };
-            }
-            let n = query.execute(&mut *tx).await?.rows_affected();
-            if n == 0 {
-                // Nothing to change: keep the occurrences too.
-                tx.rollback().await?;
-                return Ok(false);
-            }
-            if wake {
-                if let Some(wake) = self.notifier().wake_recurring_sql() {
-                    sqlx::query(&wake).execute(&mut *tx).await?;
-                }
-            }
-            tx.commit().await?;
-            true
-        });
-        drop(turn);
+        let changed = sql::change(self.db(), self.names(), name, change, now_ms()).await?;
         if changed && wake {
             self.notifier().wake_recurring();
         }
         Ok(changed)
     }
-}
 
-/// A value bound by a statement of [`Store::change_recurring`].
-enum Value {
-    Int(Option<i64>),
-    Text(Option<String>),
-    Bytes(Vec<u8>),
+    /// `schedule` as its row is written, first due at `next_at`.
+    fn definition<'a>(&self, schedule: &'a Recurring, next_at: i64) -> Definition<'a> {
+        Definition {
+            name: &schedule.name,
+            shard: self.recurring_shard(&schedule.name),
+            cron: schedule.cron_text(),
+            time_zone: schedule.time_zone.as_deref(),
+            every_ms: schedule.every_ms(),
+            catch_up: schedule.catch_up.as_sql(),
+            missed_after_ms: ms(schedule.missed_after),
+            payload: &schedule.payload,
+            max_attempts: schedule.max_attempts.map(i64::from),
+            queue: &schedule.queue,
+            priority: i64::from(schedule.priority),
+            next_at,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,19 +7,15 @@
 //! these.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
-use sqlx::Row;
-
-use crate::client::store::{read_task_info, Store, TASK_INFO_COLUMNS};
+use crate::client::store::Store;
 use crate::error::Error;
 use crate::model::queue::check_queue;
 use crate::model::task::{TaskInfo, TaskState};
 use crate::model::time::{from_ms, ms, now_ms, to_ms};
-use crate::notify::{Announced, Made, ANNOUNCED};
-use crate::sql::db::{with_pool, write_with_pool, Db, Urgency};
-use crate::sql::history::{from_history, BACK_COLUMNS};
+use crate::notify::Made;
+use crate::sql::admin::{self, Filter, Page};
 
 /// The largest page [`Store::list`] returns.
 pub const MAX_PAGE: u32 = 1000;
@@ -214,22 +210,6 @@ impl Redrive {
     }
 }
 
-/// The `WHERE` clause of a filter by state and queue, and the values to
-/// bind to it in order (`$1`, `$2`).
-fn state_and_queue(state: Option<TaskState>, queue: Option<&str>) -> (String, Vec<String>) {
-    let mut clause = String::from("TRUE");
-    let mut binds = Vec::new();
-    if let Some(state) = state {
-        binds.push(state.as_sql().to_string());
-        let _ = write!(clause, " AND state = ${}", binds.len());
-    }
-    if let Some(queue) = queue {
-        binds.push(queue.to_string());
-        let _ = write!(clause, " AND queue = ${}", binds.len());
-    }
-    (clause, binds)
-}
-
 impl Store {
     /// The newest schema migration applied to the database (the store
     /// applies what is missing when it opens): 6 for this version of the
@@ -252,12 +232,7 @@ impl Store {
     /// # }
     /// ```
     pub async fn schema_version(&self) -> Result<i64, Error> {
-        let version: Option<i64> = with_pool!(self.db(), pool => {
-            sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations WHERE success")
-                .fetch_one(pool)
-                .await?
-        });
-        Ok(version.unwrap_or(0))
+        Ok(admin::schema_version(self.db()).await?.unwrap_or(0))
     }
 
     /// Tasks that match `query`, in id order, at most its limit.
@@ -277,41 +252,17 @@ impl Store {
         if let Some(queue) = &query.queue {
             check_queue(queue)?;
         }
-        let (mut clause, binds) = state_and_queue(query.state, query.queue.as_deref());
-        let mut numbers = Vec::new();
-        for (column, op, value) in [
-            ("run_at", ">=", query.due_from.map(to_ms).transpose()?),
-            ("run_at", "<", query.due_before.map(to_ms).transpose()?),
-            ("id", ">", query.after),
-        ] {
-            if let Some(value) = value {
-                numbers.push(value);
-                let _ = write!(
-                    clause,
-                    " AND {column} {op} ${}",
-                    binds.len() + numbers.len()
-                );
-            }
-        }
-        let sql = format!(
-            "SELECT {TASK_INFO_COLUMNS} FROM ttw_all_tasks WHERE {clause} ORDER BY id LIMIT {}",
-            query.limit
-        );
-        let tasks = with_pool!(self.db(), pool => {
-            let mut q = sqlx::query(&sql);
-            for b in &binds {
-                q = q.bind(b);
-            }
-            for n in &numbers {
-                q = q.bind(n);
-            }
-            let mut tasks = Vec::new();
-            for row in q.fetch_all(pool).await? {
-                tasks.push(read_task_info!(row));
-            }
-            tasks
-        });
-        Ok(tasks)
+        let page = Page {
+            filter: Filter {
+                state: query.state,
+                queue: query.queue.as_deref(),
+            },
+            due_from: query.due_from.map(to_ms).transpose()?,
+            due_before: query.due_before.map(to_ms).transpose()?,
+            after: query.after,
+            limit: query.limit,
+        };
+        admin::page(self.db(), page).await
     }
 
     /// The nodes that have joined and not left (or not yet been cleared
@@ -341,32 +292,27 @@ impl Store {
     /// # }
     /// ```
     pub async fn nodes(&self) -> Result<Vec<NodeInfo>, Error> {
-        let sql = format!(
-            "SELECT n.node_id, n.queues, n.heartbeat_at, n.leaving, n.heartbeat_at + n.lease_ttl_ms AS expires, \
-             {now} AS now, \
-             (SELECT COUNT(*) FROM ttw_leases l WHERE l.owner_session = n.session) AS leases \
-             FROM ttw_nodes n ORDER BY n.node_id",
-            now = self.db().clock_sql()
-        );
-        let nodes = with_pool!(self.db(), pool => {
-            let mut nodes = Vec::new();
-            for row in sqlx::query(&sql).fetch_all(pool).await? {
-                let queues: String = row.try_get("queues")?;
-                let leases = u32::try_from(row.try_get::<i64, _>("leases")?).unwrap_or(u32::MAX);
-                let expires: Option<i64> = row.try_get("expires")?;
-                let now: i64 = row.try_get("now")?;
-                nodes.push(NodeInfo {
-                    node_id: row.try_get("node_id")?,
-                    queues: queues.split(',').filter(|q| !q.is_empty()).map(str::to_string).collect(),
-                    heartbeat_at: from_ms(row.try_get("heartbeat_at")?),
-                    leaving: row.try_get::<i64, _>("leaving")? != 0,
+        let nodes = admin::nodes(self.db())
+            .await?
+            .into_iter()
+            .map(|row| {
+                let leases = u32::try_from(row.leases).unwrap_or(u32::MAX);
+                NodeInfo {
+                    queues: row
+                        .queues
+                        .split(',')
+                        .filter(|q| !q.is_empty())
+                        .map(str::to_string)
+                        .collect(),
+                    heartbeat_at: from_ms(row.heartbeat_at),
+                    leaving: row.leaving,
                     leases,
-                    lease_expires_at: expires.filter(|_| leases > 0).map(from_ms),
-                    live: expires.is_some_and(|at| at > now),
-                });
-            }
-            nodes
-        });
+                    lease_expires_at: row.expires.filter(|_| leases > 0).map(from_ms),
+                    live: row.expires.is_some_and(|at| at > row.now),
+                    node_id: row.node_id,
+                }
+            })
+            .collect();
         Ok(nodes)
     }
 
@@ -396,15 +342,7 @@ impl Store {
     /// # }
     /// ```
     pub async fn oldest_due(&self) -> Result<BTreeMap<String, SystemTime>, Error> {
-        let rows: Vec<(String, i64)> = with_pool!(self.db(), pool => {
-            sqlx::query_as(
-                "SELECT queue, MIN(run_at) FROM ttw_tasks WHERE state = 'scheduled' AND run_at <= $1 \
-                 GROUP BY queue",
-            )
-            .bind(now_ms())
-            .fetch_all(pool)
-            .await?
-        });
+        let rows = admin::oldest_due(self.db(), now_ms()).await?;
         Ok(rows.into_iter().map(|(q, at)| (q, from_ms(at))).collect())
     }
 
@@ -441,17 +379,7 @@ impl Store {
         }
         let now = now_ms();
         let end = now.saturating_add(width.saturating_mul(i64::from(buckets)));
-        let rows: Vec<(i64, i64)> = with_pool!(self.db(), pool => {
-            sqlx::query_as(
-                "SELECT CASE WHEN run_at < $1 THEN -1 ELSE (run_at - $1) / $2 END AS b, COUNT(*) \
-                 FROM ttw_tasks WHERE state = 'scheduled' AND run_at < $3 GROUP BY b",
-            )
-            .bind(now)
-            .bind(width)
-            .bind(end)
-            .fetch_all(pool)
-            .await?
-        });
+        let rows = admin::due_buckets(self.db(), now, width, end).await?;
         let mut timeline = DueTimeline {
             overdue: 0,
             bucket,
@@ -512,22 +440,11 @@ impl Store {
         if let Some(queue) = &redrive.queue {
             check_queue(queue)?;
         }
-        let (clause, binds) = state_and_queue(Some(redrive.state), redrive.queue.as_deref());
-        // Dead tasks wait in `ttw_tasks`; done and cancelled ones are in
-        // the history, and come back from it (see `sql::history`).
-        let table = if redrive.state == TaskState::Dead {
-            "ttw_tasks"
-        } else {
-            "ttw_history"
+        let filter = Filter {
+            state: Some(redrive.state),
+            queue: redrive.queue.as_deref(),
         };
-        let count_sql = format!("SELECT COUNT(*) FROM {table} WHERE {clause}");
-        let count: i64 = with_pool!(self.db(), pool => {
-            let mut q = sqlx::query_scalar(&count_sql);
-            for b in &binds {
-                q = q.bind(b);
-            }
-            q.fetch_one(pool).await?
-        });
+        let count = admin::count_finished(self.db(), filter).await?;
         let total = u64::try_from(count).unwrap_or(0).min(redrive.limit);
         let start = now_ms();
         let spread = ms(redrive.spread);
@@ -536,16 +453,7 @@ impl Store {
         let mut after: i64 = 0;
         while done < total {
             let take = (total - done).min(REDRIVE_GROUP);
-            let select = format!(
-                "SELECT id FROM {table} WHERE {clause} AND id > {after} ORDER BY id LIMIT {take}"
-            );
-            let ids: Vec<i64> = with_pool!(self.db(), pool => {
-                let mut q = sqlx::query_scalar(&select);
-                for b in &binds {
-                    q = q.bind(b);
-                }
-                q.fetch_all(pool).await?
-            });
+            let ids = admin::finished_ids(self.db(), filter, after, take).await?;
             let Some(&last) = ids.last() else {
                 break;
             };
@@ -554,99 +462,12 @@ impl Store {
             let offset =
                 i64::try_from(i128::from(spread) * i128::from(done) / i128::from(total.max(1)))
                     .unwrap_or(0);
-            let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
             let at = start.saturating_add(offset);
-            let changed = if table == "ttw_tasks" {
-                self.redrive_dead(&list, at).await?
-            } else {
-                self.redrive_finished(&list, redrive.state, at).await?
-            };
+            let changed = admin::redrive(self.db(), self.names(), &ids, redrive.state, at).await?;
             done += ids.len() as u64;
             redriven += changed.len() as u64;
             self.notifier().committed(changed, Made::Moved);
         }
         Ok(redriven)
-    }
-
-    /// Dead tasks of `list` (ids, comma-separated) scheduled again at `at`
-    /// with their attempts reset.
-    async fn redrive_dead(&self, list: &str, at: i64) -> Result<Vec<Announced>, Error> {
-        let sql = self.notifier().announcing(&format!(
-            "UPDATE ttw_tasks SET state = 'scheduled', run_at = $1, attempts = 0, finished_at = NULL, \
-             updated_at = {} WHERE id IN ({list}) AND state = 'dead' RETURNING {ANNOUNCED}",
-            self.db().clock_sql()
-        ));
-        let changed = write_with_pool!(self.db(), Urgency::Ordinary, pool => {
-            let mut changed = Vec::new();
-            for row in sqlx::query(&sql).bind(at).fetch_all(pool).await? {
-                changed.push(Announced::read(&row)?);
-            }
-            changed
-        });
-        Ok(changed)
-    }
-
-    /// Finished tasks of `list` (ids, comma-separated) in state `state`,
-    /// moved from the history back to `ttw_tasks`, scheduled at `at` with
-    /// their attempts reset.
-    async fn redrive_finished(
-        &self,
-        list: &str,
-        state: TaskState,
-        at: i64,
-    ) -> Result<Vec<Announced>, Error> {
-        let back = from_history("$1", self.db().clock_sql());
-        let _turn = self.db().write_turn(Urgency::Ordinary).await;
-        let mut changed = Vec::new();
-        match self.db() {
-            #[cfg(feature = "postgres")]
-            Db::Postgres(pool) => {
-                let sql = self.notifier().announcing_after(
-                    &format!(
-                        "back AS (DELETE FROM ttw_history WHERE id IN ({list}) AND state = $2 RETURNING *)"
-                    ),
-                    &format!(
-                        "INSERT INTO ttw_tasks ({BACK_COLUMNS}) SELECT {back} FROM back RETURNING {ANNOUNCED}"
-                    ),
-                );
-                for row in sqlx::query(&sql)
-                    .bind(at)
-                    .bind(state.as_sql())
-                    .fetch_all(pool)
-                    .await?
-                {
-                    changed.push(Announced::read(&row)?);
-                }
-            }
-            // Copy back, then delete what was copied, in one transaction.
-            #[cfg(feature = "sqlite")]
-            Db::Sqlite(pool, _) => {
-                let sql = format!(
-                    "INSERT INTO ttw_tasks ({BACK_COLUMNS}) SELECT {back} FROM ttw_history \
-                     WHERE id IN ({list}) AND state = $2 RETURNING {ANNOUNCED}"
-                );
-                let mut tx = pool.begin().await?;
-                for row in sqlx::query(&sql)
-                    .bind(at)
-                    .bind(state.as_sql())
-                    .fetch_all(&mut *tx)
-                    .await?
-                {
-                    changed.push(Announced::read(&row)?);
-                }
-                if !changed.is_empty() {
-                    let ids = changed
-                        .iter()
-                        .map(|t| t.id.to_string())
-                        .collect::<Vec<_>>()
-                        .join(",");
-                    sqlx::query(&format!("DELETE FROM ttw_history WHERE id IN ({ids})"))
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                tx.commit().await?;
-            }
-        }
-        Ok(changed)
     }
 }

@@ -4,22 +4,16 @@
 
 use std::collections::HashMap;
 
-use sqlx::Row;
-
-use crate::client::connection::{with_conn, Conn};
 use crate::client::schedule::Scheduled;
 use crate::client::store::Store;
 use crate::error::Error;
 use crate::model::new_task::{NewRow, NewTask};
 use crate::model::task::TaskId;
 use crate::model::time::now_ms;
-use crate::notify::{Announced, Made, ANNOUNCED};
-use crate::sql::db::{placeholders, with_pool, Urgency};
-use crate::sql::history::finished_twins;
-
-/// The most tasks one insert statement of a batch carries: seven parameters
-/// each, far below SQLite's 32,766 and PostgreSQL's 65,535.
-const ROWS_PER_STATEMENT: usize = 1000;
+use crate::notify::{Announced, Made};
+use crate::sql::db::{with_conn, with_pool, Conn, Urgency};
+use crate::sql::keys;
+use crate::sql::tasks::{self, Inserted, TaskParams, ROWS_PER_STATEMENT};
 
 impl Store {
     /// Stores many tasks at once: all of them or none, in one transaction
@@ -106,71 +100,23 @@ impl Store {
             return Ok((Vec::new(), Vec::new()));
         }
         let now = now_ms();
-        let tasks = self.tasks_table();
-        // `{rows}` is where the rows of each statement go.
-        let insert = self.notifier().announcing(&format!(
-            "INSERT INTO {tasks} (run_at, payload, idempotency_key, max_attempts, queue, priority, created_at, updated_at) \
-             VALUES {{rows}} ON CONFLICT (idempotency_key) DO NOTHING RETURNING {ANNOUNCED}, idempotency_key",
-        ));
-        let clock = self.db().clock_sql();
-        // On SQLite each row's parameters are `?`, bound in order: binding
-        // a statement's numbered parameters looks each name up along a list
-        // of them all, which over the thousands of parameters of a batch
-        // statement cost more than the insert itself.
-        let sqlite = !self.is_postgres();
-        let statement = |n: usize| {
-            let values = (0..n)
-                .map(|i| {
-                    let params = if sqlite {
-                        "?, ?, ?, ?, ?, ?, ?".to_string()
-                    } else {
-                        placeholders(1 + 7 * i, 7)
-                    };
-                    format!("({params}, {clock})")
-                })
-                .collect::<Vec<_>>()
-                .join(", ");
-            insert.replace("{rows}", &values)
-        };
-        let full = statement(ROWS_PER_STATEMENT.min(rows.len()));
+        let names = self.names();
         let mut outcomes: Vec<Option<Scheduled>> = vec![None; rows.len()];
         let mut created = Vec::with_capacity(rows.len());
         let mut kept = Vec::new();
         // (row, id) of each task created with a key.
         let mut keyed: Vec<(usize, i64)> = Vec::new();
-        let history = self.history_table();
-        let all = self.all_tasks_view();
+        let mut params = Vec::with_capacity(ROWS_PER_STATEMENT.min(rows.len()));
         with_conn!(conn, c => {
             // One transaction (a savepoint inside the caller's), so that a
             // task whose key a finished one holds is never seen, and a
             // batch of many statements commits whole.
             let mut tx = sqlx::Connection::begin(c).await?;
-            let c = &mut *tx;
+            let mut conn = Conn::from(&mut *tx);
             for (n, chunk) in rows.chunks(ROWS_PER_STATEMENT).enumerate() {
-                let sql = if chunk.len() == ROWS_PER_STATEMENT.min(rows.len()) {
-                    full.clone()
-                } else {
-                    statement(chunk.len())
-                };
-                let mut query = sqlx::query(&sql);
-                for row in chunk {
-                    query = query
-                        .bind(row.run_at)
-                        .bind(&row.payload)
-                        .bind(&row.idempotency_key)
-                        .bind(row.max_attempts)
-                        .bind(&row.queue)
-                        .bind(row.priority_or_default())
-                        .bind(now);
-                }
-                // Read to its end (see the notes of `db`).
-                let mut returned = Vec::with_capacity(chunk.len());
-                for row in query.fetch_all(&mut *c).await? {
-                    returned.push(Inserted {
-                        task: Announced::read(&row)?,
-                        idempotency_key: row.try_get("idempotency_key")?,
-                    });
-                }
+                params.clear();
+                params.extend(chunk.iter().map(TaskParams::from));
+                let returned = tasks::insert(conn.again(), names, &params, now).await?;
                 let base = n * ROWS_PER_STATEMENT;
                 for (i, inserted) in match_rows(chunk, returned)?.into_iter().enumerate() {
                     match inserted {
@@ -186,30 +132,11 @@ impl Store {
                 }
             }
             // Keys a finished task holds in the history: the new task goes
-            // (see `sql::history`), the finished one is the key's task.
-            let mut gone = HashMap::new();
-            for chunk in keyed.chunks(ROWS_PER_STATEMENT) {
-                let sql = finished_twins(
-                    tasks,
-                    history,
-                    &format!("t.id IN ({})", placeholders(1, chunk.len())),
-                );
-                let mut query = sqlx::query_as::<_, (i64, i64)>(&sql);
-                for (_, id) in chunk {
-                    query = query.bind(id);
-                }
-                gone.extend(query.fetch_all(&mut *c).await?);
-            }
+            // (see `sql::keys`), the finished one is the key's task.
+            let ids: Vec<i64> = keyed.iter().map(|&(_, id)| id).collect();
+            let gone: HashMap<i64, i64> =
+                keys::drop_finished_twins(conn.again(), names, &ids).await?.into_iter().collect();
             if !gone.is_empty() {
-                let ids: Vec<i64> = gone.keys().copied().collect();
-                for chunk in ids.chunks(ROWS_PER_STATEMENT) {
-                    let sql = format!("DELETE FROM {tasks} WHERE id IN ({})", placeholders(1, chunk.len()));
-                    let mut query = sqlx::query(&sql);
-                    for id in chunk {
-                        query = query.bind(id);
-                    }
-                    query.execute(&mut *c).await?;
-                }
                 for &(i, id) in &keyed {
                     if let Some(&old) = gone.get(&id) {
                         outcomes[i] = Some(Scheduled::Existing(TaskId(old)));
@@ -220,20 +147,12 @@ impl Store {
             // Keys that found a task: kept before, or created earlier in
             // this batch (visible in its own transaction), in either table.
             for chunk in kept.chunks(ROWS_PER_STATEMENT) {
-                let sql = format!(
-                    "SELECT id, idempotency_key FROM {all} WHERE idempotency_key IN ({})",
-                    placeholders(1, chunk.len())
-                );
-                let mut query = sqlx::query(&sql);
-                for &i in chunk {
-                    query = query.bind(&rows[i].idempotency_key);
-                }
-                let mut found = HashMap::with_capacity(chunk.len());
-                for row in query.fetch_all(&mut *c).await? {
-                    found.insert(row.try_get::<String, _>("idempotency_key")?, row.try_get::<i64, _>("id")?);
-                }
-                for &i in chunk {
-                    let key = rows[i].idempotency_key.as_deref().unwrap_or_default();
+                let wanted: Vec<&str> = chunk
+                    .iter()
+                    .map(|&i| rows[i].idempotency_key.as_deref().unwrap_or_default())
+                    .collect();
+                let found = keys::holders(conn.again(), names, &wanted).await?;
+                for (&i, key) in chunk.iter().zip(wanted) {
                     let id = found.get(key).ok_or_else(|| {
                         Error::internal("the idempotency key kept conflicting with a task being deleted")
                             .in_batch(i)
@@ -263,12 +182,6 @@ impl NewRow {
             .map(|(i, t)| NewRow::check(t).map_err(|e| e.in_batch(i)))
             .collect()
     }
-}
-
-/// A row an insert of a batch returned.
-struct Inserted {
-    task: Announced,
-    idempotency_key: Option<String>,
 }
 
 /// Which of `chunk` each returned row is: the task created, or `None` for

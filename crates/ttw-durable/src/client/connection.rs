@@ -33,28 +33,7 @@ mod sealed {
     #[cfg(feature = "sqlite")]
     use sqlx::SqliteConnection;
 
-    /// A borrowed connection of either backend.
-    #[derive(Debug)]
-    pub enum Conn<'a> {
-        #[cfg(feature = "sqlite")]
-        Sqlite(&'a mut SqliteConnection),
-        #[cfg(feature = "postgres")]
-        Postgres(&'a mut PgConnection),
-    }
-
-    #[cfg(feature = "sqlite")]
-    impl<'a> From<&'a mut SqliteConnection> for Conn<'a> {
-        fn from(conn: &'a mut SqliteConnection) -> Self {
-            Conn::Sqlite(conn)
-        }
-    }
-
-    #[cfg(feature = "postgres")]
-    impl<'a> From<&'a mut PgConnection> for Conn<'a> {
-        fn from(conn: &'a mut PgConnection) -> Self {
-            Conn::Postgres(conn)
-        }
-    }
+    use crate::sql::db::Conn;
 
     pub trait Sealed {
         /// This connection, as one of the two backends.
@@ -76,32 +55,7 @@ mod sealed {
     }
 }
 
-pub(crate) use sealed::Conn;
-
-/// Runs `$body` with `$c` bound to the connection `$conn` borrows, as
-/// [`with_pool!`](crate::sql::db::with_pool) does for a pool.
-macro_rules! with_conn {
-    ($conn:expr, $c:ident => $body:expr) => {
-        match $conn {
-            #[cfg(feature = "sqlite")]
-            $crate::client::connection::Conn::Sqlite($c) => $body,
-            #[cfg(feature = "postgres")]
-            $crate::client::connection::Conn::Postgres($c) => $body,
-        }
-    };
-}
-pub(crate) use with_conn;
-
-impl Conn<'_> {
-    fn is_postgres(&self) -> bool {
-        match self {
-            #[cfg(feature = "sqlite")]
-            Conn::Sqlite(_) => false,
-            #[cfg(feature = "postgres")]
-            Conn::Postgres(_) => true,
-        }
-    }
-}
+pub(crate) use crate::sql::db::Conn;
 
 impl Store {
     /// The caller's connection, checked to be on this store's backend.

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use crate::client::store::Store;
 use crate::error::Error;
 use crate::model::task::{StateCounts, TaskState};
-use crate::sql::db::with_pool;
+use crate::sql::admin;
 
 impl Store {
     /// How many tasks are in each state, as `(scheduled, running, done,
@@ -16,11 +16,7 @@ impl Store {
     ///
     /// [`Error::is_database`].
     pub async fn counts(&self) -> Result<StateCounts, Error> {
-        let rows: Vec<(String, i64)> = with_pool!(self.db(), pool => {
-            sqlx::query_as("SELECT state, COUNT(*) FROM ttw_all_tasks GROUP BY state")
-                .fetch_all(pool)
-                .await?
-        });
+        let rows = admin::state_counts(self.db()).await?;
         let mut counts = StateCounts::default();
         for (state, n) in rows {
             *counts.slot(TaskState::from_sql(&state)?) = u64::try_from(n).unwrap_or(0);
@@ -53,11 +49,7 @@ impl Store {
     /// # }
     /// ```
     pub async fn queue_counts(&self) -> Result<BTreeMap<String, StateCounts>, Error> {
-        let rows: Vec<(String, String, i64)> = with_pool!(self.db(), pool => {
-            sqlx::query_as("SELECT queue, state, COUNT(*) FROM ttw_all_tasks GROUP BY queue, state")
-                .fetch_all(pool)
-                .await?
-        });
+        let rows = admin::queue_state_counts(self.db()).await?;
         let mut counts: BTreeMap<String, StateCounts> = BTreeMap::new();
         for (queue, state, n) in rows {
             *counts

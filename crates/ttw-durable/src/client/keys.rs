@@ -11,24 +11,16 @@
 
 use std::time::SystemTime;
 
-use sqlx::Row;
-
-use crate::client::connection::{with_conn, Conn};
 use crate::client::schedule::Scheduled;
 use crate::client::store::{Store, Which};
 use crate::error::Error;
 use crate::model::new_task::{NewRow, NewTask};
 use crate::model::task::{TaskId, TaskInfo, TaskState};
 use crate::model::time::{now_ms, to_ms};
-use crate::notify::{Announced, Made, ANNOUNCED};
-use crate::sql::db::Urgency;
-use crate::sql::history::finished_twins;
-
-/// A task that is pending: scheduled and never claimed. A task waiting for
-/// its retry is scheduled too, but has had an attempt: its retries go on
-/// with the payload the failed attempt was claimed with, at the time its
-/// backoff set, so a replacement leaves it alone.
-const PENDING: &str = "state = 'scheduled' AND attempts = 0";
+use crate::notify::{Announced, Made};
+use crate::sql::db::{with_conn, Conn, Urgency};
+use crate::sql::keys::{self, Replacement};
+use crate::sql::tasks::{self, MakeDue, TaskParams};
 
 /// How many times a replacement looks again when the key's task changed
 /// between its statements (created, claimed or deleted by another writer).
@@ -120,8 +112,13 @@ impl Store {
     /// # }
     /// ```
     pub async fn reschedule_by_key(&self, key: &str, at: SystemTime) -> Result<bool, Error> {
-        self.make_due(Which::Key(key), TaskState::Scheduled, to_ms(at)?, "")
-            .await
+        self.make_due(MakeDue {
+            which: Which::Key(key),
+            from: TaskState::Scheduled,
+            run_at: to_ms(at)?,
+            restart: false,
+        })
+        .await
     }
 
     /// [`Schedule::replace_pending`](crate::Schedule::replace_pending) on
@@ -174,75 +171,38 @@ impl Store {
                 "replace_pending needs an idempotency key to find the task by",
             ));
         };
-        let tasks = self.tasks_table();
-        let clock = self.db().clock_sql();
-        let update = self.notifier().announcing(&format!(
-            "UPDATE {tasks} SET payload = $2, run_at = COALESCE($3, run_at), \
-             max_attempts = COALESCE($4, max_attempts), priority = COALESCE($5, priority), \
-             updated_at = {clock} \
-             WHERE idempotency_key = $1 AND {PENDING} RETURNING {ANNOUNCED}"
-        ));
-        let insert = self.notifier().announcing(&format!(
-            "INSERT INTO {tasks} (run_at, payload, idempotency_key, max_attempts, queue, priority, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, {clock}) ON CONFLICT (idempotency_key) DO NOTHING RETURNING {ANNOUNCED}"
-        ));
-        let look = format!(
-            "SELECT id, state, attempts FROM {} WHERE idempotency_key = $1",
-            self.all_tasks_view()
-        );
-        let twins = finished_twins(tasks, self.history_table(), "t.id = $1");
-        let new_time = row.time_given.then_some(row.run_at);
+        let names = self.names();
+        let replacement = Replacement {
+            key,
+            payload: &row.payload,
+            run_at: row.time_given.then_some(row.run_at),
+            max_attempts: row.max_attempts,
+            priority: row.priority,
+        };
         with_conn!(conn, c => {
             // A savepoint inside the caller's transaction, a transaction
-            // of its own outside one (see `sql::history`).
+            // of its own outside one (see `sql::keys`).
             let mut tx = sqlx::Connection::begin(c).await?;
-            let c = &mut *tx;
+            let mut conn = Conn::from(&mut *tx);
             for _ in 0..REPLACE_TRIES {
-                // Read to its end (see the notes of `db`).
-                let replaced = sqlx::query(&update)
-                    .bind(key)
-                    .bind(&row.payload)
-                    .bind(new_time)
-                    .bind(row.max_attempts)
-                    .bind(row.priority)
-                    .fetch_all(&mut *c)
-                    .await?;
-                if let Some(r) = replaced.first() {
-                    let task = Announced::read(r)?;
+                if let Some(task) = keys::replace_pending(conn.again(), names, replacement).await? {
                     tx.commit().await?;
                     return Ok((Scheduled::Replaced(TaskId(task.id)), Some(task)));
                 }
-                let inserted = sqlx::query(&insert)
-                    .bind(row.run_at)
-                    .bind(&row.payload)
-                    .bind(key)
-                    .bind(row.max_attempts)
-                    .bind(&row.queue)
-                    .bind(row.priority_or_default())
-                    .bind(now_ms())
-                    .fetch_all(&mut *c)
-                    .await?;
-                if let Some(r) = inserted.first() {
-                    let task = Announced::read(r)?;
-                    let twin: Option<(i64, i64)> =
-                        sqlx::query_as(&twins).bind(task.id).fetch_optional(&mut *c).await?;
-                    if let Some((new, old)) = twin {
-                        sqlx::query(&format!("DELETE FROM {tasks} WHERE id = $1"))
-                            .bind(new)
-                            .execute(&mut *c)
-                            .await?;
-                        tx.commit().await?;
-                        return Ok((Scheduled::Existing(TaskId(old)), None));
-                    }
+                let params = [TaskParams::from(row)];
+                if let Some(inserted) = tasks::insert(conn.again(), names, &params, now_ms()).await?.pop() {
+                    let task = inserted.task;
+                    let twins = keys::drop_finished_twins(conn.again(), names, &[task.id]).await?;
                     tx.commit().await?;
-                    return Ok((Scheduled::Created(TaskId(task.id)), Some(task)));
+                    return Ok(match twins.first() {
+                        Some(&(_, old)) => (Scheduled::Existing(TaskId(old)), None),
+                        None => (Scheduled::Created(TaskId(task.id)), Some(task)),
+                    });
                 }
-                if let Some(r) = sqlx::query(&look).bind(key).fetch_optional(&mut *c).await? {
-                    let state = TaskState::from_sql(r.try_get("state")?)?;
-                    let attempts: i64 = r.try_get("attempts")?;
-                    if state != TaskState::Scheduled || attempts > 0 {
+                if let Some(holder) = keys::holder(conn.again(), names, key).await? {
+                    if !holder.is_pending() {
                         tx.commit().await?;
-                        return Ok((Scheduled::Existing(TaskId(r.try_get("id")?)), None));
+                        return Ok((Scheduled::Existing(TaskId(holder.id)), None));
                     }
                 }
             }

@@ -11,8 +11,9 @@ use crate::error::Error;
 use crate::model::new_task::{NewRow, NewTask};
 use crate::model::task::TaskId;
 use crate::model::time::now_ms;
-use crate::notify::{Announced, Made, ANNOUNCED};
-use crate::sql::db::{write_with_pool, Urgency};
+use crate::notify::Made;
+use crate::sql::db::{write_with_pool, Conn, Urgency};
+use crate::sql::tasks::{self, TaskParams};
 
 impl Store {
     /// Starts scheduling a task carrying `payload` (at most
@@ -52,28 +53,13 @@ impl Store {
                 .pop()
                 .ok_or_else(|| Error::internal("a scheduled task has no outcome"));
         }
-        let now = now_ms();
         let db = self.db();
-        let sql = self.notifier().announcing(&format!(
-            "INSERT INTO ttw_tasks (run_at, payload, max_attempts, queue, priority, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, {}) RETURNING {ANNOUNCED}",
-            db.clock_sql()
-        ));
-        // Read to its end, so that a commit that failed is an error here
-        // and never an id (see the notes of `sql::db`).
-        let inserted: Option<Announced> = write_with_pool!(db, Urgency::Ordinary, pool => {
-            sqlx::query(&sql)
-            .bind(row.run_at)
-            .bind(&row.payload)
-            .bind(row.max_attempts)
-            .bind(&row.queue)
-            .bind(row.priority_or_default())
-            .bind(now)
-            .fetch_all(pool)
-            .await?
-            .first()
-            .map(Announced::read)
-            .transpose()?
+        let inserted = write_with_pool!(db, Urgency::Ordinary, pool => {
+            let mut conn = pool.acquire().await?;
+            tasks::insert(Conn::from(&mut *conn), self.names(), &[TaskParams::from(&row)], now_ms())
+                .await?
+                .pop()
+                .map(|inserted| inserted.task)
         });
         let task = inserted.ok_or_else(|| Error::internal("an insert returned no task"))?;
         let id = task.id;

@@ -9,17 +9,15 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use sqlx::Row;
-
 use crate::error::Error;
 use crate::model::task::{TaskId, TaskInfo, TaskState};
 use crate::model::time::{now_ms, to_ms};
-use crate::notify::{Announced, ListenOptions, Made, Notifier, ANNOUNCED};
-use crate::sql::db::{
-    with_pool, write_with_pool, Db, MemoryKeeper, PoolSettings, Urgency, SQLITE_MIN_SIZE,
-};
-use crate::sql::history::{into_history, HISTORY_COLUMNS};
+use crate::notify::{ListenOptions, Made, Notifier};
+use crate::sql::db::{Db, MemoryKeeper, PoolSettings, SQLITE_MIN_SIZE};
+use crate::sql::names::Names;
 use crate::sql::schema;
+pub(crate) use crate::sql::tasks::Which;
+use crate::sql::tasks::{self, MakeDue};
 
 /// A durable task store on SQLite or PostgreSQL: the client that schedules
 /// tasks, and what a [`Scheduler`](crate::Scheduler) runs on.
@@ -63,14 +61,8 @@ struct StoreInner {
     db: Db,
     shards: u32,
     notifier: Notifier,
-    /// The tasks table, named in the store's PostgreSQL schema if it has
-    /// one: for statements on a caller's connection, whose `search_path`
-    /// may differ from the pool's.
-    tasks_table: String,
-    /// `ttw_history`, named as [`Store::tasks_table`] names `ttw_tasks`.
-    history_table: String,
-    /// `ttw_all_tasks`, named the same way.
-    all_tasks_view: String,
+    /// How its statements name its tables and channel.
+    names: Names,
     /// The queues [`Store::publish_task_counts`] last set gauges for, so
     /// that a queue whose tasks are all gone is set to zero, not left at
     /// its last counts.
@@ -239,19 +231,14 @@ impl StoreBuilder {
         memory_keeper: Option<MemoryKeeper>,
     ) -> Result<Store, Error> {
         let shards = schema::prepare(&db, self.shards).await?;
-        let prefix = match (&listen, &self.schema) {
-            (Some(_), Some(schema)) => format!("{schema}."),
-            _ => String::new(),
-        };
+        let names = Names::new(&db, self.schema.as_deref());
         let notifier = Notifier::new(listen.map(|options| (options, self.schema.as_deref())));
         Ok(Store {
             inner: Arc::new(StoreInner {
                 db,
                 shards,
                 notifier,
-                tasks_table: format!("{prefix}ttw_tasks"),
-                history_table: format!("{prefix}ttw_history"),
-                all_tasks_view: format!("{prefix}ttw_all_tasks"),
+                names,
                 published_queues: Mutex::default(),
                 _memory_keeper: memory_keeper.map(Mutex::new),
             }),
@@ -350,19 +337,9 @@ impl Store {
         &self.inner.db
     }
 
-    /// The tasks table, as statements on a caller's connection name it.
-    pub(crate) fn tasks_table(&self) -> &str {
-        &self.inner.tasks_table
-    }
-
-    /// The history of finished tasks, named as [`Store::tasks_table`].
-    pub(crate) fn history_table(&self) -> &str {
-        &self.inner.history_table
-    }
-
-    /// The view of both tables, named as [`Store::tasks_table`].
-    pub(crate) fn all_tasks_view(&self) -> &str {
-        &self.inner.all_tasks_view
+    /// How this store's statements name its tables and channel.
+    pub(crate) fn names(&self) -> &Names {
+        &self.inner.names
     }
 
     /// Where announcements of new and moved tasks go out, and schedulers
@@ -386,51 +363,8 @@ impl Store {
     /// Cancels the task `target` names if it is still scheduled, moving it
     /// to `ttw_history` (see [`history`](crate::sql::history)); returns
     /// whether it was.
-    pub(crate) async fn cancel_where(&self, target: Which<'_>) -> Result<bool, Error> {
-        let now = now_ms();
-        let into = into_history("cancelled", self.db().clock_sql(), "$2");
-        let column = target.column();
-        let found = format!("{column} = $1 AND state = 'scheduled'");
-        let _turn = self.db().write_turn(Urgency::Ordinary).await;
-        let moved: Option<i64> = match self.db() {
-            #[cfg(feature = "postgres")]
-            Db::Postgres(pool) => {
-                let sql = format!(
-                    "WITH moved AS (DELETE FROM ttw_tasks WHERE {found} RETURNING *) \
-                     INSERT INTO ttw_history ({HISTORY_COLUMNS}) SELECT {into} FROM moved RETURNING id"
-                );
-                let query = sqlx::query_scalar(&sql);
-                let query = match target {
-                    Which::Id(id) => query.bind(id),
-                    Which::Key(key) => query.bind(key),
-                };
-                query.bind(now).fetch_optional(pool).await?
-            }
-            // Copy, then delete what was copied, in one transaction.
-            #[cfg(feature = "sqlite")]
-            Db::Sqlite(pool, _) => {
-                let sql = format!(
-                    "INSERT INTO ttw_history ({HISTORY_COLUMNS}) SELECT {into} FROM ttw_tasks \
-                     WHERE {found} RETURNING id"
-                );
-                let mut tx = pool.begin().await?;
-                let query = sqlx::query_scalar(&sql);
-                let query = match target {
-                    Which::Id(id) => query.bind(id),
-                    Which::Key(key) => query.bind(key),
-                };
-                let moved: Option<i64> = query.bind(now).fetch_optional(&mut *tx).await?;
-                if let Some(id) = moved {
-                    sqlx::query("DELETE FROM ttw_tasks WHERE id = $1")
-                        .bind(id)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                tx.commit().await?;
-                moved
-            }
-        };
-        Ok(moved.is_some())
+    pub(crate) async fn cancel_where(&self, which: Which<'_>) -> Result<bool, Error> {
+        tasks::cancel(self.db(), which, now_ms()).await
     }
 
     /// Moves a task that is still scheduled to a new time. Returns whether it
@@ -441,8 +375,13 @@ impl Store {
     /// [`Error::is_out_of_range`] for a time the store cannot hold,
     /// [`Error::is_database`].
     pub async fn reschedule(&self, id: TaskId, at: SystemTime) -> Result<bool, Error> {
-        self.make_due(Which::Id(id.0), TaskState::Scheduled, to_ms(at)?, "")
-            .await
+        self.make_due(MakeDue {
+            which: Which::Id(id.0),
+            from: TaskState::Scheduled,
+            run_at: to_ms(at)?,
+            restart: false,
+        })
+        .await
     }
 
     /// Schedules a dead task again, due at once with its attempts reset.
@@ -452,44 +391,19 @@ impl Store {
     ///
     /// [`Error::is_database`].
     pub async fn redrive(&self, id: TaskId) -> Result<bool, Error> {
-        self.make_due(
-            Which::Id(id.0),
-            TaskState::Dead,
-            now_ms(),
-            ", attempts = 0, finished_at = NULL",
-        )
+        self.make_due(MakeDue {
+            which: Which::Id(id.0),
+            from: TaskState::Dead,
+            run_at: now_ms(),
+            restart: true,
+        })
         .await
     }
 
-    /// Makes the task `target` names scheduled and due at `run_at` if it
-    /// is in state `from`, with the assignments in `also`, and announces
-    /// it. Returns whether it was in that state.
-    pub(crate) async fn make_due(
-        &self,
-        target: Which<'_>,
-        from: TaskState,
-        run_at: i64,
-        also: &str,
-    ) -> Result<bool, Error> {
-        let sql = self.inner.notifier.announcing(&format!(
-            "UPDATE ttw_tasks SET state = 'scheduled', run_at = $2, updated_at = {}{also} \
-             WHERE {} = $1 AND state = $3 RETURNING {ANNOUNCED}",
-            self.db().clock_sql(),
-            target.column()
-        ));
-        // Read to its end (see the notes of `db`).
-        let changed: Vec<Announced> = write_with_pool!(self.db(), Urgency::Ordinary, pool => {
-            let query = sqlx::query(&sql);
-            let query = match target {
-                Which::Id(id) => query.bind(id),
-                Which::Key(key) => query.bind(key),
-            };
-            let mut changed = Vec::new();
-            for row in query.bind(run_at).bind(from.as_sql()).fetch_all(pool).await? {
-                changed.push(Announced::read(&row)?);
-            }
-            changed
-        });
+    /// Makes a task scheduled and due again (see [`MakeDue`]) and
+    /// announces it. Returns whether it was in the state asked.
+    pub(crate) async fn make_due(&self, change: MakeDue<'_>) -> Result<bool, Error> {
+        let changed = tasks::make_due(self.db(), self.names(), change).await?;
         let any = !changed.is_empty();
         self.inner.notifier.committed(changed, Made::Moved);
         Ok(any)
@@ -505,69 +419,9 @@ impl Store {
         self.get_where(Which::Id(id.0)).await
     }
 
-    /// The task `target` names, or `None`.
-    pub(crate) async fn get_where(&self, target: Which<'_>) -> Result<Option<TaskInfo>, Error> {
-        let sql = format!(
-            "SELECT {TASK_INFO_COLUMNS} FROM ttw_all_tasks WHERE {} = $1",
-            target.column()
-        );
-        let info = with_pool!(self.db(), pool => {
-            let query = sqlx::query(&sql);
-            let query = match target {
-                Which::Id(id) => query.bind(id),
-                Which::Key(key) => query.bind(key),
-            };
-            match query.fetch_optional(pool).await? {
-                None => None,
-                Some(row) => Some(read_task_info!(row)),
-            }
-        });
-        Ok(info)
-    }
-}
-
-/// The columns a [`TaskInfo`] is read from, by [`read_task_info`].
-pub(crate) const TASK_INFO_COLUMNS: &str =
-    "id, state, run_at, attempts, max_attempts, last_error, \
-     idempotency_key, payload, queue, priority";
-
-/// A [`TaskInfo`] from a row of [`TASK_INFO_COLUMNS`] (a macro: the rows of
-/// the two backends are different types); `?` on the enclosing function.
-macro_rules! read_task_info {
-    ($row:expr) => {{
-        let row = &$row;
-        $crate::model::task::TaskInfo {
-            id: $crate::model::task::TaskId(row.try_get("id")?),
-            state: $crate::model::task::TaskState::from_sql(row.try_get("state")?)?,
-            run_at: $crate::model::time::from_ms(row.try_get("run_at")?),
-            attempts: $crate::sql::db::clamp_u32(row.try_get("attempts")?),
-            max_attempts: row
-                .try_get::<Option<i64>, _>("max_attempts")?
-                .map($crate::sql::db::clamp_u32),
-            last_error: row.try_get("last_error")?,
-            idempotency_key: row.try_get("idempotency_key")?,
-            payload: row.try_get("payload")?,
-            queue: row.try_get("queue")?,
-            priority: $crate::sql::db::priority_from_sql(row.try_get("priority")?),
-        }
-    }};
-}
-pub(crate) use read_task_info;
-
-/// Which task a statement is about: by id, or by idempotency key.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Which<'a> {
-    Id(i64),
-    Key(&'a str),
-}
-
-impl Which<'_> {
-    /// The column that names the task.
-    pub(crate) fn column(self) -> &'static str {
-        match self {
-            Which::Id(_) => "id",
-            Which::Key(_) => "idempotency_key",
-        }
+    /// The task `which` names, or `None`.
+    pub(crate) async fn get_where(&self, which: Which<'_>) -> Result<Option<TaskInfo>, Error> {
+        tasks::get(self.db(), which).await
     }
 }
 

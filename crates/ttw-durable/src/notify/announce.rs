@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::sync::{broadcast, watch};
 
 use super::listen::Listener;
-use super::{channel, Announced, ListenOptions, RECURRING};
+use super::{channel, Announced, ListenOptions};
 
 /// Schedules within this process the broadcast holds before a slow
 /// listener lags (and reloads its window instead).
@@ -37,45 +37,9 @@ impl Notifier {
         }
     }
 
-    /// `change`, a statement that makes tasks due and ends in
-    /// `RETURNING` [`ANNOUNCED`] (and any other columns), made to announce them to the schedulers of
-    /// other processes: on PostgreSQL it sends a `NOTIFY` per row it
-    /// returns, in its own transaction, so the notifications go out if and
-    /// only if the change commits, with no round trip of their own. On
-    /// SQLite it is `change` itself; other processes' schedulers find the
-    /// change by their catch-up poll.
-    pub(crate) fn announcing(&self, change: &str) -> String {
-        match &self.postgres {
-            // The channel is letters, digits and '_' (see `channel`), safe
-            // to write as a literal.
-            Some((_, channel)) => format!(
-                "WITH changed AS ({change}) SELECT changed.* FROM changed, \
-                 pg_notify('{channel}', changed.id || ':' || changed.run_at || ':' || changed.priority \
-                 || ':' || changed.queue)"
-            ),
-            None => change.to_string(),
-        }
-    }
-
-    /// [`announcing`](Self::announcing) for a `change` that reads the
-    /// common table expressions `ctes` (`name AS (...)`, comma-separated),
-    /// on PostgreSQL, where a data-modifying `WITH` must be the statement's
-    /// own.
-    #[cfg(feature = "postgres")]
-    pub(crate) fn announcing_after(&self, ctes: &str, change: &str) -> String {
-        match &self.postgres {
-            Some((_, channel)) => format!(
-                "WITH {ctes}, changed AS ({change}) SELECT changed.* FROM changed, \
-                 pg_notify('{channel}', changed.id || ':' || changed.run_at || ':' || changed.priority \
-                 || ':' || changed.queue)"
-            ),
-            None => format!("WITH {ctes} {change}"),
-        }
-    }
-
     /// Tells this process's schedulers that a task is due, once the change
     /// has committed (those of other processes heard of it from the
-    /// statement made by [`announcing`](Self::announcing)).
+    /// statement, `sql::announce::announcing`).
     pub(crate) fn announce(&self, task: Announced) {
         let _ = self.local.send(task);
     }
@@ -114,14 +78,6 @@ impl Notifier {
     /// What this process's schedulers watch for [`wake_recurring`](Self::wake_recurring).
     pub(crate) fn watch_recurring(&self) -> watch::Receiver<u64> {
         self.recurring.subscribe()
-    }
-
-    /// On PostgreSQL, a statement that tells the schedulers of other
-    /// processes, at commit, that a recurring schedule changed.
-    pub(crate) fn wake_recurring_sql(&self) -> Option<String> {
-        self.postgres
-            .as_ref()
-            .map(|(_, channel)| format!("SELECT pg_notify('{channel}', '{RECURRING}')"))
     }
 
     /// Starts hearing announcements. The in-process subscription starts

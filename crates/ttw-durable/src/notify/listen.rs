@@ -15,8 +15,10 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 #[cfg(feature = "postgres")]
-use super::{parse, RECURRING};
+use super::parse;
 use super::{Announced, ListenOptions};
+#[cfg(feature = "postgres")]
+use crate::sql::announce::RECURRING;
 
 /// How long a `LISTEN` connection that could not be opened waits before
 /// the next try.

@@ -59,6 +59,66 @@ macro_rules! write_with_pool {
 }
 pub(crate) use write_with_pool;
 
+/// A borrowed connection of either backend: a caller's, or one taken
+/// from the pool for a transaction.
+#[derive(Debug)]
+pub enum Conn<'a> {
+    #[cfg(feature = "sqlite")]
+    Sqlite(&'a mut SqliteConnection),
+    #[cfg(feature = "postgres")]
+    Postgres(&'a mut PgConnection),
+}
+
+#[cfg(feature = "sqlite")]
+impl<'a> From<&'a mut SqliteConnection> for Conn<'a> {
+    fn from(conn: &'a mut SqliteConnection) -> Self {
+        Conn::Sqlite(conn)
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl<'a> From<&'a mut PgConnection> for Conn<'a> {
+    fn from(conn: &'a mut PgConnection) -> Self {
+        Conn::Postgres(conn)
+    }
+}
+
+impl Conn<'_> {
+    /// Whether this is a PostgreSQL connection.
+    pub(crate) fn is_postgres(&self) -> bool {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Conn::Sqlite(_) => false,
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(_) => true,
+        }
+    }
+
+    /// The same connection, borrowed again for one more statement.
+    pub(crate) fn again(&mut self) -> Conn<'_> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Conn::Sqlite(c) => Conn::Sqlite(c),
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(c) => Conn::Postgres(c),
+        }
+    }
+}
+
+/// Runs `$body` with `$c` bound to the connection `$conn` borrows, as
+/// [`with_pool!`] does for a pool.
+macro_rules! with_conn {
+    ($conn:expr, $c:ident => $body:expr) => {
+        match $conn {
+            #[cfg(feature = "sqlite")]
+            $crate::sql::db::Conn::Sqlite($c) => $body,
+            #[cfg(feature = "postgres")]
+            $crate::sql::db::Conn::Postgres($c) => $body,
+        }
+    };
+}
+pub(crate) use with_conn;
+
 /// The pool of one backend; on SQLite, with the turns its writes take.
 #[derive(Clone)]
 pub(crate) enum Db {

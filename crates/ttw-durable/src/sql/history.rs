@@ -10,7 +10,7 @@
 //! counts, the CLI and the dashboard read `ttw_all_tasks`, a view of both.
 //! An idempotency key stays taken while its task is in either table: an
 //! insert that takes a key looks in `ttw_history` after its own insert, in
-//! the same transaction (see [`finished_twins`]).
+//! the same transaction (see [`keys`](crate::sql::keys)).
 
 use crate::error::Error;
 use crate::sql::db::{write_with_pool, Db, Urgency};
@@ -43,26 +43,6 @@ pub(crate) fn from_history(run_at: &str, updated: &str) -> String {
     format!(
         "id, 'scheduled', {run_at}, payload, idempotency_key, max_attempts, 0, last_error, \
          created_at, {updated}, claims, recurring, queue, priority"
-    )
-}
-
-/// The statement that finds, among the tasks just inserted (ids bound as
-/// `ids`, an SQL condition on `t.id`), those whose idempotency key a
-/// finished task in `history` holds: rows of the new task's id and the
-/// finished one's (`new_id`, `old_id`).
-///
-/// Why after the insert: a task leaving `ttw_tasks` for `ttw_history` frees
-/// the key in `ttw_tasks`'s unique index as it commits. An insert that
-/// looked in `ttw_history` first, in the same statement, could read it
-/// before that commit and insert after it, under the same key. Looking in
-/// a statement of its own after the insert sees the move: the insert
-/// either found the finished task still in `ttw_tasks` (and conflicted),
-/// or waited for the move to commit, which this statement then sees. The
-/// caller deletes the new tasks it returns, in the same transaction.
-pub(crate) fn finished_twins(tasks: &str, history: &str, ids: &str) -> String {
-    format!(
-        "SELECT t.id AS new_id, h.id AS old_id FROM {tasks} t \
-         JOIN {history} h ON h.idempotency_key = t.idempotency_key WHERE {ids}"
     )
 }
 

@@ -1,12 +1,27 @@
-//! The database: pools on SQLite or PostgreSQL and their write turns,
-//! placeholders and times in milliseconds (`db.rs`), the embedded
-//! migrations and lease rows (`schema.rs`), and the scheduler's statements
-//! on `ttw_tasks` (`claims.rs`), and the moves of finished tasks to
-//! `ttw_history` and back (`history.rs`).
+//! The database: every statement on the task system's tables.
+//!
+//! - `db.rs`: pools on SQLite or PostgreSQL and their write turns, a
+//!   borrowed connection of either backend, placeholders and times.
+//! - `names.rs`: how a store's statements name its tables, its `NOTIFY`
+//!   channel and the database's clock; `announce.rs`: what a statement
+//!   that makes tasks due returns and the `NOTIFY` it sends.
+//! - `schema.rs`: the embedded migrations and the lease rows.
+//! - `tasks.rs`: the one task insert, and one task read, cancelled, moved.
+//! - `keys.rs`: idempotency keys, the key-in-history protocol, replacement.
+//! - `claims.rs`: the scheduler's claims and outcomes.
+//! - `history.rs`: finished tasks moved to `ttw_history`, and the sweep.
+//! - `recurring.rs`: recurring schedules and their occurrences.
+//! - `admin.rs`: an operator's reads and bulk redrives, and the counts.
 
+pub(crate) mod admin;
+pub(crate) mod announce;
 #[cfg(feature = "sqlite")]
 pub(crate) mod checkpoint;
 pub(crate) mod claims;
 pub(crate) mod db;
 pub(crate) mod history;
+pub(crate) mod keys;
+pub(crate) mod names;
+pub(crate) mod recurring;
 pub(crate) mod schema;
+pub(crate) mod tasks;

@@ -1,0 +1,351 @@
+//! What an operator reads and does across many tasks: counts, pages of
+//! tasks, the nodes and their leases, how late each queue is, what comes
+//! due soon, and finished tasks run again in bulk.
+
+use std::fmt::Write as _;
+
+use sqlx::Row;
+
+use crate::error::Error;
+use crate::model::task::{TaskInfo, TaskState};
+#[cfg(feature = "postgres")]
+use crate::sql::announce;
+use crate::sql::announce::{Announced, ANNOUNCED};
+use crate::sql::db::{placeholders, with_pool, write_with_pool, Db, Urgency};
+use crate::sql::history::{from_history, BACK_COLUMNS};
+use crate::sql::names::Names;
+use crate::sql::tasks::{read_task_info, TASK_INFO_COLUMNS};
+
+/// The newest schema migration applied.
+pub(crate) async fn schema_version(db: &Db) -> Result<Option<i64>, Error> {
+    let version = with_pool!(db, pool => {
+        sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations WHERE success")
+            .fetch_one(pool)
+            .await?
+    });
+    Ok(version)
+}
+
+/// How many tasks are in each state: (state, count).
+pub(crate) async fn state_counts(db: &Db) -> Result<Vec<(String, i64)>, Error> {
+    let rows = with_pool!(db, pool => {
+        sqlx::query_as("SELECT state, COUNT(*) FROM ttw_all_tasks GROUP BY state")
+            .fetch_all(pool)
+            .await?
+    });
+    Ok(rows)
+}
+
+/// How many tasks each queue holds in each state: (queue, state, count).
+pub(crate) async fn queue_state_counts(db: &Db) -> Result<Vec<(String, String, i64)>, Error> {
+    let rows = with_pool!(db, pool => {
+        sqlx::query_as("SELECT queue, state, COUNT(*) FROM ttw_all_tasks GROUP BY queue, state")
+            .fetch_all(pool)
+            .await?
+    });
+    Ok(rows)
+}
+
+/// Tasks by state and queue: the filter of a page and of a redrive.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Filter<'a> {
+    pub(crate) state: Option<TaskState>,
+    pub(crate) queue: Option<&'a str>,
+}
+
+impl Filter<'_> {
+    /// The `WHERE` clause, and the values to bind to it in order (`$1`,
+    /// `$2`).
+    fn clause(self) -> (String, Vec<&'static str>, Option<String>) {
+        let mut clause = String::from("TRUE");
+        let mut n = 0;
+        let state = self.state.map(|state| {
+            n += 1;
+            let _ = write!(clause, " AND state = ${n}");
+            state.as_sql()
+        });
+        let queue = self.queue.map(|queue| {
+            n += 1;
+            let _ = write!(clause, " AND queue = ${n}");
+            queue.to_string()
+        });
+        (clause, state.into_iter().collect(), queue)
+    }
+}
+
+/// Binds what [`Filter::clause`] asked for, in order.
+macro_rules! bind_filter {
+    ($query:expr, $states:expr, $queue:expr) => {{
+        let mut q = $query;
+        for state in &$states {
+            q = q.bind(*state);
+        }
+        if let Some(queue) = &$queue {
+            q = q.bind(queue.as_str());
+        }
+        q
+    }};
+}
+
+/// The parameters of [`page`]: a filter, due times, and where the page
+/// starts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Page<'a> {
+    pub(crate) filter: Filter<'a>,
+    pub(crate) due_from: Option<i64>,
+    pub(crate) due_before: Option<i64>,
+    /// The page starts after this id.
+    pub(crate) after: Option<i64>,
+    pub(crate) limit: u32,
+}
+
+/// One page of tasks, in either table, in id order.
+pub(crate) async fn page(db: &Db, page: Page<'_>) -> Result<Vec<TaskInfo>, Error> {
+    let (mut clause, states, queue) = page.filter.clause();
+    let bound = states.len() + usize::from(queue.is_some());
+    let mut numbers = Vec::new();
+    for (column, op, value) in [
+        ("run_at", ">=", page.due_from),
+        ("run_at", "<", page.due_before),
+        ("id", ">", page.after),
+    ] {
+        if let Some(value) = value {
+            numbers.push(value);
+            let _ = write!(clause, " AND {column} {op} ${}", bound + numbers.len());
+        }
+    }
+    let sql = format!(
+        "SELECT {TASK_INFO_COLUMNS} FROM ttw_all_tasks WHERE {clause} ORDER BY id LIMIT {}",
+        page.limit
+    );
+    let tasks = with_pool!(db, pool => {
+        let mut q = bind_filter!(sqlx::query(&sql), states, queue);
+        for n in &numbers {
+            q = q.bind(n);
+        }
+        let mut tasks = Vec::new();
+        for row in q.fetch_all(pool).await? {
+            tasks.push(read_task_info!(row));
+        }
+        tasks
+    });
+    Ok(tasks)
+}
+
+/// A node's row, with the database's time and the leases it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NodeRow {
+    pub(crate) node_id: String,
+    /// Comma-separated.
+    pub(crate) queues: String,
+    pub(crate) heartbeat_at: i64,
+    pub(crate) leaving: bool,
+    /// When its leases run out, if it has a heartbeat.
+    pub(crate) expires: Option<i64>,
+    /// The database's clock as it read the row.
+    pub(crate) now: i64,
+    pub(crate) leases: i64,
+}
+
+/// The nodes that joined and have not left, by id.
+pub(crate) async fn nodes(db: &Db) -> Result<Vec<NodeRow>, Error> {
+    let sql = format!(
+        "SELECT n.node_id, n.queues, n.heartbeat_at, n.leaving, n.heartbeat_at + n.lease_ttl_ms AS expires, \
+         {now} AS now, \
+         (SELECT COUNT(*) FROM ttw_leases l WHERE l.owner_session = n.session) AS leases \
+         FROM ttw_nodes n ORDER BY n.node_id",
+        now = db.clock_sql()
+    );
+    let nodes = with_pool!(db, pool => {
+        let mut nodes = Vec::new();
+        for row in sqlx::query(&sql).fetch_all(pool).await? {
+            nodes.push(NodeRow {
+                node_id: row.try_get("node_id")?,
+                queues: row.try_get("queues")?,
+                heartbeat_at: row.try_get("heartbeat_at")?,
+                leaving: row.try_get::<i64, _>("leaving")? != 0,
+                expires: row.try_get("expires")?,
+                now: row.try_get("now")?,
+                leases: row.try_get("leases")?,
+            });
+        }
+        nodes
+    });
+    Ok(nodes)
+}
+
+/// For each queue with a scheduled task due at `now` or before, the
+/// oldest `run_at`.
+pub(crate) async fn oldest_due(db: &Db, now: i64) -> Result<Vec<(String, i64)>, Error> {
+    let rows = with_pool!(db, pool => {
+        sqlx::query_as(
+            "SELECT queue, MIN(run_at) FROM ttw_tasks WHERE state = 'scheduled' AND run_at <= $1 \
+             GROUP BY queue",
+        )
+        .bind(now)
+        .fetch_all(pool)
+        .await?
+    });
+    Ok(rows)
+}
+
+/// Scheduled tasks due before `end`, counted per bucket of `width` ms from
+/// `now`: (bucket, count), bucket -1 for those overdue.
+pub(crate) async fn due_buckets(
+    db: &Db,
+    now: i64,
+    width: i64,
+    end: i64,
+) -> Result<Vec<(i64, i64)>, Error> {
+    let rows = with_pool!(db, pool => {
+        sqlx::query_as(
+            "SELECT CASE WHEN run_at < $1 THEN -1 ELSE (run_at - $1) / $2 END AS b, COUNT(*) \
+             FROM ttw_tasks WHERE state = 'scheduled' AND run_at < $3 GROUP BY b",
+        )
+        .bind(now)
+        .bind(width)
+        .bind(end)
+        .fetch_all(pool)
+        .await?
+    });
+    Ok(rows)
+}
+
+/// Where the finished tasks in `state` are: dead ones wait in `ttw_tasks`;
+/// done and cancelled ones are in the history (see `sql::history`).
+fn finished_table(state: Option<TaskState>) -> &'static str {
+    if state == Some(TaskState::Dead) {
+        "ttw_tasks"
+    } else {
+        "ttw_history"
+    }
+}
+
+/// How many finished tasks match `filter` (its state is dead, done or
+/// cancelled).
+pub(crate) async fn count_finished(db: &Db, filter: Filter<'_>) -> Result<i64, Error> {
+    let (clause, states, queue) = filter.clause();
+    let sql = format!(
+        "SELECT COUNT(*) FROM {} WHERE {clause}",
+        finished_table(filter.state)
+    );
+    let count = with_pool!(db, pool => {
+        bind_filter!(sqlx::query_scalar(&sql), states, queue).fetch_one(pool).await?
+    });
+    Ok(count)
+}
+
+/// The ids of at most `take` finished tasks matching `filter`, after id
+/// `after`, in id order.
+pub(crate) async fn finished_ids(
+    db: &Db,
+    filter: Filter<'_>,
+    after: i64,
+    take: u64,
+) -> Result<Vec<i64>, Error> {
+    let (clause, states, queue) = filter.clause();
+    let bound = states.len() + usize::from(queue.is_some());
+    let sql = format!(
+        "SELECT id FROM {} WHERE {clause} AND id > ${} ORDER BY id LIMIT ${}",
+        finished_table(filter.state),
+        bound + 1,
+        bound + 2
+    );
+    let ids = with_pool!(db, pool => {
+        bind_filter!(sqlx::query_scalar(&sql), states, queue)
+            .bind(after)
+            .bind(i64::try_from(take).unwrap_or(i64::MAX))
+            .fetch_all(pool)
+            .await?
+    });
+    Ok(ids)
+}
+
+/// The tasks `ids` in finished state `state`, scheduled again at `at` with
+/// their attempts reset (back from the history for done and cancelled
+/// ones), announced. Returns them.
+pub(crate) async fn redrive(
+    db: &Db,
+    names: &Names,
+    ids: &[i64],
+    state: TaskState,
+    at: i64,
+) -> Result<Vec<Announced>, Error> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    // `$1` is the time, `$2` the state; the ids follow.
+    let list = placeholders(3, ids.len());
+    if state == TaskState::Dead {
+        let sql = names.announcing(&format!(
+            "UPDATE ttw_tasks SET state = 'scheduled', run_at = $1, attempts = 0, finished_at = NULL, \
+             updated_at = {} WHERE id IN ({list}) AND state = $2 RETURNING {ANNOUNCED}",
+            names.clock
+        ));
+        let changed = write_with_pool!(db, Urgency::Ordinary, pool => {
+            let mut q = sqlx::query(&sql).bind(at).bind(state.as_sql());
+            for id in ids {
+                q = q.bind(id);
+            }
+            let mut changed = Vec::new();
+            for row in q.fetch_all(pool).await? {
+                changed.push(Announced::read(&row)?);
+            }
+            changed
+        });
+        return Ok(changed);
+    }
+    let back = from_history("$1", names.clock);
+    let _turn = db.write_turn(Urgency::Ordinary).await;
+    let mut changed = Vec::new();
+    match db {
+        #[cfg(feature = "postgres")]
+        Db::Postgres(pool) => {
+            let sql = announce::announcing_after(
+                names.channel.as_deref(),
+                &format!(
+                    "back AS (DELETE FROM ttw_history WHERE id IN ({list}) AND state = $2 RETURNING *)"
+                ),
+                &format!(
+                    "INSERT INTO ttw_tasks ({BACK_COLUMNS}) SELECT {back} FROM back RETURNING {ANNOUNCED}"
+                ),
+            );
+            let mut q = sqlx::query(&sql).bind(at).bind(state.as_sql());
+            for id in ids {
+                q = q.bind(id);
+            }
+            for row in q.fetch_all(pool).await? {
+                changed.push(Announced::read(&row)?);
+            }
+        }
+        // Copy back, then delete what was copied, in one transaction.
+        #[cfg(feature = "sqlite")]
+        Db::Sqlite(pool, _) => {
+            let sql = format!(
+                "INSERT INTO ttw_tasks ({BACK_COLUMNS}) SELECT {back} FROM ttw_history \
+                 WHERE id IN ({list}) AND state = $2 RETURNING {ANNOUNCED}"
+            );
+            let mut tx = pool.begin().await?;
+            let mut q = sqlx::query(&sql).bind(at).bind(state.as_sql());
+            for id in ids {
+                q = q.bind(id);
+            }
+            for row in q.fetch_all(&mut *tx).await? {
+                changed.push(Announced::read(&row)?);
+            }
+            if !changed.is_empty() {
+                let sql = format!(
+                    "DELETE FROM ttw_history WHERE id IN ({})",
+                    placeholders(1, changed.len())
+                );
+                let mut q = sqlx::query(&sql);
+                for task in &changed {
+                    q = q.bind(task.id);
+                }
+                q.execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+        }
+    }
+    Ok(changed)
+}

@@ -1,0 +1,115 @@
+//! What a statement that makes tasks due returns ([`Announced`]), and on
+//! PostgreSQL the `NOTIFY` it sends in the same statement, so that the
+//! notification goes out if and only if the change commits.
+
+use std::sync::Arc;
+
+use crate::sql::db::{fnv1a, priority_from_sql};
+
+/// The columns a statement that makes tasks due returns, for
+/// [`Announced::read`] (and, on PostgreSQL, its `NOTIFY`).
+pub(crate) const ANNOUNCED: &str = "id, run_at, queue, priority";
+
+/// A task made due, as announced to schedulers: its queue by name, which
+/// each scheduler maps to a lane of its own if it serves the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Announced {
+    pub(crate) id: i64,
+    pub(crate) run_at: i64,
+    pub(crate) queue: Arc<str>,
+    pub(crate) priority: i16,
+}
+
+impl Announced {
+    /// Reads the [`ANNOUNCED`] columns of a row.
+    pub(crate) fn read<'r, R>(row: &'r R) -> Result<Announced, sqlx::Error>
+    where
+        R: sqlx::Row,
+        &'r str: sqlx::ColumnIndex<R>,
+        i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    {
+        Ok(Announced {
+            id: row.try_get("id")?,
+            run_at: row.try_get("run_at")?,
+            queue: Arc::from(row.try_get::<String, _>("queue")?),
+            priority: priority_from_sql(row.try_get("priority")?),
+        })
+    }
+}
+
+/// PostgreSQL's longest identifier, in bytes.
+pub(crate) const PG_IDENTIFIER: usize = 63;
+
+/// The `NOTIFY` payload that says a recurring schedule changed.
+pub(crate) const RECURRING: &str = "recurring";
+
+/// The notification channel of a schema: `ttw_tasks`, or `ttw_tasks_<schema>`
+/// (hashed when that is longer than PostgreSQL allows; every process
+/// derives the same name).
+pub(crate) fn channel(schema: Option<&str>) -> String {
+    let Some(schema) = schema else {
+        return "ttw_tasks".to_string();
+    };
+    let channel = format!("ttw_tasks_{schema}");
+    if channel.len() <= PG_IDENTIFIER {
+        channel
+    } else {
+        format!("ttw_tasks_{:016x}", fnv1a(schema.as_bytes()))
+    }
+}
+
+/// `change`, a statement that makes tasks due and ends in `RETURNING`
+/// [`ANNOUNCED`] (and any other columns), made to announce them on
+/// `channel` (PostgreSQL): a `NOTIFY` per row it returns, in its own
+/// transaction, with no round trip of its own. Without a channel (SQLite)
+/// it is `change` itself; other processes' schedulers find the change by
+/// their catch-up poll.
+pub(crate) fn announcing(channel: Option<&str>, change: &str) -> String {
+    match channel {
+        // The channel is letters, digits and '_' (see `channel`), safe to
+        // write as a literal.
+        Some(channel) => format!(
+            "WITH changed AS ({change}) SELECT changed.* FROM changed, \
+             pg_notify('{channel}', changed.id || ':' || changed.run_at || ':' || changed.priority \
+             || ':' || changed.queue)"
+        ),
+        None => change.to_string(),
+    }
+}
+
+/// [`announcing`] for a `change` that reads the common table expressions
+/// `ctes` (`name AS (...)`, comma-separated): on PostgreSQL a
+/// data-modifying `WITH` must be the statement's own.
+#[cfg(feature = "postgres")]
+pub(crate) fn announcing_after(channel: Option<&str>, ctes: &str, change: &str) -> String {
+    match channel {
+        Some(channel) => format!(
+            "WITH {ctes}, changed AS ({change}) SELECT changed.* FROM changed, \
+             pg_notify('{channel}', changed.id || ':' || changed.run_at || ':' || changed.priority \
+             || ':' || changed.queue)"
+        ),
+        None => format!("WITH {ctes} {change}"),
+    }
+}
+
+/// On PostgreSQL, the statement that tells the schedulers of other
+/// processes, at commit, that a recurring schedule changed.
+pub(crate) fn wake_recurring(channel: Option<&str>) -> Option<String> {
+    channel.map(|channel| format!("SELECT pg_notify('{channel}', '{RECURRING}')"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_schema_name_gets_a_short_stable_channel() {
+        assert_eq!(channel(None), "ttw_tasks");
+        assert_eq!(channel(Some("app")), "ttw_tasks_app");
+        let long = "s".repeat(80);
+        let name = channel(Some(&long));
+        assert!(name.len() <= PG_IDENTIFIER, "{name}");
+        assert_eq!(name, channel(Some(&long)));
+    }
+}

@@ -1,0 +1,293 @@
+//! Statements on one task at a time, and the one insert every task is
+//! written by: a single schedule, a batch, a replacement that found no
+//! task, and a recurring schedule's occurrences all go through [`insert`].
+
+use std::fmt::Write as _;
+
+use sqlx::Row;
+
+use crate::error::Error;
+use crate::model::new_task::NewRow;
+use crate::model::task::{TaskInfo, TaskState};
+use crate::sql::announce::{Announced, ANNOUNCED};
+use crate::sql::db::{placeholders, with_conn, with_pool, write_with_pool, Conn, Db, Urgency};
+use crate::sql::history::{into_history, HISTORY_COLUMNS};
+use crate::sql::names::Names;
+
+/// The most tasks one insert statement carries: eight parameters each,
+/// far below SQLite's 32,766 and PostgreSQL's 65,535.
+pub(crate) const ROWS_PER_STATEMENT: usize = 1000;
+
+/// The parameters of one row of [`insert`].
+const PARAMS_PER_ROW: usize = 8;
+
+/// One task to insert, checked already ([`NewRow::check`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TaskParams<'a> {
+    pub(crate) run_at: i64,
+    pub(crate) payload: &'a [u8],
+    pub(crate) idempotency_key: Option<&'a str>,
+    pub(crate) max_attempts: Option<i64>,
+    /// The recurring schedule whose occurrence this is.
+    pub(crate) recurring: Option<&'a str>,
+    pub(crate) queue: &'a str,
+    pub(crate) priority: i64,
+}
+
+impl<'a> From<&'a NewRow> for TaskParams<'a> {
+    fn from(row: &'a NewRow) -> Self {
+        TaskParams {
+            run_at: row.run_at,
+            payload: &row.payload,
+            idempotency_key: row.idempotency_key.as_deref(),
+            max_attempts: row.max_attempts,
+            recurring: None,
+            queue: &row.queue,
+            priority: row.priority_or_default(),
+        }
+    }
+}
+
+/// A row [`insert`] returned: a task created.
+#[derive(Debug, Clone)]
+pub(crate) struct Inserted {
+    pub(crate) task: Announced,
+    pub(crate) idempotency_key: Option<String>,
+}
+
+/// The insert of `n` rows: every column a new task is given, the row's
+/// `updated_at` from the database's clock, and nothing for a key that is
+/// taken (`ON CONFLICT DO NOTHING`). On SQLite each row's parameters are
+/// `?`, bound in order: binding numbered parameters looks each name up
+/// along a list of them all, which over the thousands of a batch statement
+/// cost more than the insert itself.
+fn insert_sql(names: &Names, sqlite: bool, n: usize) -> String {
+    let mut values = String::with_capacity(n * 48);
+    for i in 0..n {
+        if i > 0 {
+            values.push_str(", ");
+        }
+        let params = if sqlite {
+            "?, ?, ?, ?, ?, ?, ?, ?".to_string()
+        } else {
+            placeholders(1 + PARAMS_PER_ROW * i, PARAMS_PER_ROW)
+        };
+        let _ = write!(values, "({params}, {})", names.clock);
+    }
+    names.announcing(&format!(
+        "INSERT INTO {} (run_at, payload, idempotency_key, max_attempts, recurring, queue, priority, \
+         created_at, updated_at) VALUES {values} \
+         ON CONFLICT (idempotency_key) DO NOTHING RETURNING {ANNOUNCED}, idempotency_key",
+        names.tasks
+    ))
+}
+
+/// Inserts `rows` (at most [`ROWS_PER_STATEMENT`]) in one statement,
+/// created at `created_at`. Returns the tasks created: every row without a
+/// key, in the order of the rows (one statement draws its ids in that
+/// order), and each row whose key was free. A row whose key a task in
+/// `ttw_tasks` holds creates nothing; one whose key a finished task holds
+/// in the history is created, and is for the caller to drop in the same
+/// transaction ([`keys::drop_finished_twins`](crate::sql::keys::drop_finished_twins)).
+pub(crate) async fn insert(
+    conn: Conn<'_>,
+    names: &Names,
+    rows: &[TaskParams<'_>],
+    created_at: i64,
+) -> Result<Vec<Inserted>, Error> {
+    debug_assert!(rows.len() <= ROWS_PER_STATEMENT);
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = insert_sql(names, !conn.is_postgres(), rows.len());
+    with_conn!(conn, c => {
+        let mut query = sqlx::query(&sql);
+        for row in rows {
+            query = query
+                .bind(row.run_at)
+                .bind(row.payload)
+                .bind(row.idempotency_key)
+                .bind(row.max_attempts)
+                .bind(row.recurring)
+                .bind(row.queue)
+                .bind(row.priority)
+                .bind(created_at);
+        }
+        // Read to its end, so that a commit that failed is an error here
+        // and never an id (see the notes of `db`).
+        let mut inserted = Vec::with_capacity(rows.len());
+        for row in query.fetch_all(&mut *c).await? {
+            inserted.push(Inserted {
+                task: Announced::read(&row)?,
+                idempotency_key: row.try_get("idempotency_key")?,
+            });
+        }
+        Ok(inserted)
+    })
+}
+
+/// Which task a statement is about: by id, or by idempotency key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Which<'a> {
+    Id(i64),
+    Key(&'a str),
+}
+
+impl Which<'_> {
+    /// The column that names the task.
+    fn column(self) -> &'static str {
+        match self {
+            Which::Id(_) => "id",
+            Which::Key(_) => "idempotency_key",
+        }
+    }
+}
+
+/// Binds the task a [`Which`] names as the next parameter.
+macro_rules! bind_which {
+    ($query:expr, $which:expr) => {
+        match $which {
+            Which::Id(id) => $query.bind(id),
+            Which::Key(key) => $query.bind(key),
+        }
+    };
+}
+
+/// The columns a [`TaskInfo`] is read from, by [`read_task_info`].
+pub(crate) const TASK_INFO_COLUMNS: &str =
+    "id, state, run_at, attempts, max_attempts, last_error, \
+     idempotency_key, payload, queue, priority";
+
+/// A [`TaskInfo`] from a row of [`TASK_INFO_COLUMNS`] (a macro: the rows of
+/// the two backends are different types); `?` on the enclosing function.
+macro_rules! read_task_info {
+    ($row:expr) => {{
+        let row = &$row;
+        $crate::model::task::TaskInfo {
+            id: $crate::model::task::TaskId(row.try_get("id")?),
+            state: $crate::model::task::TaskState::from_sql(row.try_get("state")?)?,
+            run_at: $crate::model::time::from_ms(row.try_get("run_at")?),
+            attempts: $crate::sql::db::clamp_u32(row.try_get("attempts")?),
+            max_attempts: row
+                .try_get::<Option<i64>, _>("max_attempts")?
+                .map($crate::sql::db::clamp_u32),
+            last_error: row.try_get("last_error")?,
+            idempotency_key: row.try_get("idempotency_key")?,
+            payload: row.try_get("payload")?,
+            queue: row.try_get("queue")?,
+            priority: $crate::sql::db::priority_from_sql(row.try_get("priority")?),
+        }
+    }};
+}
+pub(crate) use read_task_info;
+
+/// The task `which` names, in either table, or `None`.
+pub(crate) async fn get(db: &Db, which: Which<'_>) -> Result<Option<TaskInfo>, Error> {
+    let sql = format!(
+        "SELECT {TASK_INFO_COLUMNS} FROM ttw_all_tasks WHERE {} = $1",
+        which.column()
+    );
+    let info = with_pool!(db, pool => {
+        let query = sqlx::query(&sql);
+        match bind_which!(query, which).fetch_optional(pool).await? {
+            None => None,
+            Some(row) => Some(read_task_info!(row)),
+        }
+    });
+    Ok(info)
+}
+
+/// Cancels the task `which` names if it is scheduled, moving it to
+/// `ttw_history` (see [`history`](crate::sql::history)) as finished at
+/// `now`. Returns whether it was scheduled.
+pub(crate) async fn cancel(db: &Db, which: Which<'_>, now: i64) -> Result<bool, Error> {
+    let into = into_history("cancelled", db.clock_sql(), "$2");
+    let found = format!("{} = $1 AND state = 'scheduled'", which.column());
+    let _turn = db.write_turn(Urgency::Ordinary).await;
+    let moved: Option<i64> = match db {
+        #[cfg(feature = "postgres")]
+        Db::Postgres(pool) => {
+            let sql = format!(
+                "WITH moved AS (DELETE FROM ttw_tasks WHERE {found} RETURNING *) \
+                 INSERT INTO ttw_history ({HISTORY_COLUMNS}) SELECT {into} FROM moved RETURNING id"
+            );
+            let query = sqlx::query_scalar(&sql);
+            bind_which!(query, which)
+                .bind(now)
+                .fetch_optional(pool)
+                .await?
+        }
+        // Copy, then delete what was copied, in one transaction.
+        #[cfg(feature = "sqlite")]
+        Db::Sqlite(pool, _) => {
+            let sql = format!(
+                "INSERT INTO ttw_history ({HISTORY_COLUMNS}) SELECT {into} FROM ttw_tasks \
+                 WHERE {found} RETURNING id"
+            );
+            let mut tx = pool.begin().await?;
+            let query = sqlx::query_scalar(&sql);
+            let moved: Option<i64> = bind_which!(query, which)
+                .bind(now)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if let Some(id) = moved {
+                sqlx::query("DELETE FROM ttw_tasks WHERE id = $1")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            moved
+        }
+    };
+    Ok(moved.is_some())
+}
+
+/// The parameters of [`make_due`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MakeDue<'a> {
+    /// The task.
+    pub(crate) which: Which<'a>,
+    /// The state it must be in.
+    pub(crate) from: TaskState,
+    /// Its new due time.
+    pub(crate) run_at: i64,
+    /// Whether its attempts start again (a redrive).
+    pub(crate) restart: bool,
+}
+
+/// Makes the task [`MakeDue::which`] names scheduled and due at
+/// [`MakeDue::run_at`] if it is in state [`MakeDue::from`], announcing it.
+/// Returns the task changed, if any.
+pub(crate) async fn make_due(
+    db: &Db,
+    names: &Names,
+    change: MakeDue<'_>,
+) -> Result<Vec<Announced>, Error> {
+    let also = if change.restart {
+        ", attempts = 0, finished_at = NULL"
+    } else {
+        ""
+    };
+    let sql = names.announcing(&format!(
+        "UPDATE ttw_tasks SET state = 'scheduled', run_at = $2, updated_at = {}{also} \
+         WHERE {} = $1 AND state = $3 RETURNING {ANNOUNCED}",
+        names.clock,
+        change.which.column()
+    ));
+    // Read to its end (see the notes of `db`).
+    let changed = write_with_pool!(db, Urgency::Ordinary, pool => {
+        let query = sqlx::query(&sql);
+        let mut changed = Vec::new();
+        for row in bind_which!(query, change.which)
+            .bind(change.run_at)
+            .bind(change.from.as_sql())
+            .fetch_all(pool)
+            .await?
+        {
+            changed.push(Announced::read(&row)?);
+        }
+        changed
+    });
+    Ok(changed)
+}
