@@ -21,12 +21,11 @@
 
 use std::sync::Arc;
 
-use sqlx::Row;
-
 use crate::error::Error;
 use crate::model::lanes::Lanes;
 use crate::node::process;
-use crate::sql::db::{fnv1a, placeholders, with_pool, write_with_pool, Db, Urgency};
+use crate::sql::db::{fnv1a, Db};
+use crate::sql::leases::{self, Search, Session};
 use crate::sql::schema;
 
 /// What one heartbeat learned: the lanes (see [`Lanes`]) this session holds
@@ -42,26 +41,6 @@ pub(crate) struct Beat {
     /// Sessions on this machine whose process was found gone, and whose
     /// membership this heartbeat ended.
     pub(crate) gone: Vec<String>,
-}
-
-/// Another session's membership row, heartbeating within the TTL.
-struct Member {
-    node: String,
-    session: String,
-    process: Option<String>,
-    leaving: bool,
-    /// The queues it serves, comma-separated.
-    queues: String,
-}
-
-/// What the ordinary part of a heartbeat found.
-struct Around {
-    /// This session's membership row was there, and is stamped now.
-    alive: bool,
-    /// The other sessions heartbeating within the TTL.
-    members: Vec<Member>,
-    /// The lanes whose lease this session holds.
-    owned: Vec<u32>,
 }
 
 /// The lease statements of one node session.
@@ -104,17 +83,13 @@ impl Leases {
         Ok(())
     }
 
-    /// A shard with no live owner: none, an owner whose membership row is
-    /// gone or older than the TTL by the database's clock, or an earlier
-    /// session of this node id. `$1` is the node id, `$2` the session, `$3`
-    /// the TTL in milliseconds.
-    fn free(&self) -> String {
-        format!(
-            "(owner_session IS NULL OR (owner_node = $1 AND owner_session <> $2) \
-             OR NOT EXISTS (SELECT 1 FROM ttw_nodes n WHERE n.node_id = ttw_leases.owner_node \
-             AND n.session = ttw_leases.owner_session AND n.heartbeat_at > {} - $3))",
-            self.db.clock_sql()
-        )
+    /// This session, as its statements name it.
+    fn me(&self) -> Session<'_> {
+        Session {
+            node: &self.node,
+            session: &self.session,
+            ttl_ms: self.ttl_ms,
+        }
     }
 
     /// One heartbeat: record liveness (the one write of an ordinary
@@ -145,11 +120,19 @@ impl Leases {
         drain: impl Fn(u32),
     ) -> Result<Beat, Error> {
         let mut beat = Beat::default();
-        let Around {
-            alive,
-            members,
-            mut owned,
-        } = self.look_around().await?;
+        let around = leases::look_around(&self.db, self.me()).await?;
+        let alive = around.stamped;
+        let members = around.members;
+        // A lease of a queue this session does not serve cannot be:
+        // sessions are never reused.
+        let mut owned: Vec<u32> = around
+            .leases
+            .iter()
+            .filter_map(|lease| {
+                let index = self.lanes.queue_index(&lease.queue)?;
+                Some(self.lanes.lane_of(index, lease.shard as u32))
+            })
+            .collect();
         if !alive && !leaving {
             self.join().await?;
         }
@@ -204,201 +187,37 @@ impl Leases {
         Ok(beat)
     }
 
-    /// Stamps this session's membership row with the database's clock.
-    /// Returns whether there was a row to stamp. On SQLite only: on
-    /// PostgreSQL the stamp is part of the heartbeat's one statement.
-    #[cfg(feature = "sqlite")]
-    async fn mark_alive(&self) -> Result<bool, Error> {
-        let n = write_with_pool!(&self.db, Urgency::Urgent, pool => {
-            sqlx::query(&self.mark_alive_sql())
-                .bind(&self.node)
-                .bind(&self.session)
-                .execute(pool)
-                .await?
-                .rows_affected()
-        });
-        Ok(n == 1)
-    }
-
-    /// The statement that stamps this session's membership row: `$1` is
-    /// the node id, `$2` the session.
-    fn mark_alive_sql(&self) -> String {
-        format!(
-            "UPDATE ttw_nodes SET heartbeat_at = {} WHERE node_id = $1 AND session = $2",
-            self.db.clock_sql()
-        )
-    }
-
     /// Writes this session's membership row: the first heartbeat, or the
     /// row was lost (deleted by hand, or taken by another session of this
     /// node id, which this takes back: two live processes sharing a node
     /// id take it from each other in turn; ids must be unique).
     async fn join(&self) -> Result<(), Error> {
-        let sql = format!(
-            "INSERT INTO ttw_nodes (node_id, session, heartbeat_at, process, leaving, queues, lease_ttl_ms) \
-             VALUES ($1, $2, {}, $3, 0, $4, $5) \
-             ON CONFLICT (node_id) DO UPDATE SET session = excluded.session, heartbeat_at = excluded.heartbeat_at, \
-             process = excluded.process, leaving = 0, queues = excluded.queues, lease_ttl_ms = excluded.lease_ttl_ms",
-            self.db.clock_sql()
-        );
-        write_with_pool!(&self.db, Urgency::Urgent, pool => {
-            sqlx::query(&sql)
-                .bind(&self.node)
-                .bind(&self.session)
-                .bind(process::identity())
-                .bind(self.lanes.joined())
-                .bind(self.ttl_ms)
-                .execute(pool)
-                .await?;
-        });
-        Ok(())
-    }
-
-    /// The ordinary part of a heartbeat: stamps this session's membership
-    /// row, and reads the other sessions that heartbeated within the TTL
-    /// and the shards whose lease this session holds. On PostgreSQL that is
-    /// one statement (the stamp is a data-modifying `WITH`; an idle node's
-    /// statements are mostly heartbeats), on SQLite two.
-    async fn look_around(&self) -> Result<Around, Error> {
-        let read = format!(
-            "SELECT node_id, session, process, leaving, queues, NULL AS queue, NULL AS shard FROM ttw_nodes \
-             WHERE heartbeat_at > {} - $3 \
-             UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, queue, shard FROM ttw_leases WHERE owner_session = $2",
-            self.db.clock_sql()
-        );
-        type Found = (
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            Option<i64>,
-            Option<String>,
-            Option<String>,
-            Option<i64>,
-        );
-        let (stamped, rows): (bool, Vec<Found>) = match &self.db {
-            #[cfg(feature = "postgres")]
-            Db::Postgres(pool) => {
-                // The read sees the table as it was before the stamp (one
-                // snapshot), so the stamp reports itself as a row of its
-                // own: no node id, this session.
-                let sql = format!(
-                    "WITH stamped AS ({} RETURNING session) {read} \
-                     UNION ALL SELECT NULL, session, NULL, NULL, NULL, NULL, NULL FROM stamped",
-                    self.mark_alive_sql()
-                );
-                let mut rows: Vec<Found> = sqlx::query_as(&sql)
-                    .bind(&self.node)
-                    .bind(&self.session)
-                    .bind(self.ttl_ms)
-                    .fetch_all(pool)
-                    .await?;
-                let before = rows.len();
-                rows.retain(|row| {
-                    !(row.0.is_none()
-                        && row.6.is_none()
-                        && row.1.as_deref() == Some(self.session.as_str()))
-                });
-                (rows.len() < before, rows)
-            }
-            #[cfg(feature = "sqlite")]
-            Db::Sqlite(pool, _) => {
-                let stamped = self.mark_alive().await?;
-                let rows = sqlx::query_as(&read)
-                    .bind(&self.node)
-                    .bind(&self.session)
-                    .bind(self.ttl_ms)
-                    .fetch_all(pool)
-                    .await?;
-                (stamped, rows)
-            }
-        };
-        let mut members = Vec::new();
-        let mut owned = Vec::new();
-        for (node, session, process, leaving, queues, queue, shard) in rows {
-            match (node, session, shard) {
-                (_, _, Some(shard)) => {
-                    // A lease of a queue this session does not serve
-                    // cannot be: sessions are never reused.
-                    if let Some(index) = queue.and_then(|q| self.lanes.queue_index(&q)) {
-                        owned.push(self.lanes.lane_of(index, shard as u32));
-                    }
-                }
-                // This session's own membership row.
-                (Some(_), Some(session), None) if session == self.session => {}
-                (Some(node), Some(session), None) => members.push(Member {
-                    node,
-                    session,
-                    process,
-                    leaving: leaving.unwrap_or(0) != 0,
-                    queues: queues.unwrap_or_default(),
-                }),
-                _ => {
-                    return Err(Error::from(sqlx::Error::Decode(
-                        "a membership row without node or session in ttw_nodes".into(),
-                    )))
-                }
-            }
-        }
-        Ok(Around {
-            alive: stamped,
-            members,
-            owned,
-        })
+        let process = process::identity();
+        leases::join(&self.db, self.me(), process, &self.lanes.joined()).await
     }
 
     /// Takes up to `want` free shards of the queue at `index`. Returns the
     /// lanes taken, and how many of them had an owner before (takeovers).
     async fn take_free(&self, index: usize, want: usize) -> Result<(Vec<u32>, u64), Error> {
-        let free = self.free();
         let queue: &str = &self.lanes.queues()[index];
-        let shards = i64::from(self.shards);
         // Start each node's search at a different shard so nodes joining
         // together do not all race for the same rows.
-        let offset = (fnv1a(self.session.as_bytes()) % u64::from(self.shards)) as i64;
-        let candidates: Vec<(i64, Option<String>)> = with_pool!(&self.db, pool => {
-            sqlx::query_as(&format!(
-                "SELECT shard, owner_session FROM ttw_leases WHERE queue = $4 AND {free} \
-                 ORDER BY (shard + $5) % $6 LIMIT $7"
-            ))
-            .bind(&self.node)
-            .bind(&self.session)
-            .bind(self.ttl_ms)
-            .bind(queue)
-            .bind(offset)
-            .bind(shards)
-            .bind(want as i64)
-            .fetch_all(pool)
-            .await?
-        });
-        if candidates.is_empty() {
-            return Ok((Vec::new(), 0));
-        }
-        // The free condition again, so that of two nodes racing for a
-        // shard only one gets it.
-        let sql = format!(
-            "UPDATE ttw_leases SET owner_node = $1, owner_session = $2, epoch = epoch + 1 \
-             WHERE queue = $4 AND {free} AND shard IN ({}) RETURNING shard",
-            placeholders(5, candidates.len())
-        );
-        let got: Vec<i64> = write_with_pool!(&self.db, Urgency::Urgent, pool => {
-            let mut query = sqlx::query(&sql)
-                .bind(&self.node)
-                .bind(&self.session)
-                .bind(self.ttl_ms)
-                .bind(queue);
-            for (shard, _) in &candidates {
-                query = query.bind(shard);
-            }
-            query
-                .fetch_all(pool)
-                .await?
-                .iter()
-                .map(|row| row.try_get::<i64, _>("shard"))
-                .collect::<Result<_, _>>()?
-        });
+        let search = Search {
+            queue,
+            shards: i64::from(self.shards),
+            offset: (fnv1a(self.session.as_bytes()) % u64::from(self.shards)) as i64,
+            want: want as i64,
+        };
+        let candidates = leases::free_shards(&self.db, self.me(), search).await?;
+        let wanted: Vec<i64> = candidates.iter().map(|c| c.shard).collect();
+        let got = leases::take(&self.db, self.me(), queue, &wanted).await?;
         let takeovers = got
             .iter()
-            .filter(|&&shard| candidates.iter().any(|c| c.0 == shard && c.1.is_some()))
+            .filter(|&&shard| {
+                candidates
+                    .iter()
+                    .any(|c| c.shard == shard && c.owner_session.is_some())
+            })
             .count() as u64;
         let lanes = got
             .into_iter()
@@ -411,15 +230,7 @@ impl Leases {
     /// lanes) so others can take them at once.
     pub(crate) async fn release(&self, only: Option<&[u32]>) -> Result<(), Error> {
         let Some(only) = only else {
-            write_with_pool!(&self.db, Urgency::Urgent, pool => {
-                sqlx::query(
-                    "UPDATE ttw_leases SET owner_node = NULL, owner_session = NULL WHERE owner_session = $1",
-                )
-                .bind(&self.session)
-                .execute(pool)
-                .await?;
-            });
-            return Ok(());
+            return leases::release_all(&self.db, &self.session).await;
         };
         for (index, queue) in self.lanes.queues().iter().enumerate() {
             let lanes = self.lanes.lanes_of(index);
@@ -428,21 +239,7 @@ impl Leases {
                 .filter(|l| lanes.contains(l))
                 .map(|&l| i64::from(self.lanes.shard_of(l)))
                 .collect();
-            if shards.is_empty() {
-                continue;
-            }
-            let sql = format!(
-                "UPDATE ttw_leases SET owner_node = NULL, owner_session = NULL \
-                 WHERE owner_session = $1 AND queue = $2 AND shard IN ({})",
-                placeholders(3, shards.len())
-            );
-            write_with_pool!(&self.db, Urgency::Urgent, pool => {
-                let mut query = sqlx::query(&sql).bind(&self.session).bind(&**queue);
-                for shard in &shards {
-                    query = query.bind(shard);
-                }
-                query.execute(pool).await?;
-            });
+            leases::release(&self.db, &self.session, queue, &shards).await?;
         }
         Ok(())
     }
@@ -451,12 +248,7 @@ impl Leases {
     /// stop counting it when they work out their shares, while its row, and
     /// so the leases it has not given back yet, stay live as it heartbeats.
     pub(crate) async fn leave(&self) -> Result<(), Error> {
-        self.on_member(
-            "UPDATE ttw_nodes SET leaving = 1",
-            &self.node,
-            &self.session,
-        )
-        .await
+        leases::mark_leaving(&self.db, &self.node, &self.session).await
     }
 
     /// Removes this session's membership row: the end of a graceful
@@ -468,17 +260,7 @@ impl Leases {
     /// Removes a session's membership row: this one's at the end of a
     /// graceful shutdown, or another whose process was found gone.
     async fn end_membership(&self, node: &str, session: &str) -> Result<(), Error> {
-        self.on_member("DELETE FROM ttw_nodes", node, session).await
-    }
-
-    /// Runs `statement` on the membership row of `node` in session
-    /// `session`.
-    async fn on_member(&self, statement: &str, node: &str, session: &str) -> Result<(), Error> {
-        let sql = format!("{statement} WHERE node_id = $1 AND session = $2");
-        write_with_pool!(&self.db, Urgency::Urgent, pool => {
-            sqlx::query(&sql).bind(node).bind(session).execute(pool).await?;
-        });
-        Ok(())
+        leases::end_membership(&self.db, node, session).await
     }
 }
 

@@ -9,6 +9,7 @@
 //! - `tasks.rs`: the one task insert, and one task read, cancelled, moved.
 //! - `keys.rs`: idempotency keys, the key-in-history protocol, replacement.
 //! - `claims.rs`: the scheduler's claims and outcomes.
+//! - `leases.rs`: node membership and shard leases.
 //! - `history.rs`: finished tasks moved to `ttw_history`, and the sweep.
 //! - `recurring.rs`: recurring schedules and their occurrences.
 //! - `admin.rs`: an operator's reads and bulk redrives, and the counts.
@@ -21,6 +22,7 @@ pub(crate) mod claims;
 pub(crate) mod db;
 pub(crate) mod history;
 pub(crate) mod keys;
+pub(crate) mod leases;
 pub(crate) mod names;
 pub(crate) mod recurring;
 pub(crate) mod schema;
