@@ -22,7 +22,7 @@ use chrono_tz::Tz;
 use crate::client::store::Store;
 use crate::error::Error;
 use crate::model::queue::{check_queue, DEFAULT_QUEUE};
-use crate::model::time::{from_ms, ms, now_ms};
+use crate::model::time::{from_ms, ms};
 use crate::sql::db::fnv1a;
 use crate::sql::db::priority_from_sql;
 use crate::sql::recurring::{self as sql, Change, Definition, RecurringRow};
@@ -488,7 +488,7 @@ impl Store {
     /// ```
     pub async fn register_recurring(&self, schedule: Recurring) -> Result<Registered, Error> {
         let rule = schedule.check()?;
-        let now = now_ms();
+        let now = self.clock().now_ms();
         let next_at = rule.first(now)?;
         let found = sql::register(
             self.db(),
@@ -542,7 +542,7 @@ impl Store {
     /// ```
     pub async fn update_recurring(&self, schedule: Recurring) -> Result<bool, Error> {
         let rule = schedule.check()?;
-        let now = now_ms();
+        let now = self.clock().now_ms();
         let next_at = rule.first(now)?;
         let def = self.definition(&schedule, next_at);
         self.change_recurring(&schedule.name, Change::Define(def), true)
@@ -638,7 +638,8 @@ impl Store {
         change: Change<'_>,
         wake: bool,
     ) -> Result<bool, Error> {
-        let changed = sql::change(self.db(), self.names(), name, change, now_ms()).await?;
+        let changed =
+            sql::change(self.db(), self.names(), name, change, self.clock().now_ms()).await?;
         if changed && wake {
             self.notifier().wake_recurring();
         }

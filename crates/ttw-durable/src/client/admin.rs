@@ -13,7 +13,7 @@ use crate::client::store::Store;
 use crate::error::Error;
 use crate::model::queue::check_queue;
 use crate::model::task::{TaskInfo, TaskState};
-use crate::model::time::{from_ms, ms, now_ms, to_ms};
+use crate::model::time::{from_ms, ms, to_ms};
 use crate::notify::Made;
 use crate::sql::admin::{self, Filter, Page};
 
@@ -342,7 +342,7 @@ impl Store {
     /// # }
     /// ```
     pub async fn oldest_due(&self) -> Result<BTreeMap<String, SystemTime>, Error> {
-        let rows = admin::oldest_due(self.db(), now_ms()).await?;
+        let rows = admin::oldest_due(self.db(), self.clock().now_ms()).await?;
         Ok(rows.into_iter().map(|(q, at)| (q, from_ms(at))).collect())
     }
 
@@ -377,7 +377,7 @@ impl Store {
                 "a due timeline takes a bucket of at least 1 ms and at most 10,000 buckets",
             ));
         }
-        let now = now_ms();
+        let now = self.clock().now_ms();
         let end = now.saturating_add(width.saturating_mul(i64::from(buckets)));
         let rows = admin::due_buckets(self.db(), now, width, end).await?;
         let mut timeline = DueTimeline {
@@ -446,7 +446,7 @@ impl Store {
         };
         let count = admin::count_finished(self.db(), filter).await?;
         let total = u64::try_from(count).unwrap_or(0).min(redrive.limit);
-        let start = now_ms();
+        let start = self.clock().now_ms();
         let spread = ms(redrive.spread);
         let mut done: u64 = 0;
         let mut redriven: u64 = 0;

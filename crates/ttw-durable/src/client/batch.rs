@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use crate::client::schedule::Scheduled;
 use crate::client::store::Store;
 use crate::error::Error;
+use crate::model::clock::Clock;
 use crate::model::new_task::{NewRow, NewTask};
 use crate::model::task::TaskId;
-use crate::model::time::now_ms;
 use crate::notify::{Announced, Made};
 use crate::sql::db::{with_conn, with_pool, Conn, Urgency};
 use crate::sql::keys;
@@ -64,7 +64,7 @@ impl Store {
         &self,
         tasks: impl IntoIterator<Item = NewTask>,
     ) -> Result<Vec<Scheduled>, Error> {
-        let rows = NewRow::check_batch(tasks)?;
+        let rows = NewRow::check_batch(tasks, self.clock())?;
         self.insert_checked(rows).await
     }
 
@@ -99,7 +99,7 @@ impl Store {
         if rows.is_empty() {
             return Ok((Vec::new(), Vec::new()));
         }
-        let now = now_ms();
+        let now = self.clock().now_ms();
         let names = self.names();
         let mut outcomes: Vec<Option<Scheduled>> = vec![None; rows.len()];
         let mut created = Vec::with_capacity(rows.len());
@@ -175,11 +175,12 @@ impl NewRow {
     /// saying which it is.
     pub(crate) fn check_batch(
         tasks: impl IntoIterator<Item = NewTask>,
+        clock: &Clock,
     ) -> Result<Vec<NewRow>, Error> {
         tasks
             .into_iter()
             .enumerate()
-            .map(|(i, t)| NewRow::check(t).map_err(|e| e.in_batch(i)))
+            .map(|(i, t)| NewRow::check(t, clock).map_err(|e| e.in_batch(i)))
             .collect()
     }
 }

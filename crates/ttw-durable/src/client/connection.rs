@@ -147,7 +147,7 @@ impl Store {
         tasks: impl IntoIterator<Item = NewTask>,
     ) -> Result<Vec<Scheduled>, Error> {
         let conn = self.caller(conn)?;
-        let rows = NewRow::check_batch(tasks)?;
+        let rows = NewRow::check_batch(tasks, self.clock())?;
         let (outcomes, created) = self.insert_rows(conn, &rows).await?;
         self.announce_uncommitted(created);
         Ok(outcomes)
@@ -206,7 +206,7 @@ impl Schedule<'_> {
     ) -> Result<Scheduled, Error> {
         let store = self.store;
         let conn = store.caller(conn)?;
-        let row = NewRow::check(self.task)?;
+        let row = NewRow::check(self.task, store.clock())?;
         let (outcome, created) = if self.replace {
             let (outcome, changed) = store.upsert_on(conn, &row).await?;
             (outcome, changed.into_iter().collect::<Vec<_>>())

@@ -16,7 +16,7 @@ use crate::client::store::{Store, Which};
 use crate::error::Error;
 use crate::model::new_task::{NewRow, NewTask};
 use crate::model::task::{TaskId, TaskInfo, TaskState};
-use crate::model::time::{now_ms, to_ms};
+use crate::model::time::to_ms;
 use crate::notify::{Announced, Made};
 use crate::sql::db::{with_conn, Conn, Urgency};
 use crate::sql::keys::{self, Replacement};
@@ -125,7 +125,7 @@ impl Store {
     /// the store's own pool: each statement commits by itself, and this
     /// process's schedulers hear of the change after it.
     pub(crate) async fn upsert(&self, task: NewTask) -> Result<Scheduled, Error> {
-        let row = NewRow::check(task)?;
+        let row = NewRow::check(task, self.clock())?;
         let db = self.db();
         let turn = db.write_turn(Urgency::Ordinary).await;
         let (outcome, changed) = match db {
@@ -190,7 +190,7 @@ impl Store {
                     return Ok((Scheduled::Replaced(TaskId(task.id)), Some(task)));
                 }
                 let params = [TaskParams::from(row)];
-                if let Some(inserted) = tasks::insert(conn.again(), names, &params, now_ms()).await?.pop() {
+                if let Some(inserted) = tasks::insert(conn.again(), names, &params, self.clock().now_ms()).await?.pop() {
                     let task = inserted.task;
                     let twins = keys::drop_finished_twins(conn.again(), names, &[task.id]).await?;
                     tx.commit().await?;

@@ -10,7 +10,6 @@ use crate::client::store::Store;
 use crate::error::Error;
 use crate::model::new_task::{NewRow, NewTask};
 use crate::model::task::TaskId;
-use crate::model::time::now_ms;
 use crate::notify::Made;
 use crate::sql::db::{write_with_pool, Conn, Urgency};
 use crate::sql::tasks::{self, TaskParams};
@@ -44,7 +43,7 @@ impl Store {
     }
 
     pub(crate) async fn insert(&self, task: NewTask) -> Result<Scheduled, Error> {
-        let row = NewRow::check(task)?;
+        let row = NewRow::check(task, self.clock())?;
         if row.idempotency_key.is_some() {
             // A key is checked against the history after the insert, in
             // its transaction (see `sql::history`): the batch's path.
@@ -56,7 +55,7 @@ impl Store {
         let db = self.db();
         let inserted = write_with_pool!(db, Urgency::Ordinary, pool => {
             let mut conn = pool.acquire().await?;
-            tasks::insert(Conn::from(&mut *conn), self.names(), &[TaskParams::from(&row)], now_ms())
+            tasks::insert(Conn::from(&mut *conn), self.names(), &[TaskParams::from(&row)], self.clock().now_ms())
                 .await?
                 .pop()
                 .map(|inserted| inserted.task)

@@ -10,8 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use crate::error::Error;
+use crate::model::clock::Clock;
 use crate::model::task::{TaskId, TaskInfo, TaskState};
-use crate::model::time::{now_ms, to_ms};
+use crate::model::time::to_ms;
 use crate::notify::{ListenOptions, Made, Notifier};
 use crate::sql::db::{Db, MemoryKeeper, PoolSettings, SQLITE_MIN_SIZE};
 use crate::sql::names::Names;
@@ -63,6 +64,8 @@ struct StoreInner {
     notifier: Notifier,
     /// How its statements name its tables and channel.
     names: Names,
+    /// What it takes as now (and its nodes, unless told otherwise).
+    clock: Clock,
     /// The queues [`Store::publish_task_counts`] last set gauges for, so
     /// that a queue whose tasks are all gone is set to zero, not left at
     /// its last counts.
@@ -110,6 +113,7 @@ pub struct StoreBuilder {
     shards: Option<u32>,
     schema: Option<String>,
     pool: PoolSettings,
+    clock: Clock,
 }
 
 impl StoreBuilder {
@@ -239,6 +243,7 @@ impl StoreBuilder {
                 shards,
                 notifier,
                 names,
+                clock: self.clock,
                 published_queues: Mutex::default(),
                 _memory_keeper: memory_keeper.map(Mutex::new),
             }),
@@ -342,6 +347,11 @@ impl Store {
         &self.inner.names
     }
 
+    /// What this store, and its nodes unless told otherwise, take as now.
+    pub(crate) fn clock(&self) -> &Clock {
+        &self.inner.clock
+    }
+
     /// Where announcements of new and moved tasks go out, and schedulers
     /// listen.
     pub(crate) fn notifier(&self) -> &Notifier {
@@ -364,7 +374,7 @@ impl Store {
     /// to `ttw_history` (see [`history`](crate::sql::history)); returns
     /// whether it was.
     pub(crate) async fn cancel_where(&self, which: Which<'_>) -> Result<bool, Error> {
-        tasks::cancel(self.db(), which, now_ms()).await
+        tasks::cancel(self.db(), which, self.clock().now_ms()).await
     }
 
     /// Moves a task that is still scheduled to a new time. Returns whether it
@@ -394,7 +404,7 @@ impl Store {
         self.make_due(MakeDue {
             which: Which::Id(id.0),
             from: TaskState::Dead,
-            run_at: now_ms(),
+            run_at: self.clock().now_ms(),
             restart: true,
         })
         .await

@@ -3,6 +3,7 @@
 
 pub(crate) mod attempt;
 pub(crate) mod backoff;
+pub(crate) mod clock;
 pub(crate) mod failure;
 pub(crate) mod lanes;
 pub(crate) mod limits;

@@ -5,9 +5,10 @@
 use std::time::{Duration, SystemTime};
 
 use crate::error::Error;
+use crate::model::clock::Clock;
 use crate::model::limits::{MAX_IDEMPOTENCY_KEY, MAX_PAYLOAD};
 use crate::model::queue::{check_queue, DEFAULT_QUEUE};
-use crate::model::time::{now_ms, to_ms};
+use crate::model::time::to_ms;
 
 /// One task of a batch for [`Store::schedule_batch`](crate::Store::schedule_batch), with the options a
 /// single [`Schedule`](crate::Schedule) takes: due at once unless told
@@ -123,8 +124,8 @@ impl NewRow {
 
     /// Checks a task to schedule: the payload's size, the key's length,
     /// the queue's name, the attempt limit, and a due time the store can
-    /// hold.
-    pub(crate) fn check(task: NewTask) -> Result<NewRow, Error> {
+    /// hold, a delay counted from `clock`'s now.
+    pub(crate) fn check(task: NewTask, clock: &Clock) -> Result<NewRow, Error> {
         let NewTask {
             payload,
             at,
@@ -149,10 +150,11 @@ impl NewRow {
             return Err(Error::config("max_attempts must be at least 1"));
         }
         let run_at = match at {
-            None => now_ms(),
+            None => clock.now_ms(),
             Some(When::At(at)) => to_ms(at)?,
             Some(When::Delay(delay)) => {
-                let at = SystemTime::now()
+                let at = clock
+                    .now()
                     .checked_add(delay)
                     .ok_or_else(|| Error::out_of_range("the delay"))?;
                 to_ms(at)?

@@ -6,25 +6,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::error::Error;
 use crate::model::limits::MAX_RUN_AT;
 
-/// Milliseconds since the Unix epoch, now.
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-/// How long from now until `at_ms` (milliseconds since the Unix epoch), to
-/// the nanosecond: a timer for this long fires at the millisecond `at_ms`
-/// by this machine's clock, not after it. (Whole milliseconds from
-/// [`now_ms`], which truncates, were up to one too many: that much
-/// lateness on every task. A claim that still finds its task not due, the
-/// two clocks disagreeing by a moment, arms it again.)
-pub(crate) fn until_ms(at_ms: i64) -> Duration {
-    let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(at_ms).unwrap_or(0));
-    at.duration_since(SystemTime::now())
-        .unwrap_or(Duration::ZERO)
-}
-
 /// A time as milliseconds since the Unix epoch, or an error outside
 /// `UNIX_EPOCH..=UNIX_EPOCH + MAX_RUN_AT`.
 pub(crate) fn to_ms(at: SystemTime) -> Result<i64, Error> {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::error::Error;
 use crate::model::backoff::Backoff;
-use crate::node::clock::Clock;
+use crate::model::clock::Clock;
 
 /// The longest any duration setting of a scheduler is taken to be: 30
 /// years, forever for a scheduler. Longer settings (up to `Duration::MAX`)

@@ -470,7 +470,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::node::clock::Clock;
+    use crate::model::clock::Clock;
 
     fn unclaimed(run_at: i64, state: TaskState, held: bool) -> Unclaimed {
         Unclaimed {

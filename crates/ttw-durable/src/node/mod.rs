@@ -3,7 +3,6 @@
 //! polls and sweeps; announcements heard). Dispatch is in
 //! [`crate::node::dispatch`]; starting and stopping in [`crate::node::scheduler`].
 
-pub(crate) mod clock;
 pub(crate) mod completer;
 pub(crate) mod config;
 pub(crate) mod delivery;

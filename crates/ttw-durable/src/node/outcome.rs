@@ -12,9 +12,9 @@ use futures::FutureExt;
 
 use crate::model::attempt::Attempt;
 use crate::model::backoff::Backoff;
+use crate::model::clock::Clock;
 use crate::model::failure::Failure;
 use crate::model::time::ms;
-use crate::node::clock::Clock;
 use crate::node::completer::{Completer, Success, Write};
 use crate::node::events::Events;
 use crate::node::faults::Faults;
@@ -197,6 +197,7 @@ impl Outcomes {
                 retry_at,
                 self.default_max,
                 failure.is_permanent(),
+                now,
             )
             .await?;
         match failed {

@@ -3,7 +3,9 @@
 //! heartbeat, and a log line per task would bury the one line that matters.
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::error::Error;
 

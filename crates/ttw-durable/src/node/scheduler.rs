@@ -435,6 +435,7 @@ impl SchedulerBuilder {
             .unwrap_or_else(|| format!("node-{:08x}", random_u64() as u32));
         let session = format!("{node_id}/{:016x}", random_u64());
         let (wheel, expirations) = TimingWheel::builder().build::<i64, Due>();
+        let clock = config.clock.clone();
         let db = store.db().clone();
         let leases = Leases::new(
             db.clone(),
@@ -447,7 +448,7 @@ impl SchedulerBuilder {
         let node = Arc::new(Node::new(
             config,
             node_id,
-            Arc::new(Window::new(wheel, lanes.clone())),
+            Arc::new(Window::new(wheel, lanes.clone(), clock)),
             Claims::new(db, lanes, shards, session),
             leases,
             store.clone(),
@@ -519,9 +520,13 @@ impl fmt::Debug for Scheduler {
 impl Scheduler {
     /// Settings for a scheduler on `store`.
     pub fn builder(store: Store) -> SchedulerBuilder {
+        let config = Config {
+            clock: store.clock().clone(),
+            ..Config::default()
+        };
         SchedulerBuilder {
             store,
-            config: Config::default(),
+            config,
             handlers: Vec::new(),
             stream_queues: None,
             target_timeouts: Vec::new(),
@@ -681,10 +686,8 @@ impl Drop for Scheduler {
 
 fn random_u64() -> u64 {
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
+    // Each `RandomState` has keys of its own, drawn from the system's
+    // randomness once per thread and then stepped.
+    hasher.write_u32(std::process::id());
     hasher.finish()
 }

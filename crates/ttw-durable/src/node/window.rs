@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use crate::model::clock::Clock;
 use crate::model::lanes::Lanes;
-use crate::model::time::until_ms;
 use crate::node::shards::ShardTable;
 use crate::notify::Announced;
 use crate::sql::claims::Due;
@@ -55,12 +55,15 @@ pub(crate) struct Window {
     /// A shard being given back has nothing in flight any more: the
     /// heartbeat gives it back now rather than leave its tasks waiting.
     pub(crate) drained: Notify,
+    /// The node's clock, which arms the wheel.
+    clock: Clock,
 }
 
 impl Window {
     /// An empty window over `wheel` for the lanes of `lanes`.
-    pub(crate) fn new(wheel: TimingWheel<i64, Due>, lanes: Arc<Lanes>) -> Window {
+    pub(crate) fn new(wheel: TimingWheel<i64, Due>, lanes: Arc<Lanes>, clock: Clock) -> Window {
         Window {
+            clock,
             wheel,
             horizon: AtomicI64::new(0),
             shards: ShardTable::new(lanes.count() as u32),
@@ -104,7 +107,7 @@ impl Window {
         if due.run_at >= self.horizon() || !self.shards.owns(due.lane as usize) {
             return;
         }
-        self.put(due, until_ms(due.run_at)).await;
+        self.put(due, self.clock.until_ms(due.run_at)).await;
     }
 
     /// Puts a fired task back into the wheel for `why`'s delay.

@@ -8,7 +8,7 @@ use super::rule::Rule;
 use super::{occurrence_key, CatchUp, StoredRow, MAX_PER_PASS};
 use crate::client::store::Store;
 use crate::error::Error;
-use crate::model::time::{ms, now_ms};
+use crate::model::time::ms;
 use crate::notify::Made;
 use crate::sql::recurring::{self as sql, Advance};
 use crate::sql::tasks::TaskParams;
@@ -31,7 +31,7 @@ impl Store {
             .collect::<Result<Vec<_>, _>>()?;
         let mut earliest: Option<i64> = None;
         for row in rows {
-            let now = now_ms();
+            let now = self.clock().now_ms();
             let next = if row.next_at < now.saturating_add(ahead) {
                 match row.definition().check() {
                     Ok(rule) => self.make_tasks(&row, &rule, now, ahead).await?,

@@ -240,7 +240,7 @@ async fn checkpoint(
         copied: 0,
     };
     for _ in 0..BESIDE {
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         wal = passive(pool, writes).await?;
         little_left = started.elapsed() < SHORT && wal.copied >= wal.frames;
         if little_left || wal.bytes() <= restart_past {
@@ -324,9 +324,9 @@ mod tests {
         let checkpointer = Checkpointer::restarting_past(pool.clone(), &path, turn.clone(), PAST);
         let (mut written, mut largest) = (0u64, 0u64);
         // 40 MiB of frames, or as much as 30 s allows on a slow machine.
-        let until = std::time::Instant::now() + Duration::from_secs(30);
+        let until = tokio::time::Instant::now() + Duration::from_secs(30);
         let mut id = 0i64;
-        while written < 40 * PAST && std::time::Instant::now() < until {
+        while written < 40 * PAST && tokio::time::Instant::now() < until {
             let _turn = turn.lock().await;
             // Four pages a commit, over and over the same rows.
             id = (id + 1) % 64;

@@ -13,7 +13,7 @@ use crate::error::Error;
 use crate::model::attempt::{Attempt, Task};
 use crate::model::lanes::Lanes;
 use crate::model::task::TaskState;
-use crate::model::time::{from_ms, now_ms};
+use crate::model::time::from_ms;
 use crate::sql::db::{
     clamp_u32, placeholders, priority_from_sql, with_pool, write_with_pool, Db, Urgency,
 };
@@ -161,7 +161,44 @@ pub(crate) struct Due {
 const DUE_COLUMNS: &str = "id, run_at, queue, priority";
 
 /// A row of [`DUE_COLUMNS`].
-type DueRow = (i64, i64, String, i64);
+#[derive(Debug, sqlx::FromRow)]
+struct DueRow {
+    id: i64,
+    run_at: i64,
+    queue: String,
+    priority: i64,
+}
+
+/// A row of a catch-up poll: the database's clock, and a task changed
+/// since the last poll if there is one (a left join keeps the clock).
+#[derive(Debug, sqlx::FromRow)]
+struct ChangedRow {
+    db_now: i64,
+    id: Option<i64>,
+    run_at: Option<i64>,
+    queue: Option<String>,
+    priority: Option<i64>,
+}
+
+impl ChangedRow {
+    /// The task changed, if the row holds one.
+    fn task(self) -> Option<DueRow> {
+        Some(DueRow {
+            id: self.id?,
+            run_at: self.run_at?,
+            queue: self.queue?,
+            priority: self.priority?,
+        })
+    }
+}
+
+/// A row of a reclaim: the task taken back, and the state it went to.
+#[derive(Debug, sqlx::FromRow)]
+struct ReclaimedRow {
+    #[sqlx(flatten)]
+    task: DueRow,
+    state: String,
+}
 
 /// What a catch-up poll read.
 #[derive(Debug)]
@@ -251,12 +288,12 @@ impl Claims {
     }
 
     /// A task read back as due, if its queue is one this node serves.
-    fn due(&self, (id, run_at, queue, priority): DueRow) -> Option<Due> {
+    fn due(&self, row: DueRow) -> Option<Due> {
         Some(Due {
-            id,
-            run_at,
-            lane: self.lanes.lane(&queue, id)?,
-            priority: priority_from_sql(priority),
+            id: row.id,
+            run_at: row.run_at,
+            lane: self.lanes.lane(&row.queue, row.id)?,
+            priority: priority_from_sql(row.priority),
         })
     }
 
@@ -334,8 +371,7 @@ impl Claims {
             self.db.clock_sql(),
             in_held_shard("$4", "$3")
         );
-        type Row = (i64, Option<i64>, Option<i64>, Option<String>, Option<i64>);
-        let rows: Vec<Row> = with_pool!(&self.db, pool => {
+        let rows: Vec<ChangedRow> = with_pool!(&self.db, pool => {
             sqlx::query_as(&sql)
                 .bind(horizon)
                 .bind(since)
@@ -347,13 +383,11 @@ impl Claims {
         });
         let db_now = rows
             .first()
-            .map(|r| r.0)
+            .map(|r| r.db_now)
             .ok_or_else(|| Error::corrupt("no clock reading came back from the database"))?;
         let due = rows
             .into_iter()
-            .filter_map(|(_, id, run_at, queue, priority)| {
-                self.due((id?, run_at?, queue?, priority?))
-            })
+            .filter_map(|row| self.due(row.task()?))
             .collect();
         Ok(Changes { db_now, due })
     }
@@ -550,6 +584,7 @@ impl Claims {
         retry_at: i64,
         default_max: i64,
         dead_now: bool,
+        now: i64,
     ) -> Result<Option<Failed>, Error> {
         let sql = format!(
             "UPDATE ttw_tasks SET {}, last_error = $8, {UNLOCK}, updated_at = {} \
@@ -564,7 +599,7 @@ impl Claims {
                 .persistent(self.keeps_plans())
                 .bind(attempt.id)
                 .bind(attempt.claim)
-                .bind(now_ms())
+                .bind(now)
                 .bind(&self.session)
                 .bind(self.shards)
                 .bind(default_max)
@@ -613,7 +648,7 @@ impl Claims {
             self.db.clock_sql(),
             task_lane("$3")
         );
-        let rows: Vec<(i64, i64, String, i64, String)> = write_with_pool!(&self.db, Urgency::Ordinary, pool => {
+        let rows: Vec<ReclaimedRow> = write_with_pool!(&self.db, Urgency::Ordinary, pool => {
             sqlx::query_as(&sql)
                 .bind(default_max)
                 .bind(now)
@@ -623,21 +658,17 @@ impl Claims {
                 .await?
         });
         rows.into_iter()
-            .filter_map(|(id, run_at, queue, priority, state)| {
-                let dead = match TaskState::from_sql(&state) {
+            .filter_map(|row| {
+                let dead = match TaskState::from_sql(&row.state) {
                     Ok(state) => state == TaskState::Dead,
                     Err(err) => return Some(Err(err)),
                 };
                 // Only the queues this node serves hold leases of its own.
-                let index = self.lanes.queue_index(&queue)?;
+                let index = self.lanes.queue_index(&row.task.queue)?;
                 Some(Ok(Reclaimed {
                     queue: index,
                     dead,
-                    due: if dead {
-                        None
-                    } else {
-                        self.due((id, run_at, queue, priority))
-                    },
+                    due: if dead { None } else { self.due(row.task) },
                 }))
             })
             .collect()

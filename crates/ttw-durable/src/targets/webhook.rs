@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
@@ -14,6 +14,7 @@ use sha2::Sha256;
 
 use crate::error::Error;
 use crate::model::attempt::Task;
+use crate::model::clock::Clock;
 use crate::model::failure::Failure;
 use crate::targets::{headers, Delivered, Target};
 
@@ -145,7 +146,9 @@ impl Webhook {
     async fn post(self, task: Task) -> Result<(), Failure> {
         let inner = &self.inner;
         let id = task.message_id();
-        let timestamp = SystemTime::now()
+        // A webhook is made apart from any store: the system's clock.
+        let timestamp = Clock::System
+            .now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs();
@@ -394,7 +397,7 @@ fn retry_after(value: &HeaderValue) -> Option<Duration> {
         return Some(Duration::from_secs(secs));
     }
     let at = httpdate::parse_http_date(text).ok()?;
-    Some(at.duration_since(SystemTime::now()).unwrap_or_default())
+    Some(at.duration_since(Clock::System.now()).unwrap_or_default())
 }
 
 /// The first [`ERROR_BODY`] bytes of an answer's body, as text (empty if
@@ -501,13 +504,13 @@ mod tests {
     fn retry_after_reads_seconds_and_dates() {
         let secs = HeaderValue::from_static("120");
         assert_eq!(retry_after(&secs), Some(Duration::from_secs(120)));
-        let later = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(90));
+        let later = httpdate::fmt_http_date(Clock::System.now() + Duration::from_secs(90));
         let wait = retry_after(&HeaderValue::try_from(later).unwrap()).unwrap();
         assert!(
             (Duration::from_secs(88)..=Duration::from_secs(90)).contains(&wait),
             "{wait:?}"
         );
-        let past = httpdate::fmt_http_date(SystemTime::now() - Duration::from_secs(90));
+        let past = httpdate::fmt_http_date(Clock::System.now() - Duration::from_secs(90));
         assert_eq!(
             retry_after(&HeaderValue::try_from(past).unwrap()),
             Some(Duration::ZERO)
