@@ -117,6 +117,14 @@ pub struct StoreBuilder {
 }
 
 impl StoreBuilder {
+    /// The clock the store, and its nodes, take as now: in this crate's
+    /// tests, one that follows a paused Tokio clock.
+    #[cfg(test)]
+    pub(crate) fn clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
     /// The number of logical shards, used when the schema is created
     /// (default [`DEFAULT_SHARDS`](crate::DEFAULT_SHARDS), 256). A task's
     /// shard is `id % shards`. Opening an existing schema with a different

@@ -504,3 +504,6 @@ impl Node {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

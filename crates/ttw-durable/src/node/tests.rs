@@ -1,0 +1,175 @@
+//! A node on a paused clock: the store and the node read the time from a
+//! clock that follows Tokio's, paused, so time moves only when the test
+//! moves it ([`step`]). Each decision that depends on the time (a lock
+//! running out, an occurrence falling due) is checked against that clock,
+//! with no sleep: ten virtual minutes take about a real second.
+//!
+//! A paused runtime would also move its clock by itself, to the next
+//! timer, whenever every task waits: and a node's tasks wait for SQLite's
+//! thread on every statement, so time would race ahead of the work. The
+//! test's own task never waits while the clock is paused (it yields), so
+//! the runtime never idles and the clock moves only by
+//! [`tokio::time::advance`].
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::client::store::{Store, StoreBuilder};
+use crate::model::clock::Clock;
+use crate::model::task::TaskState;
+use crate::recurring::Recurring;
+use crate::sql::db::Db;
+use crate::Scheduler;
+
+/// Where the test clock starts: 2026-01-01T00:00:00Z.
+const T0: i64 = 1_767_225_600_000;
+
+/// An in-memory store on a clock at [`T0`] that follows the runtime's.
+/// The runtime's clock is paused only once a node runs ([`pause`]): a
+/// paused runtime moves to the next timer while a statement runs on
+/// SQLite's thread, and with no node the first would be the pool's
+/// timeout. That is a day, which the node's own timers always come
+/// before.
+async fn store_on_test_clock() -> (Store, Clock) {
+    let clock = Clock::following_tokio(T0);
+    let store = StoreBuilder::default()
+        .shards(4)
+        .connect_timeout(Duration::from_secs(86_400))
+        .clock(clock.clone())
+        .sqlite_in_memory()
+        .await
+        .unwrap();
+    (store, clock)
+}
+
+/// Pauses the runtime's clock, and so the test clock: from here on time
+/// moves only by [`step`]. Returns what the test clock reads.
+fn pause(clock: &Clock) -> i64 {
+    tokio::time::pause();
+    clock.now_ms()
+}
+
+/// Moves the paused clock on by `by`, then lets the node work for a
+/// moment of real time (2 ms) with the clock standing still: its timers
+/// due by now fire, and its statements run.
+#[allow(clippy::disallowed_methods)] // the moment of real time
+async fn step(by: Duration) {
+    tokio::time::advance(by).await;
+    let until = std::time::Instant::now() + Duration::from_millis(2);
+    while std::time::Instant::now() < until {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// What `rx` receives while the clock moves on in steps of 100 ms, for at
+/// most `within` of the test clock.
+async fn next<T>(rx: &mut mpsc::UnboundedReceiver<T>, within: Duration) -> Option<T> {
+    let step_by = Duration::from_millis(100);
+    for _ in 0..=within.as_millis() / step_by.as_millis() {
+        if let Ok(got) = rx.try_recv() {
+            return Some(got);
+        }
+        step(step_by).await;
+    }
+    rx.try_recv().ok()
+}
+
+/// A task whose lock another node holds (its node is alive as far as the
+/// fence can tell: the lock's epoch is not older than the lease's) is
+/// taken back only once its lock runs out by the node's clock, and then
+/// delivered: never before `locked_until`, and by the next quiet reclaim
+/// after it.
+#[tokio::test]
+async fn a_lock_is_reclaimed_when_it_runs_out_by_the_node_s_clock() {
+    let (store, clock) = store_on_test_clock().await;
+    let id = store.schedule("locked elsewhere").await.unwrap();
+    let locked_until = clock.now_ms() + 5_000;
+    let Db::Sqlite(pool, _) = store.db() else {
+        unreachable!("an SQLite store")
+    };
+    sqlx::query(
+        "UPDATE ttw_tasks SET state = 'running', attempts = 1, claims = 1, \
+         locked_by = 'another/1', lock_epoch = 1000000, locked_until = $1 WHERE id = $2",
+    )
+    .bind(locked_until)
+    .bind(id.get())
+    .execute(pool)
+    .await
+    .unwrap();
+
+    let (tx, mut delivered) = mpsc::unbounded_channel();
+    let seen = clock.clone();
+    let scheduler = Scheduler::builder(store.clone())
+        .start(move |task| {
+            let (tx, at) = (tx.clone(), seen.now_ms());
+            async move {
+                let _ = tx.send((task.id(), task.attempt(), at));
+                Ok::<_, String>(())
+            }
+        })
+        .await
+        .unwrap();
+    pause(&clock);
+    let (got, attempt, at) = next(&mut delivered, Duration::from_secs(600))
+        .await
+        .expect("the task was reclaimed within ten virtual minutes");
+    assert_eq!(got, id);
+    assert_eq!(attempt, 2, "the reclaimed delivery is its second attempt");
+    assert!(
+        at >= locked_until,
+        "delivered {} ms before its lock ran out",
+        locked_until - at
+    );
+    assert!(
+        at <= locked_until + super::RECLAIM_QUIET.as_millis() as i64 + 5_000,
+        "delivered {} ms after its lock ran out",
+        at - locked_until
+    );
+    // The clock runs again for what waits on the database alone.
+    tokio::time::resume();
+    scheduler.shutdown().await.unwrap();
+    let info = store.get(id).await.unwrap().unwrap();
+    assert_eq!(info.state, TaskState::Done);
+}
+
+/// A recurring schedule's occurrences become tasks ahead of time, each due
+/// at its occurrence by the store's clock, and each is delivered at its
+/// time by the node's: at `t0 + 10 s`, `t0 + 20 s`, `t0 + 30 s` exactly,
+/// as the paused clock moves.
+#[tokio::test]
+async fn recurring_occurrences_run_at_their_times_on_the_node_s_clock() {
+    let (store, clock) = store_on_test_clock().await;
+    let t0 = clock.now_ms();
+    store
+        .register_recurring(Recurring::every("tick", Duration::from_secs(10)).payload("t"))
+        .await
+        .unwrap();
+
+    let (tx, mut delivered) = mpsc::unbounded_channel();
+    let seen = clock.clone();
+    let scheduler = Scheduler::builder(store.clone())
+        .start(move |task| {
+            let (tx, at) = (tx.clone(), seen.now_ms());
+            async move {
+                let _ = tx.send((crate::model::time::to_ms(task.run_at()).unwrap(), at));
+                Ok::<_, String>(())
+            }
+        })
+        .await
+        .unwrap();
+    pause(&clock);
+    for n in 1..=3 {
+        let (run_at, at) = next(&mut delivered, Duration::from_secs(60))
+            .await
+            .expect("an occurrence was delivered within a virtual minute");
+        assert_eq!(run_at, t0 + n * 10_000, "occurrence {n}'s due time");
+        assert!(
+            (run_at..run_at + 200).contains(&at),
+            "occurrence {n} delivered {} ms after its time",
+            at - run_at
+        );
+    }
+    tokio::time::resume();
+    scheduler.shutdown().await.unwrap();
+}
