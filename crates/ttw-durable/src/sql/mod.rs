@@ -27,3 +27,6 @@ pub(crate) mod names;
 pub(crate) mod recurring;
 pub(crate) mod schema;
 pub(crate) mod tasks;
+
+#[cfg(test)]
+mod conformance;
