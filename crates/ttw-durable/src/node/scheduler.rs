@@ -24,6 +24,7 @@ use crate::model::time::ms;
 use crate::node::config::Config;
 use crate::node::delivery::Deliveries;
 use crate::node::dispatch::{dispatch, Handler, Mode};
+use crate::node::duties::Duties;
 use crate::node::events::SchedulerStats;
 use crate::node::lease::Leases;
 use crate::node::window::Window;
@@ -457,15 +458,11 @@ impl SchedulerBuilder {
         // in-process from here on is missed.
         let listener = store.notifier().listen(node.listening.clone());
         node.join().await?;
-        let heartbeats = tokio::spawn(node.clone().heartbeats());
-        let control = tokio::spawn(node.clone().control());
-        let listener = tokio::spawn(node.clone().listen(listener));
+        let duties = Duties::start(&node, &node.config, listener);
         let dispatcher = tokio::spawn(dispatch(node.clone(), expirations, mode));
         Ok(Scheduler {
             node,
-            heartbeats,
-            control,
-            listener,
+            duties,
             dispatcher: Some(dispatcher),
         })
     }
@@ -502,9 +499,8 @@ impl SchedulerBuilder {
 /// ```
 pub struct Scheduler {
     node: Arc<Node>,
-    heartbeats: JoinHandle<()>,
-    control: JoinHandle<()>,
-    listener: JoinHandle<()>,
+    /// The node's background duties.
+    duties: Duties,
     dispatcher: Option<JoinHandle<()>>,
 }
 
@@ -581,10 +577,7 @@ impl Scheduler {
             let _ = dispatcher.await;
         }
         self.dispatcher = None;
-        for task in [&mut self.heartbeats, &mut self.control, &mut self.listener] {
-            task.abort();
-            let _ = task.await;
-        }
+        self.duties.stop().await;
         let _ = self.node.window.wheel().stop().await;
         self.node.leases.release(None).await?;
         self.node.leases.forget().await?;
@@ -604,9 +597,7 @@ impl Scheduler {
 
     fn abort_now(&mut self) {
         self.node.outcomes.abort();
-        self.heartbeats.abort();
-        self.control.abort();
-        self.listener.abort();
+        self.duties.abort();
         if let Some(dispatcher) = self.dispatcher.take() {
             dispatcher.abort();
         }

@@ -122,7 +122,7 @@ async fn a_lock_is_reclaimed_when_it_runs_out_by_the_node_s_clock() {
         locked_until - at
     );
     assert!(
-        at <= locked_until + super::RECLAIM_QUIET.as_millis() as i64 + 5_000,
+        at <= locked_until + crate::node::duties::rescuer::QUIET.as_millis() as i64 + 5_000,
         "delivered {} ms after its lock ran out",
         at - locked_until
     );

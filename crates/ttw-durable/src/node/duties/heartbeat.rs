@@ -1,0 +1,102 @@
+//! The heartbeat: one small write that keeps every lease the node holds,
+//! then rebalancing toward the fair share (see [`crate::node::lease`]).
+//! In a task of its own: a renewal must never wait behind a window load,
+//! a catch-up poll or a sweep, which take as long as there are rows; a
+//! node stalled past its lease TTL would lose its shards to others while
+//! healthy, and the outcomes of its deliveries in flight would be fenced
+//! off and delivered again.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::MissedTickBehavior;
+
+use crate::error::Error;
+use crate::node::config::Config;
+use crate::node::report::Failing;
+use crate::node::Node;
+
+/// The heartbeat's settings.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Heartbeat {
+    /// How often it beats
+    /// ([`SchedulerBuilder::heartbeat`](crate::SchedulerBuilder::heartbeat)).
+    every: Duration,
+}
+
+impl Heartbeat {
+    pub(crate) fn new(config: &Config) -> Heartbeat {
+        Heartbeat {
+            every: config.heartbeat,
+        }
+    }
+
+    /// Beats every period, and at once when a shard being given back has
+    /// drained.
+    pub(crate) async fn run(self, node: Arc<Node>) {
+        let mut tick = tokio::time::interval(self.every);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        tick.reset();
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = node.window.drained.notified() => {}
+            }
+            if let Err(err) = beat(&node).await {
+                node.report(Failing::Heartbeat, &err);
+            }
+        }
+    }
+}
+
+/// One heartbeat: liveness, renewals, rebalancing. Shards taken are loaded
+/// into the window, their recurring schedules looked at, and their tasks
+/// left running by their last owner handed to the rescuer.
+pub(crate) async fn beat(node: &Node) -> Result<(), Error> {
+    if node.faults.heartbeat_paused() {
+        return Ok(());
+    }
+    let membership = node.membership.lock().await;
+    let shards = &node.window.shards;
+    let beat = node
+        .leases
+        .heartbeat(
+            node.leaving.load(Ordering::SeqCst),
+            |shard| shards.begin_release(shard as usize),
+            |shard| shards.drain(shard as usize),
+        )
+        .await;
+    let beat = match beat {
+        Ok(beat) => beat,
+        Err(err) => {
+            // A release may not have happened: the shards it marked take
+            // claims again (and if it did, the database refuses them).
+            shards.end_releases(&[]);
+            return Err(err);
+        }
+    };
+    let lost = shards.set_owned(&beat.owned);
+    // Only now that the shards given back are no longer held may the marks
+    // go; shards still draining keep theirs.
+    shards.end_releases(&beat.draining);
+    drop(membership);
+    if lost > 0 {
+        tracing::info!(node = %node.node_id, lost, "gave back or lost shard leases");
+    }
+    node.events().took_over(beat.takeovers);
+    if let Ok(wheel) = node.window.wheel().stats().await {
+        node.events().gauges(shards.owned_count(), wheel.pending);
+    }
+    if !beat.acquired.is_empty() {
+        tracing::debug!(node = %node.node_id, acquired = beat.acquired.len(), takeovers = beat.takeovers, "took shards");
+        node.reload.notify_one();
+        node.recurring_wake.notify_one();
+        node.rescuer.took_shards(beat.takeovers > 0);
+    }
+    for gone in &beat.gone {
+        tracing::info!(node = %node.node_id, session = %gone, "a node's process on this machine is gone: its shards are free now");
+    }
+    node.rescuer.heard_heartbeat();
+    Ok(())
+}

@@ -1,0 +1,62 @@
+//! The retention sweep: deletes the done and cancelled tasks older than
+//! the retention from the history, in bounded batches (see
+//! [`crate::sql::history::sweep`]), once a tenth of the retention (between
+//! half a window and [`LONGEST`] apart): finished tasks may outlive the
+//! retention by that much.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::model::time::ms;
+use crate::node::config::Config;
+use crate::node::report::Failing;
+use crate::node::Node;
+
+/// The most rows one statement of the sweep deletes.
+const BATCH: u64 = 1_000;
+
+/// The longest time between two sweeps.
+const LONGEST: Duration = Duration::from_secs(10 * 60);
+
+/// The sweeper's settings.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sweeper {
+    /// How long finished tasks are kept
+    /// ([`SchedulerBuilder::retention`](crate::SchedulerBuilder::retention)).
+    retention: Duration,
+    /// The first sweep, half a window after the node starts.
+    first: Duration,
+    /// Between two sweeps.
+    every: Duration,
+}
+
+impl Sweeper {
+    pub(crate) fn new(config: &Config) -> Sweeper {
+        Sweeper {
+            retention: config.retention,
+            first: config.window / 2,
+            every: (config.retention / 10).min(LONGEST).max(config.window / 2),
+        }
+    }
+
+    /// Sweeps half a window after the start, then every period; a sweep
+    /// that failed is tried again half a window later.
+    pub(crate) async fn run(self, node: Arc<Node>) {
+        let mut wait = self.first;
+        loop {
+            tokio::time::sleep(wait).await;
+            let before = node
+                .config
+                .clock
+                .now_ms()
+                .saturating_sub(ms(self.retention));
+            wait = match node.claims.sweep(before, BATCH).await {
+                Ok(_) => self.every,
+                Err(err) => {
+                    node.report(Failing::Control, &err);
+                    self.first
+                }
+            };
+        }
+    }
+}
