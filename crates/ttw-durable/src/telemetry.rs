@@ -183,6 +183,11 @@ impl NodeMetrics {
     }
 
     /// The metrics of the queue with index `index` among the node's queues.
+    /// Counts one failed database call of the node, by kind.
+    pub(crate) fn database_error(&self, kind: &'static str) {
+        metrics::counter!("ttw_database_errors_total", "kind" => kind).increment(1);
+    }
+
     pub(crate) fn queue(&self, index: usize) -> &QueueMetrics {
         &self.queues[index]
     }
@@ -215,7 +220,7 @@ pub(crate) fn scheduled_each<'a>(queues: impl IntoIterator<Item = &'a str>) {
     }
 }
 
-/// Counts one failed database call of a node, by kind.
-pub(crate) fn database_error(kind: &'static str) {
-    metrics::counter!("ttw_database_errors_total", "kind" => kind).increment(1);
+/// Sets the `ttw_tasks` gauge of `queue` in `state` to `n`.
+pub(crate) fn task_gauge(queue: &str, state: &'static str, n: u64) {
+    metrics::gauge!("ttw_tasks", "queue" => queue.to_string(), "state" => state).set(n as f64);
 }

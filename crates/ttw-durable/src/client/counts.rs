@@ -112,7 +112,6 @@ fn publish_queue(queue: &str, c: &StateCounts) {
         (TaskState::Dead, c.dead),
         (TaskState::Cancelled, c.cancelled),
     ] {
-        metrics::gauge!("ttw_tasks", "queue" => queue.to_string(), "state" => state.as_sql())
-            .set(n as f64);
+        crate::telemetry::task_gauge(queue, state.as_sql(), n);
     }
 }

@@ -5,6 +5,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::error::Error;
+use crate::node::report::{Failing, Reports};
 use crate::node::window::Window;
 use crate::telemetry::NodeMetrics;
 
@@ -65,8 +67,11 @@ fn bump(counter: &AtomicU64, n: u64) {
 /// [`Lanes`](crate::model::lanes::Lanes)).
 #[derive(Debug)]
 pub(crate) struct Events {
+    node_id: String,
     counters: Counters,
     metrics: NodeMetrics,
+    /// Failing database calls, warned of at most once per interval each.
+    reports: Reports,
 }
 
 impl Events {
@@ -74,9 +79,19 @@ impl Events {
     /// are taken now.
     pub(crate) fn new(node_id: &str, queues: &[Arc<str>]) -> Events {
         Events {
+            node_id: node_id.to_string(),
             counters: Counters::default(),
             metrics: NodeMetrics::new(node_id, queues),
+            reports: Reports::default(),
         }
+    }
+
+    /// A database call of kind `kind` failed with `err`: counted
+    /// (`ttw_database_errors_total`), and warned of at most once per
+    /// interval for each kind.
+    pub(crate) fn database_failed(&self, kind: Failing, err: &Error) {
+        self.metrics.database_error(kind.label());
+        self.reports.failed(&self.node_id, kind, err);
     }
 
     /// An attempt started: its claim won, `lateness_ms` after its time.

@@ -35,7 +35,7 @@ use crate::node::events::{Events, SchedulerStats};
 use crate::node::faults::Faults;
 use crate::node::lease::Leases;
 use crate::node::outcome::Outcomes;
-use crate::node::report::{Failing, Reports};
+use crate::node::report::Failing;
 use crate::node::window::Window;
 use crate::sql::claims::Claims;
 
@@ -83,8 +83,9 @@ pub(crate) struct Node {
     /// Shutting down: heartbeats give shards back as they come idle.
     leaving: AtomicBool,
     pub(crate) faults: Arc<Faults>,
-    /// Failing database calls, warned of at most once per interval each.
-    reports: Reports,
+    /// The node's event sink: every count and metric of what happens to
+    /// its tasks and its database calls goes through it.
+    events: Arc<Events>,
 }
 
 impl Node {
@@ -99,14 +100,14 @@ impl Node {
         store: Store,
     ) -> Node {
         let faults = Arc::new(Faults::default());
+        let events = Arc::new(Events::new(&node_id, window.lanes.queues()));
         let outcomes = Arc::new(Outcomes::new(
             claims.clone(),
             window.clone(),
-            config.backoff,
-            config.max_attempts,
+            &config,
             node_id.clone(),
-            config.clock.clone(),
             faults.clone(),
+            events.clone(),
         ));
         let queue_limits = window
             .lanes
@@ -140,13 +141,13 @@ impl Node {
             membership: tokio::sync::Mutex::new(()),
             leaving: AtomicBool::new(false),
             faults,
-            reports: Reports::default(),
+            events,
         }
     }
 
     /// Where what happens to the node's tasks is reported.
     pub(crate) fn events(&self) -> &Events {
-        &self.outcomes.events
+        &self.events
     }
 
     pub(crate) fn stats(&self) -> SchedulerStats {
@@ -162,8 +163,7 @@ impl Node {
     /// watch for it (see [`Rescuer::watch_locks`]).
     pub(crate) fn report(&self, kind: Failing, err: &Error) {
         if !err.is_lost() && !err.is_closed() {
-            crate::telemetry::database_error(kind.label());
-            self.reports.failed(&self.node_id, kind, err);
+            self.events.database_failed(kind, err);
             if matches!(kind, Failing::Claim | Failing::Outcome) {
                 self.rescuer.watch_locks();
             }

@@ -16,6 +16,7 @@ use crate::model::clock::Clock;
 use crate::model::failure::Failure;
 use crate::model::time::ms;
 use crate::node::completer::{Completer, Success, Write};
+use crate::node::config::Config;
 use crate::node::events::Events;
 use crate::node::faults::Faults;
 use crate::node::window::Window;
@@ -30,8 +31,8 @@ pub(crate) struct Outcomes {
     /// The attempt limit of tasks scheduled without their own.
     default_max: i64,
     node_id: String,
-    /// What happens to the node's tasks, counted and measured.
-    pub(crate) events: Events,
+    /// The node's event sink (see [`Node::events`](crate::node::Node::events)).
+    events: Arc<Events>,
     /// What the node takes as now.
     clock: Clock,
     /// The node was aborted: outcomes are no longer written.
@@ -99,12 +100,13 @@ impl Outcomes {
     pub(crate) fn new(
         claims: Claims,
         window: Arc<Window>,
-        backoff: Backoff,
-        max_attempts: u32,
+        config: &Config,
         node_id: String,
-        clock: Clock,
         faults: Arc<Faults>,
+        events: Arc<Events>,
     ) -> Outcomes {
+        let (backoff, max_attempts, clock) =
+            (config.backoff, config.max_attempts, config.clock.clone());
         let aborted = Arc::new(AtomicBool::new(false));
         // Successes go in batches. On SQLite every write waits for the
         // one writer, so one writer of batches; on PostgreSQL writes run
@@ -125,7 +127,7 @@ impl Outcomes {
             writers,
         );
         Outcomes {
-            events: Events::new(&node_id, window.lanes.queues()),
+            events,
             clock,
             completer,
             claims,
