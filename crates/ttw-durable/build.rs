@@ -1,6 +1,6 @@
 //! Tells the crate's own tests whether PostgreSQL is there: without
 //! `DATABASE_URL` at build time the PostgreSQL half of the statement
-//! conformance suite (`src/sql/conformance.rs`) is compiled as
+//! conformance suite (`src/conformance.rs`) is compiled as
 //! `#[ignore]`d, so the report shows it as not run rather than passed.
 //! Nothing outside `cfg(test)` reads it.
 

@@ -179,6 +179,8 @@ compile_error!(
 );
 
 mod client;
+#[cfg(test)]
+mod conformance;
 mod error;
 mod model;
 mod node;

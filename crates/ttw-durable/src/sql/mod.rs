@@ -27,6 +27,3 @@ pub(crate) mod names;
 pub(crate) mod recurring;
 pub(crate) mod schema;
 pub(crate) mod tasks;
-
-#[cfg(test)]
-mod conformance;
