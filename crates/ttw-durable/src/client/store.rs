@@ -243,6 +243,11 @@ impl StoreBuilder {
         memory_keeper: Option<MemoryKeeper>,
     ) -> Result<Store, Error> {
         let shards = schema::prepare(&db, self.shards).await?;
+        #[cfg(test)]
+        let db = match self.clock {
+            Clock::Tokio { .. } => db.with_test_clock(self.clock.clone()),
+            Clock::System => db,
+        };
         let names = Names::new(&db, self.schema.as_deref());
         let notifier = Notifier::new(listen.map(|options| (options, self.schema.as_deref())));
         Ok(Store {

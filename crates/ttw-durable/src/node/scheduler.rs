@@ -498,7 +498,7 @@ impl SchedulerBuilder {
 /// # }
 /// ```
 pub struct Scheduler {
-    node: Arc<Node>,
+    pub(super) node: Arc<Node>,
     /// The node's background duties.
     duties: Duties,
     dispatcher: Option<JoinHandle<()>>,

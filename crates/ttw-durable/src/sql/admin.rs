@@ -280,7 +280,7 @@ pub(crate) async fn redrive(
         let sql = names.announcing(&format!(
             "UPDATE ttw_tasks SET state = 'scheduled', run_at = $1, attempts = 0, finished_at = NULL, \
              updated_at = {} WHERE id IN ({list}) AND state = $2 RETURNING {ANNOUNCED}",
-            names.clock
+            names.clock()
         ));
         let changed = write_with_pool!(db, Urgency::Ordinary, pool => {
             let mut q = sqlx::query(&sql).bind(at).bind(state.as_sql());
@@ -295,7 +295,7 @@ pub(crate) async fn redrive(
         });
         return Ok(changed);
     }
-    let back = from_history("$1", names.clock);
+    let back = from_history("$1", &names.clock());
     let _turn = db.write_turn(Urgency::Ordinary).await;
     let mut changed = Vec::new();
     match db {

@@ -493,7 +493,7 @@ impl Claims {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let into = into_history("done", self.db.clock_sql(), "$1");
+        let into = into_history("done", &self.db.clock_sql(), "$1");
         let turn = self.db.write_turn(Urgency::Ordinary).await;
         // Read to its end (see the notes of `db`).
         let written: Vec<(i64, i64)> = match &self.db {

@@ -11,6 +11,7 @@
 //! that was rolled back. Run to its end, a failed commit is the statement's
 //! own error.
 
+use std::borrow::Cow;
 #[cfg(feature = "sqlite")]
 use std::path::Path;
 use std::str::FromStr;
@@ -29,6 +30,8 @@ use sqlx::Connection;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::error::Error;
+#[cfg(test)]
+use crate::model::clock::Clock;
 #[cfg(feature = "sqlite")]
 use crate::sql::checkpoint::{Checkpointer, WAL_LIMIT};
 
@@ -161,6 +164,9 @@ pub(crate) struct Writes {
     /// memory).
     #[cfg(feature = "sqlite")]
     checkpoints: Option<Arc<Checkpointer>>,
+    /// In this crate's tests, the clock statements read as the database's.
+    #[cfg(test)]
+    test_clock: Option<Clock>,
 }
 
 /// A write's turn, held while it runs. The turn is given up before the
@@ -192,12 +198,52 @@ impl Db {
     /// time it commits, however long it waited for the lock; on PostgreSQL
     /// it is the time of the call (`clock_timestamp()`, not the
     /// transaction's start), and no node's clock is involved.
-    pub(crate) fn clock_sql(&self) -> &'static str {
+    ///
+    /// In this crate's tests a store on a test clock has the database read
+    /// that clock instead (see [`Db::with_test_clock`]): the clock's now, as
+    /// a literal.
+    pub(crate) fn clock_sql(&self) -> Cow<'static, str> {
+        #[cfg(test)]
+        if let Some(clock) = self.test_clock() {
+            return Cow::Owned(format!("CAST({} AS BIGINT)", clock.now_ms()));
+        }
+        Cow::Borrowed(self.database_clock_sql())
+    }
+
+    /// The database's own clock as SQL (see [`Db::clock_sql`]).
+    pub(crate) fn database_clock_sql(&self) -> &'static str {
         match self {
             #[cfg(feature = "sqlite")]
             Db::Sqlite(..) => "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)",
             #[cfg(feature = "postgres")]
             Db::Postgres(_) => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+        }
+    }
+
+    /// This SQLite store's statements read `clock` as the database's time
+    /// (a test clock: a paused runtime then moves the time leases are
+    /// judged by, too).
+    #[cfg(test)]
+    pub(crate) fn with_test_clock(self, clock: Clock) -> Db {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Db::Sqlite(pool, mut writes) => {
+                writes.test_clock = Some(clock);
+                Db::Sqlite(pool, writes)
+            }
+            #[cfg(feature = "postgres")]
+            other => other,
+        }
+    }
+
+    /// The test clock the statements read, if any.
+    #[cfg(test)]
+    pub(crate) fn test_clock(&self) -> Option<&Clock> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Db::Sqlite(_, writes) => writes.test_clock.as_ref(),
+            #[cfg(feature = "postgres")]
+            Db::Postgres(_) => None,
         }
     }
 

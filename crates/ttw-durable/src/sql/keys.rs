@@ -164,7 +164,8 @@ pub(crate) async fn replace_pending(
          max_attempts = COALESCE($4, max_attempts), priority = COALESCE($5, priority), \
          updated_at = {} \
          WHERE idempotency_key = $1 AND {PENDING} RETURNING {ANNOUNCED}",
-        names.tasks, names.clock
+        names.tasks,
+        names.clock()
     ));
     with_conn!(conn, c => {
         // Read to its end (see the notes of `db`).

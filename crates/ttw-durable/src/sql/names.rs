@@ -2,6 +2,8 @@
 //! PostgreSQL schema, if it has one), its `NOTIFY` channel, and the
 //! database's clock.
 
+use std::borrow::Cow;
+
 use crate::sql::announce;
 use crate::sql::db::Db;
 
@@ -21,7 +23,10 @@ pub(crate) struct Names {
     /// The `NOTIFY` channel, on PostgreSQL.
     pub(crate) channel: Option<String>,
     /// The database's clock as SQL (see [`Db::clock_sql`]).
-    pub(crate) clock: &'static str,
+    clock: &'static str,
+    /// In this crate's tests, a clock read instead.
+    #[cfg(test)]
+    test_clock: Option<crate::model::clock::Clock>,
 }
 
 impl Names {
@@ -36,8 +41,19 @@ impl Names {
             history: format!("{prefix}ttw_history"),
             all: format!("{prefix}ttw_all_tasks"),
             channel: (!db.is_sqlite()).then(|| announce::channel(schema)),
-            clock: db.clock_sql(),
+            clock: db.database_clock_sql(),
+            #[cfg(test)]
+            test_clock: db.test_clock().cloned(),
         }
+    }
+
+    /// The database's clock as SQL, as [`Db::clock_sql`] writes it.
+    pub(crate) fn clock(&self) -> Cow<'static, str> {
+        #[cfg(test)]
+        if let Some(clock) = &self.test_clock {
+            return Cow::Owned(format!("CAST({} AS BIGINT)", clock.now_ms()));
+        }
+        Cow::Borrowed(self.clock)
     }
 
     /// `change` made to announce the tasks it returns (see

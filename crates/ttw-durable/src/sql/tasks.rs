@@ -72,7 +72,7 @@ fn insert_sql(names: &Names, sqlite: bool, n: usize) -> String {
         } else {
             placeholders(1 + PARAMS_PER_ROW * i, PARAMS_PER_ROW)
         };
-        let _ = write!(values, "({params}, {})", names.clock);
+        let _ = write!(values, "({params}, {})", names.clock());
     }
     names.announcing(&format!(
         "INSERT INTO {} (run_at, payload, idempotency_key, max_attempts, recurring, queue, priority, \
@@ -201,7 +201,7 @@ pub(crate) async fn get(db: &Db, which: Which<'_>) -> Result<Option<TaskInfo>, E
 /// `ttw_history` (see [`history`](crate::sql::history)) as finished at
 /// `now`. Returns whether it was scheduled.
 pub(crate) async fn cancel(db: &Db, which: Which<'_>, now: i64) -> Result<bool, Error> {
-    let into = into_history("cancelled", db.clock_sql(), "$2");
+    let into = into_history("cancelled", &db.clock_sql(), "$2");
     let found = format!("{} = $1 AND state = 'scheduled'", which.column());
     let _turn = db.write_turn(Urgency::Ordinary).await;
     let moved: Option<i64> = match db {
@@ -272,7 +272,7 @@ pub(crate) async fn make_due(
     let sql = names.announcing(&format!(
         "UPDATE ttw_tasks SET state = 'scheduled', run_at = $2, updated_at = {}{also} \
          WHERE {} = $1 AND state = $3 RETURNING {ANNOUNCED}",
-        names.clock,
+        names.clock(),
         change.which.column()
     ));
     // Read to its end (see the notes of `db`).
