@@ -21,6 +21,7 @@ use ttw_durable::{Store, TaskId, TaskState};
 
 const TOKEN: &str = "app-token-0123456789";
 const READER: &str = "reader-token-0123456789";
+const OPS: &str = "ops-token-0123456789";
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ttw_server_{name}_{}", std::process::id()));
@@ -43,6 +44,7 @@ impl Server {
             .arg(config)
             .env("TTW_TOKEN_APP", TOKEN)
             .env("TTW_TOKEN_READER", READER)
+            .env("TTW_TOKEN_OPS", OPS)
             .env("TTW_HOOK_SECRET", SECRET)
             .env_remove("DATABASE_URL")
             .stdout(Stdio::piped())
@@ -154,6 +156,11 @@ name = "reader"
 secret_env = "TTW_TOKEN_READER"
 scopes = ["read"]
 queues = ["library"]
+
+[[tokens]]
+name = "ops"
+secret_env = "TTW_TOKEN_OPS"
+scopes = ["admin"]
 "#,
             dir.join("tasks.db").display()
         ),
@@ -505,6 +512,199 @@ async fn bad_requests_are_answered_as_documented_and_sigterm_stops_it() {
 
 /// `--check` names what is wrong with a file, in one line and exit 1; a
 /// good file is exit 0.
+/// Lists in pages by cursor, redrives, and manages a recurring schedule
+/// through the Python client; then asks the real process for every route
+/// its OpenAPI document names, each answered by its handler (401 without a
+/// token), none by the fallback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_redrive_recurring_schedules_and_the_openapi_routes() {
+    let dir = temp_dir("manage");
+    let server = Server::start(&config(&dir, "http://127.0.0.1:9/unused")).await;
+    let mut client = Bridge::start(&server.base);
+    let app = json!({"Authorization": format!("Bearer {TOKEN}")});
+    let reader = json!({"Authorization": format!("Bearer {READER}")});
+    let ops = json!({"Authorization": format!("Bearer {OPS}")});
+    let mut call = async |method: &str, path: &str, headers: &Value, body: Option<Value>| {
+        client
+            .call(json!({"method": method, "path": path, "headers": headers,
+                         "body": body.map(|b| b.to_string())}))
+            .await
+    };
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let (status, made) = call(
+            "POST",
+            "/v1/tasks",
+            &app,
+            Some(json!({"queue": "library", "delay": "1h", "payload": {"n": i}})),
+        )
+        .await;
+        assert_eq!(status, 201, "{made}");
+        ids.push(made["id"].as_i64().unwrap());
+    }
+
+    // Pages of two, by cursor, in id order; the last has no cursor.
+    let mut listed = Vec::new();
+    let mut path = "/v1/tasks?queue=library&limit=2".to_string();
+    loop {
+        let (status, page) = call("GET", &path, &reader, None).await;
+        assert_eq!(status, 200, "{page}");
+        let tasks = page["tasks"].as_array().unwrap();
+        assert!(tasks.len() <= 2);
+        listed.extend(tasks.iter().map(|t| t["id"].as_i64().unwrap()));
+        match page["next_cursor"].as_str() {
+            Some(cursor) => path = format!("/v1/tasks?queue=library&limit=2&cursor={cursor}"),
+            None => break,
+        }
+    }
+    assert_eq!(listed, ids);
+    let (_, one) = call("GET", "/v1/tasks?state=scheduled&limit=1", &app, None).await;
+    assert_eq!(one["tasks"][0]["payload"], json!({"n": 0}));
+    for (path, who, status, code) in [
+        ("/v1/tasks?state=sleeping", &app, 400, "invalid_state"),
+        ("/v1/tasks?limit=0", &app, 400, "invalid_limit"),
+        ("/v1/tasks?limit=1001", &app, 400, "invalid_limit"),
+        ("/v1/tasks?cursor=abc", &app, 400, "invalid_cursor"),
+        ("/v1/tasks?due_before=soon", &app, 400, "invalid_time"),
+        ("/v1/tasks?colour=red", &app, 400, "invalid_request"),
+        ("/v1/tasks", &reader, 403, "forbidden"),
+        ("/v1/tasks?queue=hooks", &reader, 403, "forbidden"),
+    ] {
+        let (got, answer) = call("GET", path, who, None).await;
+        assert_eq!(
+            (got, answer["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{path}: {answer}"
+        );
+    }
+
+    // A cancelled task, redriven by an admin token only.
+    let (status, _) = call("DELETE", &format!("/v1/tasks/{}", ids[0]), &app, None).await;
+    assert_eq!(status, 200);
+    let redrive = json!({"state": "cancelled", "queue": "library"});
+    let (status, answer) = call("POST", "/v1/tasks/redrive", &app, Some(redrive.clone())).await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (403, Some("forbidden"))
+    );
+    let (status, answer) = call(
+        "POST",
+        "/v1/tasks/redrive",
+        &ops,
+        Some(json!({"state": "running"})),
+    )
+    .await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (400, Some("invalid_state"))
+    );
+    let (status, answer) = call("POST", "/v1/tasks/redrive", &ops, Some(redrive)).await;
+    assert_eq!(
+        (status, answer["redriven"].as_u64()),
+        (200, Some(1)),
+        "{answer}"
+    );
+    let (_, task) = call("GET", &format!("/v1/tasks/{}", ids[0]), &app, None).await;
+    assert_eq!(task["state"], "scheduled");
+
+    // A recurring schedule: created, unchanged, updated, refused, listed,
+    // paused, resumed, deleted.
+    let nightly = json!({"cron": "0 3 * * *", "time_zone": "Europe/Paris", "queue": "library",
+                         "payload": {"job": "report"}});
+    let (status, answer) = call("PUT", "/v1/recurring/nightly", &app, Some(nightly.clone())).await;
+    assert_eq!(
+        (status, answer["outcome"].as_str()),
+        (201, Some("created")),
+        "{answer}"
+    );
+    let (status, answer) = call("PUT", "/v1/recurring/nightly", &app, Some(nightly.clone())).await;
+    assert_eq!(
+        (status, answer["outcome"].as_str()),
+        (200, Some("unchanged")),
+        "{answer}"
+    );
+    let mut later = nightly.clone();
+    later["cron"] = json!("0 4 * * *");
+    let (status, answer) = call("PUT", "/v1/recurring/nightly", &app, Some(later)).await;
+    assert_eq!(
+        (status, answer["outcome"].as_str()),
+        (200, Some("updated")),
+        "{answer}"
+    );
+    for (body, code) in [
+        (
+            json!({"cron": "61 * * * *", "queue": "library"}),
+            "invalid_schedule",
+        ),
+        (
+            json!({"cron": "0 3 * * *", "time_zone": "Mars/Olympus", "queue": "library"}),
+            "invalid_schedule",
+        ),
+        (
+            json!({"every": "10ms", "queue": "library"}),
+            "invalid_schedule",
+        ),
+        (json!({"queue": "library"}), "invalid_schedule"),
+        (json!({"every": "1h", "queue": "nope"}), "unknown_queue"),
+        (
+            json!({"every": "1h", "catch_up": "sometimes", "queue": "library"}),
+            "invalid_schedule",
+        ),
+    ] {
+        let (got, answer) = call("PUT", "/v1/recurring/nightly", &app, Some(body.clone())).await;
+        assert_eq!(
+            (got, answer["error"]["code"].as_str()),
+            (400, Some(code)),
+            "{body}: {answer}"
+        );
+    }
+    let (status, list) = call("GET", "/v1/recurring", &reader, None).await;
+    assert_eq!(status, 200, "{list}");
+    let listed = &list["recurring"][0];
+    assert_eq!(
+        (listed["name"].as_str(), listed["cron"].as_str()),
+        (Some("nightly"), Some("0 4 * * *"))
+    );
+    assert_eq!(listed["payload"], json!({"job": "report"}));
+    let (_, paused) = call("POST", "/v1/recurring/nightly/pause", &app, None).await;
+    assert_eq!(paused["paused"], true, "{paused}");
+    let (_, again) = call("POST", "/v1/recurring/nightly/pause", &app, None).await;
+    assert_eq!(again["paused"], false);
+    let (_, resumed) = call("POST", "/v1/recurring/nightly/resume", &app, None).await;
+    assert_eq!(resumed["resumed"], true);
+    let (status, _) = call("DELETE", "/v1/recurring/nightly", &app, None).await;
+    assert_eq!(status, 200);
+    let (status, answer) = call("DELETE", "/v1/recurring/nightly", &app, None).await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (404, Some("not_found"))
+    );
+
+    // Every route of the document is the server's.
+    let (status, doc) = call("GET", "/v1/openapi.json", &json!({}), None).await;
+    assert_eq!(status, 200);
+    assert_eq!(doc["openapi"], "3.1.0");
+    let mut routes = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            let uri = path
+                .replace("{id}", "1")
+                .replace("{key}", "k")
+                .replace("{name}", "n");
+            let (got, answer) = call(&method.to_uppercase(), &uri, &json!({}), None).await;
+            let open = ["/healthz", "/readyz", "/v1/openapi.json"].contains(&path.as_str());
+            assert_eq!(
+                got,
+                if open { 200 } else { 401 },
+                "{method} {path}: {answer}"
+            );
+            routes += 1;
+        }
+    }
+    assert_eq!(routes, 19, "the routes the document names");
+    drop(server);
+}
+
 #[test]
 fn check_names_what_is_wrong() {
     let dir = temp_dir("check");
@@ -517,6 +717,7 @@ fn check_names_what_is_wrong() {
         if with_env {
             cmd.env("TTW_TOKEN_APP", TOKEN)
                 .env("TTW_TOKEN_READER", READER)
+                .env("TTW_TOKEN_OPS", OPS)
                 .env("TTW_HOOK_SECRET", SECRET);
         }
         cmd.output().unwrap()

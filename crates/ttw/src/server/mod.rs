@@ -14,6 +14,7 @@
 mod api;
 pub(crate) mod config;
 mod group;
+mod manage;
 
 use std::path::Path;
 use std::sync::Arc;
