@@ -210,14 +210,91 @@ fn serve(db: &Db) -> (Killed, String) {
     (Killed(child), url)
 }
 
+/// Starts `ttw server` on `db` with a `[dashboard]` on a free loopback
+/// port (and no scheduler: the test's own node is the one the page shows);
+/// returns the process and the dashboard's address.
+fn server(db: &Db) -> (Killed, String) {
+    let args = db.cli_args();
+    let database = &args[1];
+    let dir = std::env::temp_dir().join(format!("ttw_dashboard_server_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("ttw.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"listen = "127.0.0.1:0"
+database = "{database}"
+
+[scheduler]
+enabled = false
+
+[dashboard]
+listen = "127.0.0.1:0"
+token_env = "TTW_DASHBOARD_TOKEN"
+refresh = "300ms"
+
+[[queues]]
+name = "emails"
+
+[[queues]]
+name = "reports"
+
+[[tokens]]
+name = "app"
+secret_env = "TTW_TOKEN_APP"
+scopes = ["read"]
+"#
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ttw-under-test"))
+        .args(["server", "--config"])
+        .arg(&config)
+        .env("TTW_DASHBOARD_TOKEN", TOKEN)
+        .env("TTW_TOKEN_APP", "app-token-0123456789")
+        .env_remove("DATABASE_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("ttw server runs");
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("ttw server prints its dashboard's address")
+            .unwrap();
+        if let Some(rest) = line.strip_prefix("ttw server: dashboard on ") {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    (Killed(child), url)
+}
+
 #[test]
 #[cfg_attr(
     ttw_no_browser,
     ignore = "needs chromedriver and chromium (apt-get install chromium chromium-driver); .ci/run installs them"
 )]
 fn the_dashboard_in_a_real_browser() {
+    the_dashboard_of(serve, "dashboard");
+}
+
+/// The same page, served by `ttw server` beside its API.
+#[test]
+#[cfg_attr(
+    ttw_no_browser,
+    ignore = "needs chromedriver and chromium (apt-get install chromium chromium-driver); .ci/run installs them"
+)]
+fn the_dashboard_of_ttw_server_in_a_real_browser() {
+    the_dashboard_of(server, "dashboard_server");
+}
+
+/// Fills a store, starts the dashboard with `launch`, and drives the page.
+fn the_dashboard_of(launch: fn(&Db) -> (Killed, String), name: &str) {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let db = Db::new(Backend::Sqlite, "dashboard");
+    let db = Db::new(Backend::Sqlite, name);
     let store: Store = rt.block_on(db.open());
     // A node serving "default" only, so the other queues' tasks wait and
     // the page has a node to show.
@@ -254,7 +331,7 @@ fn the_dashboard_in_a_real_browser() {
     });
     let state = |id: TaskId| rt.block_on(store.get(id)).unwrap().unwrap().state;
 
-    let (_server, url) = serve(&db);
+    let (_server, url) = launch(&db);
     let browser = Browser::start(rt.handle());
     browser.go(&url);
     wait_until(

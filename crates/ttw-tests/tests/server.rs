@@ -702,6 +702,24 @@ async fn pages_redrive_recurring_schedules_and_the_openapi_routes() {
         }
     }
     assert_eq!(routes, 19, "the routes the document names");
+
+    // HTTP/2 (cleartext, with prior knowledge) from curl: the same API on
+    // the same port.
+    let out = std::process::Command::new("curl")
+        .args([
+            "-s",
+            "--http2-prior-knowledge",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_version} %{http_code}",
+        ])
+        .arg(format!("{}/v1/tasks?queue=library&limit=1", server.base))
+        .arg("-H")
+        .arg(format!("Authorization: Bearer {TOKEN}"))
+        .output()
+        .expect("curl runs");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "2 200", "{out:?}");
     drop(server);
 }
 

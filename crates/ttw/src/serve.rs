@@ -53,6 +53,27 @@ pub(crate) async fn serve(store: Store, args: ServeArgs) -> Result<()> {
         Some(token) => token,
         None => new_token()?,
     };
+    let router = dashboard(store, token.clone(), refresh)?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|err| Failure(format!("cannot listen on {}: {err}", args.listen)))?;
+    let addr = listener.local_addr()?;
+    println!("ttw: dashboard at http://{addr}/ (metrics at /metrics)");
+    println!("ttw: token for redrive and cancel: {token}");
+    if !addr.ip().is_loopback() {
+        println!("ttw: listening beyond loopback: anyone who can reach {addr} can read the tasks");
+    }
+    axum::serve(listener, router)
+        .with_graceful_shutdown(stopped())
+        .await?;
+    Ok(())
+}
+
+/// The dashboard and `/metrics` on `store`: installs this process's
+/// Prometheus recorder (do it before a scheduler starts, so that its
+/// metrics are recorded), and refreshes the task counts every `refresh`.
+/// Its redrive and cancel need `token`.
+pub(crate) fn dashboard(store: Store, token: String, refresh: Duration) -> Result<Router> {
     let metrics = PrometheusBuilder::new()
         .install_recorder()
         .map_err(|err| Failure(format!("cannot install the metrics recorder: {err}")))?;
@@ -63,32 +84,19 @@ pub(crate) async fn serve(store: Store, args: ServeArgs) -> Result<()> {
         metrics,
         lateness: Mutex::new(VecDeque::new()),
     });
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .map_err(|err| Failure(format!("cannot listen on {}: {err}", args.listen)))?;
-    let addr = listener.local_addr()?;
-    println!("ttw: dashboard at http://{addr}/ (metrics at /metrics)");
-    println!("ttw: token for redrive and cancel: {}", app.token);
-    if !addr.ip().is_loopback() {
-        println!("ttw: listening beyond loopback: anyone who can reach {addr} can read the tasks");
-    }
     tokio::spawn(refresher(app.clone(), refresh));
-    let router = Router::new()
+    Ok(Router::new()
         .route("/", get(page))
         .route("/app.js", get(script))
         .route("/api/overview", get(overview))
         .route("/api/tasks/{id}/redrive", post(redrive))
         .route("/api/tasks/{id}/cancel", post(cancel))
         .route("/metrics", get(metrics_text))
-        .with_state(app);
-    axum::serve(listener, router)
-        .with_graceful_shutdown(stopped())
-        .await?;
-    Ok(())
+        .with_state(app))
 }
 
 /// 128 random bits, as hex.
-fn new_token() -> Result<String> {
+pub(crate) fn new_token() -> Result<String> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).map_err(|err| Failure(format!("cannot make a token: {err}")))?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())

@@ -29,6 +29,11 @@
 //! [[queues]]
 //! name = "reports"                  # no target: served by library users
 //!
+//! [dashboard]                       # the dashboard and /metrics (off without this)
+//! listen = "127.0.0.1:9090"         # a port of their own, loopback by default
+//! # token_env = "TTW_DASHBOARD_TOKEN"  # for its redrive and cancel; random if absent
+//! # refresh = "2s"
+//!
 //! [[tokens]]
 //! name = "checkout"
 //! secret_env = "TTW_TOKEN_CHECKOUT"
@@ -60,6 +65,16 @@ struct File {
     queues: Vec<QueueFile>,
     #[serde(default)]
     tokens: Vec<TokenFile>,
+    dashboard: Option<DashboardFile>,
+}
+
+/// `[dashboard]`: the dashboard and `/metrics`, on a listener of their own.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DashboardFile {
+    listen: Option<SocketAddr>,
+    token_env: Option<String>,
+    refresh: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -151,6 +166,17 @@ pub(crate) struct Settings {
     pub(crate) node: NodeSettings,
     pub(crate) queues: Vec<Queue>,
     pub(crate) tokens: Vec<Token>,
+    /// The dashboard and `/metrics`, if the file has a `[dashboard]`.
+    pub(crate) dashboard: Option<DashboardSettings>,
+}
+
+/// Where the dashboard listens, and the token its actions need.
+#[derive(Debug)]
+pub(crate) struct DashboardSettings {
+    pub(crate) listen: SocketAddr,
+    /// `None`: a random one, printed on standard error at the start.
+    pub(crate) token: Option<String>,
+    pub(crate) refresh: Duration,
 }
 
 /// The scheduler's timings, where the file sets them (the scheduler's
@@ -369,7 +395,41 @@ fn resolve(file: File, env: impl Fn(&str) -> Option<String>) -> Result<Settings>
             queues,
         });
     }
+    let dashboard = match file.dashboard {
+        None => None,
+        Some(d) => {
+            let token = match &d.token_env {
+                Some(var) => {
+                    let token = secret(&env, var, "dashboard")?;
+                    if token.len() < 8 {
+                        return fail(format!("dashboard: {var} holds fewer than 8 characters"));
+                    }
+                    Some(token)
+                }
+                None => None,
+            };
+            let refresh = match &d.refresh {
+                Some(text) => humantime::parse_duration(text).map_err(|err| {
+                    Failure(format!(
+                        "dashboard.refresh: {text:?} is not a duration ({err})"
+                    ))
+                })?,
+                None => Duration::from_secs(2),
+            };
+            if refresh < Duration::from_millis(100) {
+                return fail("dashboard.refresh: at least 100ms");
+            }
+            Some(DashboardSettings {
+                listen: d
+                    .listen
+                    .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9090))),
+                token,
+                refresh,
+            })
+        }
+    };
     Ok(Settings {
+        dashboard,
         listen: file
             .listen
             .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080))),
@@ -441,6 +501,14 @@ mod tests {
                 "named twice",
             ),
             ("", "no database"),
+            (
+                "database = \"x.db\"\n[[queues]]\nname = \"q\"\n[dashboard]\nrefresh = \"10ms\"\n",
+                "dashboard.refresh: at least 100ms",
+            ),
+            (
+                "database = \"x.db\"\n[[queues]]\nname = \"q\"\n[dashboard]\ntoken_env = \"NOPE\"\n",
+                "dashboard: the environment variable NOPE is not set",
+            ),
         ];
         for (text, expected) in cases {
             let text = if text.contains("tokens") || text.is_empty() || !text.contains("queues") {

@@ -48,6 +48,28 @@ pub(crate) async fn server(path: &Path, check: bool) -> Result<()> {
         .with_writer(std::io::stderr)
         .try_init();
     let store = crate::open(&settings.database, settings.schema.as_deref(), true).await?;
+    // The dashboard installs the metrics recorder: before the scheduler
+    // starts, so that the node's metrics are recorded.
+    let dashboard = match &settings.dashboard {
+        Some(d) => {
+            let token = match &d.token {
+                Some(token) => token.clone(),
+                None => {
+                    let token = crate::serve::new_token()?;
+                    eprintln!("ttw server: dashboard token for redrive and cancel: {token}");
+                    token
+                }
+            };
+            let router = crate::serve::dashboard(store.clone(), token, d.refresh)?;
+            let listener = tokio::net::TcpListener::bind(d.listen)
+                .await
+                .map_err(|err| {
+                    Failure(format!("cannot listen on {} (dashboard): {err}", d.listen))
+                })?;
+            Some((listener, router))
+        }
+        None => None,
+    };
     let scheduler = start_scheduler(&store, &settings).await?;
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
@@ -63,6 +85,18 @@ pub(crate) async fn server(path: &Path, check: bool) -> Result<()> {
     });
     let router = api::routes(api).layer(axum::extract::DefaultBodyLimit::max(max_body));
     println!("ttw server: listening on http://{addr}");
+    let dashboard = match dashboard {
+        Some((listener, router)) => {
+            println!(
+                "ttw server: dashboard on http://{}/ (metrics at /metrics)",
+                listener.local_addr()?
+            );
+            Some(tokio::spawn(async move {
+                let _ = axum::serve(listener, router).await;
+            }))
+        }
+        None => None,
+    };
     axum::serve(listener, router)
         .with_graceful_shutdown(stopped())
         .await
@@ -81,6 +115,9 @@ pub(crate) async fn server(path: &Path, check: bool) -> Result<()> {
                 );
             }
         }
+    }
+    if let Some(dashboard) = dashboard {
+        dashboard.abort();
     }
     println!("ttw server: stopped");
     Ok(())
