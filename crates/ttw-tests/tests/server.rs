@@ -598,6 +598,19 @@ async fn pages_redrive_recurring_schedules_and_the_openapi_routes() {
         (status, answer["error"]["code"].as_str()),
         (400, Some("invalid_state"))
     );
+    let far = json!({"state": "cancelled", "spread": "100000y"});
+    let (status, answer) = call("POST", "/v1/tasks/redrive", &ops, Some(far)).await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (400, Some("invalid_delay")),
+        "{answer}"
+    );
+    let (status, answer) = call("PUT", "/v1/tasks", &app, Some(json!({}))).await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (405, Some("method_not_allowed")),
+        "{answer}"
+    );
     let (status, answer) = call("POST", "/v1/tasks/redrive", &ops, Some(redrive)).await;
     assert_eq!(
         (status, answer["redriven"].as_u64()),
@@ -648,6 +661,10 @@ async fn pages_redrive_recurring_schedules_and_the_openapi_routes() {
         (json!({"every": "1h", "queue": "nope"}), "unknown_queue"),
         (
             json!({"every": "1h", "catch_up": "sometimes", "queue": "library"}),
+            "invalid_schedule",
+        ),
+        (
+            json!({"every": "9000y", "queue": "library"}),
             "invalid_schedule",
         ),
     ] {

@@ -4,7 +4,7 @@
 //! ...}}` with a 4xx status and a stable `code` (503 `unavailable` when the
 //! database is): bad input never reaches the store half-checked, and never
 //! gets a 500. The codes: `unauthorized` (401), `forbidden` (403),
-//! `not_found` (404), `not_scheduled` (409: cancel or reschedule of a task
+//! `not_found` (404), `method_not_allowed` (405), `not_scheduled` (409: cancel or reschedule of a task
 //! that is no longer pending), `body_too_large` (413), `malformed_json`,
 //! `invalid_request` (a field of the wrong type, or missing, or unknown),
 //! `invalid_time` (a time not RFC 3339, or before 1970 or after 9999),
@@ -111,7 +111,10 @@ pub(crate) fn routes(api: Shared) -> Router {
     for (path, route) in by_path {
         router = router.route(path, route);
     }
-    router.fallback(not_found).with_state(api)
+    router
+        .fallback(not_found)
+        .method_not_allowed_fallback(not_allowed)
+        .with_state(api)
 }
 
 /// The OpenAPI 3.1 document of this API.
@@ -564,6 +567,9 @@ fn state_name(state: TaskState) -> &'static str {
 }
 
 pub(crate) fn rfc3339(t: SystemTime) -> String {
+    // The formatter cannot write a year past 9999: no stored time is
+    // later than MAX_RUN_AT, and none is shown later.
+    let t = t.min(SystemTime::UNIX_EPOCH + ttw_durable::MAX_RUN_AT);
     humantime::format_rfc3339_millis(t).to_string()
 }
 
@@ -768,6 +774,14 @@ async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")
 }
 
+async fn not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "the route does not take this method",
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -777,6 +791,18 @@ mod tests {
     use tower::ServiceExt;
 
     use super::*;
+
+    /// A time past the year 9999 (a recurring interval of 9,000 years, a
+    /// redrive spread over 100,000) made the RFC 3339 formatter panic, and
+    /// every listing that showed it dropped its connection: it is shown as
+    /// the last time the store holds.
+    #[test]
+    fn a_time_past_the_year_9999_is_shown_not_panicked_on() {
+        let far = SystemTime::UNIX_EPOCH + Duration::from_secs(100_000 * 365 * 86_400);
+        assert_eq!(rfc3339(far), "9999-12-31T23:59:59.999Z");
+        let now = rfc3339(SystemTime::UNIX_EPOCH + Duration::from_millis(1_500));
+        assert_eq!(now, "1970-01-01T00:00:01.500Z");
+    }
 
     /// The (method, path) pairs the OpenAPI document describes.
     fn documented() -> BTreeSet<(String, String)> {

@@ -176,6 +176,15 @@ pub(crate) async fn redrive(
                 format!("spread {spread:?} is not a duration ({err})"),
             )
         })?;
+        if SystemTime::now()
+            .checked_add(spread)
+            .is_none_or(|at| at > SystemTime::UNIX_EPOCH + ttw_durable::MAX_RUN_AT)
+        {
+            return Err(ApiError::bad(
+                "invalid_delay",
+                "spread reaches past the year 9999",
+            ));
+        }
         redrive = redrive.spread(spread);
     }
     let n = api.store.redrive_many(&redrive).await?;
@@ -323,44 +332,66 @@ pub(crate) async fn put_recurring(
             .map_err(|err| invalid(format!("missed_after {m:?} is not a duration ({err})")))?;
         schedule = schedule.missed_after(m);
     }
-    // Registering the same definition changes nothing; another definition
-    // under the name is an update (only where the token may use the queue
-    // the schedule has now).
-    let existing = api
-        .store
-        .list_recurring()
-        .await?
-        .into_iter()
-        .find(|info| info.name == name);
-    let (status, outcome) = match existing {
-        None => match api
-            .store
-            .register_recurring(schedule)
-            .await
-            .map_err(recurring_error)?
+    if let Some(every) = schedule_interval(&b.every) {
+        if SystemTime::now()
+            .checked_add(every)
+            .is_none_or(|at| at > SystemTime::UNIX_EPOCH + ttw_durable::MAX_RUN_AT)
         {
-            Registered::Created => (StatusCode::CREATED, "created"),
-            _ => (StatusCode::OK, "unchanged"),
-        },
-        Some(info) => {
-            allow_queue(token, &info.queue)?;
-            // Registering refuses another definition under the name (and
-            // a bad definition): updating then takes the new one, or says
-            // what is wrong with it.
-            match api.store.register_recurring(schedule.clone()).await {
-                Ok(_) => (StatusCode::OK, "unchanged"),
-                Err(err) if err.is_invalid_schedule() => {
-                    api.store
+            return Err(invalid(format!(
+                "every {every:?} reaches past the year 9999"
+            )));
+        }
+    }
+    // Registering first: a new name is created, the same definition
+    // changes nothing (its queue is the one checked above). Registering
+    // refuses another definition under the name, and a bad definition:
+    // then the schedule is updated if it exists (in a queue the token may
+    // use; otherwise it is not found), which says what is wrong with a bad
+    // one.
+    let (status, outcome) = match api.store.register_recurring(schedule.clone()).await {
+        Ok(Registered::Created) => (StatusCode::CREATED, "created"),
+        Ok(_) => (StatusCode::OK, "unchanged"),
+        Err(err) if err.is_invalid_schedule() => {
+            let existing = api
+                .store
+                .list_recurring()
+                .await?
+                .into_iter()
+                .find(|info| info.name == name);
+            let not_found = || {
+                ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "not_found",
+                    format!("no recurring schedule {name:?}"),
+                )
+            };
+            match existing {
+                None => return Err(recurring_error(err)),
+                Some(info) if allow_queue(token, &info.queue).is_err() => return Err(not_found()),
+                Some(_) => {
+                    if !api
+                        .store
                         .update_recurring(schedule)
                         .await
-                        .map_err(recurring_error)?;
+                        .map_err(recurring_error)?
+                    {
+                        return Err(not_found());
+                    }
                     (StatusCode::OK, "updated")
                 }
-                Err(err) => return Err(recurring_error(err)),
             }
         }
+        Err(err) => return Err(recurring_error(err)),
     };
     Ok((status, Json(json!({"name": name, "outcome": outcome}))).into_response())
+}
+
+/// The interval `every` names, if it parses (a bad one is refused when the
+/// schedule is built).
+fn schedule_interval(every: &Option<String>) -> Option<std::time::Duration> {
+    every
+        .as_ref()
+        .and_then(|text| humantime::parse_duration(text).ok())
 }
 
 /// A store error of a recurring schedule: its definition is the caller's

@@ -91,8 +91,16 @@ pub(crate) async fn server(path: &Path, check: bool) -> Result<()> {
                 "ttw server: dashboard on http://{}/ (metrics at /metrics)",
                 listener.local_addr()?
             );
+            let addr = listener.local_addr()?;
+            if !addr.ip().is_loopback() {
+                println!(
+                    "ttw server: the dashboard listens beyond loopback: anyone who can reach {addr} can read the tasks"
+                );
+            }
             Some(tokio::spawn(async move {
-                let _ = axum::serve(listener, router).await;
+                if let Err(err) = axum::serve(listener, router).await {
+                    eprintln!("ttw server: the dashboard stopped: {err}");
+                }
             }))
         }
         None => None,
