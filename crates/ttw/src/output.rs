@@ -32,8 +32,11 @@ pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-/// A time as RFC 3339 in UTC, to the millisecond.
+/// A time as RFC 3339 in UTC, to the millisecond. The formatter cannot
+/// write a year past 9999: no stored time is later than `MAX_RUN_AT`, and
+/// none is shown later.
 pub(crate) fn time(t: SystemTime) -> String {
+    let t = t.min(SystemTime::UNIX_EPOCH + ttw_durable::MAX_RUN_AT);
     humantime::format_rfc3339_millis(t).to_string()
 }
 

@@ -567,10 +567,7 @@ fn state_name(state: TaskState) -> &'static str {
 }
 
 pub(crate) fn rfc3339(t: SystemTime) -> String {
-    // The formatter cannot write a year past 9999: no stored time is
-    // later than MAX_RUN_AT, and none is shown later.
-    let t = t.min(SystemTime::UNIX_EPOCH + ttw_durable::MAX_RUN_AT);
-    humantime::format_rfc3339_millis(t).to_string()
+    crate::output::time(t)
 }
 
 pub(crate) fn task_json(info: &TaskInfo) -> Value {
