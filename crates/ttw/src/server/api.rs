@@ -21,8 +21,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, put, MethodRouter};
-use axum::{Json, Router};
+use axum::Json;
 use base64::Engine;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -31,7 +30,6 @@ use ttw_durable::{NewTask, Scheduled, Store, TaskId, TaskInfo, TaskState};
 
 use super::config::{Scope, Settings, Token};
 use super::group::{Grouper, Refused};
-use super::manage;
 
 /// The most tasks one batch request schedules.
 pub(crate) const MAX_BATCH: usize = 1_000;
@@ -45,89 +43,6 @@ pub(crate) struct Api {
 }
 
 pub(crate) type Shared = Arc<Api>;
-
-/// Every route the server has, as (method, path): the router is built from
-/// this table, and a test holds it equal to the OpenAPI document's.
-pub(crate) const ROUTES: &[(&str, &str)] = &[
-    ("GET", "/healthz"),
-    ("GET", "/readyz"),
-    ("GET", "/v1/openapi.json"),
-    ("POST", "/v1/tasks"),
-    ("GET", "/v1/tasks"),
-    ("POST", "/v1/tasks/batch"),
-    ("POST", "/v1/tasks/redrive"),
-    ("GET", "/v1/tasks/{id}"),
-    ("DELETE", "/v1/tasks/{id}"),
-    ("POST", "/v1/tasks/{id}/reschedule"),
-    ("GET", "/v1/keys/{key}"),
-    ("DELETE", "/v1/keys/{key}"),
-    ("POST", "/v1/keys/{key}/reschedule"),
-    ("GET", "/v1/counts"),
-    ("GET", "/v1/recurring"),
-    ("PUT", "/v1/recurring/{name}"),
-    ("DELETE", "/v1/recurring/{name}"),
-    ("POST", "/v1/recurring/{name}/pause"),
-    ("POST", "/v1/recurring/{name}/resume"),
-];
-
-/// The handler of one entry of [`ROUTES`].
-fn handler(method: &str, path: &str) -> MethodRouter<Shared> {
-    match (method, path) {
-        ("GET", "/healthz") => get(healthz),
-        ("GET", "/readyz") => get(readyz),
-        ("GET", "/v1/openapi.json") => get(openapi),
-        ("POST", "/v1/tasks") => post(schedule),
-        ("GET", "/v1/tasks") => get(manage::list),
-        ("POST", "/v1/tasks/batch") => post(schedule_batch),
-        ("POST", "/v1/tasks/redrive") => post(manage::redrive),
-        ("GET", "/v1/tasks/{id}") => get(get_task),
-        ("DELETE", "/v1/tasks/{id}") => delete(cancel_task),
-        ("POST", "/v1/tasks/{id}/reschedule") => post(reschedule_task),
-        ("GET", "/v1/keys/{key}") => get(get_key),
-        ("DELETE", "/v1/keys/{key}") => delete(cancel_key),
-        ("POST", "/v1/keys/{key}/reschedule") => post(reschedule_key),
-        ("GET", "/v1/counts") => get(counts),
-        ("GET", "/v1/recurring") => get(manage::list_recurring),
-        ("PUT", "/v1/recurring/{name}") => put(manage::put_recurring),
-        ("DELETE", "/v1/recurring/{name}") => delete(manage::delete_recurring),
-        ("POST", "/v1/recurring/{name}/pause") => post(manage::pause_recurring),
-        ("POST", "/v1/recurring/{name}/resume") => post(manage::resume_recurring),
-        _ => unreachable!("a route of ROUTES without a handler: {method} {path}"),
-    }
-}
-
-/// The routes of the API, from [`ROUTES`].
-pub(crate) fn routes(api: Shared) -> Router {
-    let mut by_path: BTreeMap<&str, MethodRouter<Shared>> = BTreeMap::new();
-    for &(method, path) in ROUTES {
-        let route = handler(method, path);
-        let merged = match by_path.remove(path) {
-            Some(existing) => existing.merge(route),
-            None => route,
-        };
-        by_path.insert(path, merged);
-    }
-    let mut router = Router::new();
-    for (path, route) in by_path {
-        router = router.route(path, route);
-    }
-    router
-        .fallback(not_found)
-        .method_not_allowed_fallback(not_allowed)
-        .with_state(api)
-}
-
-/// The OpenAPI 3.1 document of this API.
-pub(crate) const OPENAPI: &str = include_str!("openapi.json");
-
-/// `GET /v1/openapi.json`.
-async fn openapi() -> Response {
-    (
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
-        OPENAPI,
-    )
-        .into_response()
-}
 
 /// An answer that is not a success.
 #[derive(Debug)]
@@ -367,23 +282,10 @@ impl Checked {
     }
 }
 
-fn check(
-    api: &Api,
-    token: &Token,
-    b: NewTaskBody,
-    header_key: Option<String>,
-) -> ApiResult<Checked> {
-    let queue = b
-        .queue
-        .unwrap_or_else(|| ttw_durable::DEFAULT_QUEUE.to_string());
-    if !api.settings.queues.iter().any(|q| q.name == queue) {
-        return Err(ApiError::bad(
-            "unknown_queue",
-            format!("no queue {queue:?} in this server's configuration"),
-        ));
-    }
-    allow_queue(token, &queue)?;
-    let payload = match (b.payload, b.payload_base64) {
+/// A payload given as JSON (stored as its text) or as base64 bytes, not
+/// both; none is empty.
+pub(crate) fn decode_payload(json: Option<Value>, base64: Option<String>) -> ApiResult<Vec<u8>> {
+    Ok(match (json, base64) {
         (Some(_), Some(_)) => {
             return Err(ApiError::bad(
                 "invalid_request",
@@ -400,7 +302,26 @@ fn check(
                 )
             })?,
         (None, None) => Vec::new(),
-    };
+    })
+}
+
+fn check(
+    api: &Api,
+    token: &Token,
+    b: NewTaskBody,
+    header_key: Option<String>,
+) -> ApiResult<Checked> {
+    let queue = b
+        .queue
+        .unwrap_or_else(|| ttw_durable::DEFAULT_QUEUE.to_string());
+    if !api.settings.queues.iter().any(|q| q.name == queue) {
+        return Err(ApiError::bad(
+            "unknown_queue",
+            format!("no queue {queue:?} in this server's configuration"),
+        ));
+    }
+    allow_queue(token, &queue)?;
+    let payload = decode_payload(b.payload, b.payload_base64)?;
     if payload.len() > ttw_durable::MAX_PAYLOAD {
         return Err(ApiError::bad(
             "payload_too_large",
@@ -469,7 +390,7 @@ fn scheduled_json(s: Scheduled) -> (StatusCode, Value) {
 }
 
 /// `POST /v1/tasks`: one task.
-async fn schedule(
+pub(crate) async fn schedule(
     State(api): State<Shared>,
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
@@ -519,7 +440,7 @@ struct BatchBody {
 
 /// `POST /v1/tasks/batch`: up to [`MAX_BATCH`] tasks in one transaction,
 /// every one or none.
-async fn schedule_batch(
+pub(crate) async fn schedule_batch(
     State(api): State<Shared>,
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
@@ -618,7 +539,7 @@ async fn find(api: &Api, headers: &HeaderMap, scope: Scope, named: Named) -> Api
 }
 
 /// `GET /v1/tasks/{id}`.
-async fn get_task(
+pub(crate) async fn get_task(
     State(api): State<Shared>,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -628,7 +549,7 @@ async fn get_task(
 }
 
 /// `GET /v1/keys/{key}`.
-async fn get_key(
+pub(crate) async fn get_key(
     State(api): State<Shared>,
     headers: HeaderMap,
     Path(key): Path<String>,
@@ -666,7 +587,7 @@ async fn cancel(api: &Api, headers: &HeaderMap, named: Named) -> ApiResult<Json<
 }
 
 /// `DELETE /v1/tasks/{id}`: cancel a pending task.
-async fn cancel_task(
+pub(crate) async fn cancel_task(
     State(api): State<Shared>,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -675,7 +596,7 @@ async fn cancel_task(
 }
 
 /// `DELETE /v1/keys/{key}`.
-async fn cancel_key(
+pub(crate) async fn cancel_key(
     State(api): State<Shared>,
     headers: HeaderMap,
     Path(key): Path<String>,
@@ -707,7 +628,7 @@ async fn reschedule(
 }
 
 /// `POST /v1/tasks/{id}/reschedule` with `run_at` or `delay`.
-async fn reschedule_task(
+pub(crate) async fn reschedule_task(
     State(api): State<Shared>,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -717,7 +638,7 @@ async fn reschedule_task(
 }
 
 /// `POST /v1/keys/{key}/reschedule`.
-async fn reschedule_key(
+pub(crate) async fn reschedule_key(
     State(api): State<Shared>,
     headers: HeaderMap,
     Path(key): Path<String>,
@@ -728,7 +649,10 @@ async fn reschedule_key(
 
 /// `GET /v1/counts`: tasks per queue and state (of the queues the token
 /// may use).
-async fn counts(State(api): State<Shared>, headers: HeaderMap) -> ApiResult<Json<Value>> {
+pub(crate) async fn counts(
+    State(api): State<Shared>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
     let token = authorize(&api, &headers, Scope::Read)?;
     let mut out = BTreeMap::new();
     for (queue, c) in api.store.queue_counts().await? {
@@ -746,12 +670,12 @@ async fn counts(State(api): State<Shared>, headers: HeaderMap) -> ApiResult<Json
 }
 
 /// `GET /healthz`: the process answers.
-async fn healthz() -> Json<Value> {
+pub(crate) async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
 /// `GET /readyz`: the database answers, within a second.
-async fn readyz(State(api): State<Shared>) -> ApiResult<Json<Value>> {
+pub(crate) async fn readyz(State(api): State<Shared>) -> ApiResult<Json<Value>> {
     match tokio::time::timeout(Duration::from_secs(1), api.store.counts()).await {
         Ok(Ok(_)) => Ok(Json(json!({"status": "ready"}))),
         Ok(Err(err)) => Err(ApiError::new(
@@ -767,26 +691,8 @@ async fn readyz(State(api): State<Shared>) -> ApiResult<Json<Value>> {
     }
 }
 
-async fn not_found() -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")
-}
-
-async fn not_allowed() -> ApiError {
-    ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
-        "the route does not take this method",
-    )
-}
-
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
-
-    use axum::body::Body;
-    use axum::http::Request;
-    use tower::ServiceExt;
-
     use super::*;
 
     /// A time past the year 9999 (a recurring interval of 9,000 years, a
@@ -799,111 +705,5 @@ mod tests {
         assert_eq!(rfc3339(far), "9999-12-31T23:59:59.999Z");
         let now = rfc3339(SystemTime::UNIX_EPOCH + Duration::from_millis(1_500));
         assert_eq!(now, "1970-01-01T00:00:01.500Z");
-    }
-
-    /// The (method, path) pairs the OpenAPI document describes.
-    fn documented() -> BTreeSet<(String, String)> {
-        let doc: Value = serde_json::from_str(OPENAPI).expect("the document is JSON");
-        assert_eq!(doc["openapi"], "3.1.0");
-        let mut out = BTreeSet::new();
-        for (path, item) in doc["paths"].as_object().unwrap() {
-            for method in item.as_object().unwrap().keys() {
-                out.insert((method.to_uppercase(), path.clone()));
-            }
-        }
-        out
-    }
-
-    /// The document describes exactly the routes of the table the router is
-    /// built from: a route added without its description, or described and
-    /// not served, fails here.
-    #[test]
-    fn the_openapi_document_describes_every_route_and_no_other() {
-        let served: BTreeSet<(String, String)> = ROUTES
-            .iter()
-            .map(|&(m, p)| (m.to_string(), p.to_string()))
-            .collect();
-        assert_eq!(served.len(), ROUTES.len(), "a route is listed twice");
-        let documented = documented();
-        assert_eq!(
-            served.difference(&documented).collect::<Vec<_>>(),
-            Vec::<&(String, String)>::new(),
-            "served, not documented"
-        );
-        assert_eq!(
-            documented.difference(&served).collect::<Vec<_>>(),
-            Vec::<&(String, String)>::new(),
-            "documented, not served"
-        );
-    }
-
-    /// Every route of the table is answered by its handler (without a
-    /// token: 401, or the open routes' 200), never by the fallback's
-    /// `no such route` or a 405; and a route outside it is.
-    #[tokio::test]
-    async fn the_router_serves_every_route_of_the_table() {
-        let dir = std::env::temp_dir().join(format!("ttw-routes-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("ttw.toml");
-        std::fs::write(
-            &path,
-            format!(
-                "database = \"{}\"\n[[queues]]\nname = \"default\"\n[[tokens]]\nname = \"t\"\nsecret_env = \"T\"\nscopes = [\"admin\"]\n",
-                dir.join("tasks.db").display()
-            ),
-        )
-        .unwrap();
-        let settings =
-            super::super::config::load(&path, |_| Some("a-token-long-enough-0123456789".into()))
-                .expect("the configuration loads");
-        let store = crate::open(&settings.database, None, true).await.unwrap();
-        let api = Arc::new(Api {
-            grouper: Grouper::start(store.clone()),
-            store,
-            settings,
-        });
-        let router = routes(api);
-        for &(method, path) in ROUTES {
-            let uri = path
-                .replace("{id}", "1")
-                .replace("{key}", "k")
-                .replace("{name}", "n");
-            let answer = router
-                .clone()
-                .oneshot(
-                    Request::builder()
-                        .method(method)
-                        .uri(&uri)
-                        .body(Body::empty())
-                        .unwrap(),
-                )
-                .await
-                .unwrap();
-            let status = answer.status();
-            let bytes = axum::body::to_bytes(answer.into_body(), 1 << 20)
-                .await
-                .unwrap();
-            let text = String::from_utf8_lossy(&bytes);
-            assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {uri}");
-            assert!(!text.contains("no such route"), "{method} {uri}: {text}");
-            let open = path == "/healthz" || path == "/readyz" || path == "/v1/openapi.json";
-            let expected = if open {
-                StatusCode::OK
-            } else {
-                StatusCode::UNAUTHORIZED
-            };
-            assert_eq!(status, expected, "{method} {uri}: {text}");
-        }
-        let answer = router
-            .oneshot(
-                Request::builder()
-                    .uri("/v1/nothing")
-                    .body(Body::empty())
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
-        assert_eq!(answer.status(), StatusCode::NOT_FOUND);
-        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -23,7 +23,9 @@ use ttw_durable::{
     CatchUp, Recurring, RecurringInfo, Redrive, Registered, TaskId, TaskQuery, TaskState, MAX_PAGE,
 };
 
-use super::api::{allow_queue, authorize, body, rfc3339, task_json, ApiError, ApiResult, Shared};
+use super::api::{
+    allow_queue, authorize, body, decode_payload, rfc3339, task_json, ApiError, ApiResult, Shared,
+};
 use super::config::Scope;
 
 /// A state by its name, as the API writes it.
@@ -291,24 +293,7 @@ pub(crate) async fn put_recurring(
     }
     allow_queue(token, &queue)?;
     schedule = schedule.queue(queue);
-    let payload = match (b.payload, b.payload_base64) {
-        (Some(_), Some(_)) => {
-            return Err(ApiError::bad(
-                "invalid_request",
-                "give payload or payload_base64, not both",
-            ))
-        }
-        (Some(value), None) => serde_json::to_vec(&value).unwrap_or_default(),
-        (None, Some(text)) => base64::engine::general_purpose::STANDARD
-            .decode(text.as_bytes())
-            .map_err(|err| {
-                ApiError::bad(
-                    "invalid_payload",
-                    format!("payload_base64 is not base64: {err}"),
-                )
-            })?,
-        (None, None) => Vec::new(),
-    };
+    let payload = decode_payload(b.payload, b.payload_base64)?;
     schedule = schedule.payload(payload);
     if let Some(p) = b.priority {
         schedule = schedule.priority(p);

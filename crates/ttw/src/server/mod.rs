@@ -15,6 +15,7 @@ mod api;
 pub(crate) mod config;
 mod group;
 mod manage;
+mod routes;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -83,7 +84,7 @@ pub(crate) async fn server(path: &Path, check: bool) -> Result<()> {
         settings,
         grouper,
     });
-    let router = api::routes(api).layer(axum::extract::DefaultBodyLimit::max(max_body));
+    let router = routes::routes(api).layer(axum::extract::DefaultBodyLimit::max(max_body));
     println!("ttw server: listening on http://{addr}");
     let dashboard = match dashboard {
         Some((listener, router)) => {
