@@ -268,7 +268,7 @@ fn open_cause(err: &sqlx::Error) -> String {
 
 /// SQLite's `SQLITE_FULL` (primary result code 13) or PostgreSQL's
 /// `disk_full` (SQLSTATE 53100).
-fn disk_full(err: &sqlx::Error) -> bool {
+pub(crate) fn disk_full(err: &sqlx::Error) -> bool {
     #[cfg(feature = "sqlite")]
     const SQLITE_FULL: i64 = 13;
     const PG_DISK_FULL: &str = "53100";

@@ -173,6 +173,37 @@ impl StoreBuilder {
         self
     }
 
+    /// SQLite only: the size of the disk reserve, a file allocated beside
+    /// the database (`tasks.db-reserve` next to `tasks.db`) and given up
+    /// only when the disk is full and a checkpoint cannot move the
+    /// write-ahead log into the database file without it. Without the
+    /// reserve, a disk that filled up could stay stalled after space
+    /// returned: the log could take the space back before a checkpoint had
+    /// room to empty it. It is taken back once the disk has twice its size
+    /// free. `0` for none. Default: the smaller of 16 MiB and an eighth of
+    /// the file system. Needs the feature `sqlite` (on by default).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let dir = std::env::temp_dir().join(format!("ttw-doc-reserve-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// let store = ttw_durable::Store::builder()
+    ///     .sqlite_disk_reserve(4 << 20)
+    ///     .sqlite(dir.join("tasks.db"))
+    ///     .await?;
+    /// assert_eq!(std::fs::metadata(dir.join("tasks.db-reserve")).unwrap().len(), 4 << 20);
+    /// # drop(store);
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "sqlite")]
+    pub fn sqlite_disk_reserve(mut self, bytes: u64) -> Self {
+        self.pool.sqlite_disk_reserve = Some(bytes);
+        self
+    }
+
     fn check(&self) -> Result<(), Error> {
         if self.shards == Some(0) {
             return Err(Error::config("the shard count must be at least 1"));

@@ -36,8 +36,19 @@
 //! file is cut back only past [`WAL_LIMIT`] (`journal_size_limit`), above
 //! what the WAL reaches this way: cutting the file at each start over, then
 //! growing it again, made the commits just after wait up to 120 ms.
+//!
+//! Once a checkpoint meets a full disk, the checkpointer watches the space
+//! until the database file has room to take in the whole WAL, counting the
+//! store's disk reserve (see [`reserve`](crate::sql::reserve)), then
+//! finishes a `TRUNCATE` checkpoint inside a write turn: it copies the
+//! whole WAL and cuts its file to nothing. The reserve, if it was given up
+//! for that, is taken back at a later look once the disk has room.
+//!
+//! The WAL's size is read from the WAL file's own frame headers, never from
+//! the `-shm` file: closing a descriptor of a file drops every POSIX lock
+//! the process holds on it, SQLite's among them (see `wal_bytes`).
 
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -46,6 +57,8 @@ use std::time::Duration;
 use sqlx::SqlitePool;
 use tokio::sync::{Mutex, Notify};
 use tokio::task::JoinHandle;
+
+use crate::sql::reserve::Reserve;
 
 /// How long after a write the checkpointer looks, and how often while
 /// writes go on.
@@ -107,8 +120,15 @@ impl Checkpointer {
     /// Starts checkpointing `pool`'s database, the file at `path`; `turn`
     /// is this process's turn at the writer (see
     /// [`Writes`](crate::sql::db::Writes)), taken to finish a checkpoint.
-    pub(crate) fn start(pool: SqlitePool, path: &Path, turn: Arc<Mutex<()>>) -> Checkpointer {
-        Checkpointer::restarting_past(pool, path, turn, RESTART_PAST)
+    /// `reserve` is the disk reserve beside the file, taken now if the
+    /// disk has room.
+    pub(crate) fn start(
+        pool: SqlitePool,
+        path: &Path,
+        turn: Arc<Mutex<()>>,
+        reserve: Reserve,
+    ) -> Checkpointer {
+        Checkpointer::restarting_past(pool, path, turn, RESTART_PAST, reserve)
     }
 
     /// As [`start`](Self::start), starting the WAL over once it holds more
@@ -118,10 +138,12 @@ impl Checkpointer {
         path: &Path,
         turn: Arc<Mutex<()>>,
         restart_past: u64,
+        reserve: Reserve,
     ) -> Checkpointer {
+        reserve.take();
         let writes = Arc::new(WriteCount::default());
-        let files = (beside(path, "-wal"), beside(path, "-shm"));
-        let task = tokio::spawn(run(pool, files, writes.clone(), turn, restart_past));
+        let wal = beside(path, "-wal");
+        let task = tokio::spawn(run(pool, wal, writes.clone(), turn, restart_past, reserve));
         Checkpointer { writes, task }
     }
 
@@ -156,15 +178,19 @@ impl Drop for Checkpointer {
 /// wakes twice for each write of its heartbeat, not ten times a second.
 async fn run(
     pool: SqlitePool,
-    (wal, shm): (PathBuf, PathBuf),
+    wal: PathBuf,
     writes: Arc<WriteCount>,
     turn: Arc<Mutex<()>>,
     restart_past: u64,
+    reserve: Reserve,
 ) {
-    let large = || match wal_frames(&shm) {
-        Some(frames) => frames.saturating_mul(FRAME) > LARGE,
-        None => std::fs::metadata(&wal).is_ok_and(|m| m.len() > LARGE),
-    };
+    let large = || wal_bytes(&wal) > LARGE;
+    let db = wal.with_file_name(
+        wal.file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix("-wal"))
+            .unwrap_or_default(),
+    );
     // Writes counted at the last checkpoint, and at the last look.
     let (mut done, mut seen) = (0, 0);
     let mut last = tokio::time::Instant::now();
@@ -179,6 +205,10 @@ async fn run(
             }
         }
         tokio::time::sleep(EVERY).await;
+        // A reserve given up (here or by another process on the same
+        // database) is taken back at the first look with room for it,
+        // before this process's writes take that room.
+        reserve.take();
         let now = writes.count.load(Ordering::Relaxed);
         seen = now;
         let since = now - done;
@@ -186,12 +216,86 @@ async fn run(
             continue;
         }
         (done, last) = (now, tokio::time::Instant::now());
-        // A busy database, a full disk: the next look tries again, and
-        // SQLite checkpoints when the last connection closes.
-        if let Err(err) = checkpoint(&pool, &turn, restart_past, &writes).await {
-            tracing::debug!(error = %err, "WAL checkpoint failed");
+        // A busy database: the next look tries again, and SQLite
+        // checkpoints when the last connection closes. A full disk: finish
+        // in a write turn, with the reserve's room if need be.
+        match checkpoint(&pool, &turn, restart_past, &writes).await {
+            Ok(()) => {}
+            Err(err) if crate::error::disk_full(&err) => {
+                after_full_disk(&pool, &turn, &writes, &reserve, || growth(&db, &wal)).await;
+            }
+            Err(err) => tracing::debug!(error = %err, "WAL checkpoint failed"),
         }
     }
+}
+
+/// How often the space is looked at while a checkpoint waits for room.
+const ROOM_EVERY: Duration = Duration::from_millis(5);
+/// How often a checkpoint is tried while the disk is full, whatever the
+/// space looks like.
+const FULL_TRY_EVERY: Duration = Duration::from_secs(1);
+
+/// After a checkpoint met a full disk: waits for the room the database
+/// file needs to take in the WAL (`growth`, in bytes), looking at the
+/// space every [`ROOM_EVERY`]; once it is there, counting the reserve's,
+/// takes a write turn, so that no write of this process takes the room
+/// meanwhile, gives the reserve up if its room is needed, and copies the
+/// whole WAL into the database file, cutting the WAL's file to nothing.
+/// Returns once such a checkpoint has run (or failed for another reason).
+///
+/// Watching matters: once space returned, this process's first writes
+/// (a backlog of claims and outcomes) grew the WAL into it within a few
+/// milliseconds, before the next look of the checkpointer, and the
+/// checkpoint that would start the WAL over never had room again. Writes
+/// while the disk is full are few (a failed claim is tried again 500 ms
+/// later), so a look every 5 ms comes first.
+async fn after_full_disk(
+    pool: &SqlitePool,
+    turn: &Mutex<()>,
+    writes: &WriteCount,
+    reserve: &Reserve,
+    growth: impl Fn() -> Option<u64>,
+) {
+    let mut last_try = tokio::time::Instant::now();
+    let with_reserve =
+        |free: u64| free.saturating_add(if reserve.held() { reserve.size() } else { 0 });
+    loop {
+        tokio::time::sleep(ROOM_EVERY).await;
+        let fits = growth().is_some_and(|need| need <= with_reserve(reserve.free()));
+        if !fits && last_try.elapsed() < FULL_TRY_EVERY {
+            continue;
+        }
+        last_try = tokio::time::Instant::now();
+        let _turn = turn.lock().await;
+        // Looked at again in the turn: no write of this process runs now.
+        if growth()
+            .is_some_and(|need| need > reserve.free() && need <= with_reserve(reserve.free()))
+        {
+            reserve.give_up();
+        }
+        match truncate(pool, writes).await {
+            Err(err) if crate::error::disk_full(&err) => {
+                tracing::debug!(error = %err, "WAL checkpoint on a full disk failed");
+            }
+            Err(err) => {
+                tracing::debug!(error = %err, "WAL checkpoint failed");
+                return;
+            }
+            Ok(()) => return,
+        }
+    }
+}
+
+/// How many bytes the database file at `db` must grow by to take in the
+/// WAL at `wal`: the size its last commit gives the database, less the
+/// file's size now. `None` if either cannot be read.
+fn growth(db: &Path, wal: &Path) -> Option<u64> {
+    let mut file = std::fs::File::open(wal).ok()?;
+    let len = file.metadata().ok()?.len();
+    let frames = wal_frames(&mut file, len)?;
+    let pages = frames.db_pages?;
+    let now = std::fs::metadata(db).ok()?.len();
+    Some(pages.saturating_mul(frames.page).saturating_sub(now))
 }
 
 /// `path` with `suffix` after its file name (`-wal`, `-shm`).
@@ -201,24 +305,96 @@ fn beside(path: &Path, suffix: &str) -> PathBuf {
     name.into()
 }
 
-/// The frames in the WAL now, without a statement: `mxFrame` of the
-/// wal-index header, a 32-bit integer in the machine's byte order at byte
-/// 16 of the `-shm` file (SQLite's "WAL-mode File Format", the wal-index
-/// header). The size of the WAL file does not tell: it keeps its size when
-/// the WAL starts over. `None` if the header cannot be read or is not set
-/// up yet.
-fn wal_frames(shm: &Path) -> Option<u64> {
-    let mut header = [0u8; 20];
-    std::fs::File::open(shm)
-        .ok()?
-        .read_exact(&mut header)
-        .ok()?;
-    // `isInit`.
-    if header[12] != 1 {
+/// The bytes of the WAL's content now, without a statement: its valid
+/// frames times their size, read from the WAL file itself (SQLite's
+/// "WAL-mode File Format"). The size of the file does not tell: it keeps
+/// its size when the WAL starts over, and the frames written since are a
+/// prefix of it, each with the salts of the WAL's header; frames left from
+/// before carry older salts. So a binary search on the salts finds the end
+/// (a dozen reads of 24 bytes for a 64 MiB file).
+///
+/// The `-shm` file's header says the same (`mxFrame`), but reading it
+/// meant opening and closing that file, and closing any descriptor of a
+/// file drops every POSIX lock the process holds on it, SQLite's own among
+/// them: another process then took the wal-index for unused and cut it
+/// back while this one had it mapped (SIGBUS in `walFindFrame`), and its
+/// readers' locks no longer kept the WAL from starting over under them.
+/// SQLite takes no locks on the WAL file.
+fn wal_bytes(wal: &Path) -> u64 {
+    let Ok(mut file) = std::fs::File::open(wal) else {
+        return 0;
+    };
+    let Ok(len) = file.metadata().map(|m| m.len()) else {
+        return 0;
+    };
+    wal_frames(&mut file, len).map_or(0, |w| w.frames.saturating_mul(w.frame()))
+}
+
+/// What the frame headers of a WAL file say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct WalFrames {
+    /// The valid frames.
+    frames: u64,
+    /// The database's page size.
+    page: u64,
+    /// The database's size in pages after the last commit among them.
+    db_pages: Option<u64>,
+}
+
+impl WalFrames {
+    /// Bytes in a frame: its header and a page.
+    fn frame(&self) -> u64 {
+        FRAME_HEADER + self.page
+    }
+}
+
+/// Bytes in the WAL's header and in a frame's.
+const WAL_HEADER: u64 = 32;
+const FRAME_HEADER: u64 = 24;
+
+/// The valid frames of the WAL in `file` (`len` bytes long); `None` if it
+/// has no header.
+fn wal_frames(file: &mut (impl Read + Seek), len: u64) -> Option<WalFrames> {
+    let mut header = [0u8; WAL_HEADER as usize];
+    file.seek(SeekFrom::Start(0)).ok()?;
+    file.read_exact(&mut header).ok()?;
+    let word = |b: &[u8], at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    // The magic number, either byte order of the checksums.
+    if word(&header, 0) & !1 != 0x377f_0682 {
         return None;
     }
-    let mx_frame: [u8; 4] = header[16..20].try_into().ok()?;
-    Some(u64::from(u32::from_ne_bytes(mx_frame)))
+    let page = u64::from(word(&header, 8));
+    let page = if page == 1 { 65536 } else { page };
+    let frame = FRAME_HEADER + page;
+    let salts: [u8; 8] = header[16..24].try_into().ok()?;
+    // The header of frame `i`, if it carries the WAL's salts.
+    let mut valid = |i: u64| -> Option<[u8; FRAME_HEADER as usize]> {
+        let mut head = [0u8; FRAME_HEADER as usize];
+        file.seek(SeekFrom::Start(WAL_HEADER + i * frame)).ok()?;
+        file.read_exact(&mut head).ok()?;
+        (head[8..16] == salts).then_some(head)
+    };
+    // Frames `..lo` are valid, frames `hi..` are not.
+    let (mut lo, mut hi) = (0, len.saturating_sub(WAL_HEADER) / frame);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if valid(mid).is_some() {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    // The last commit frame: its header gives the database's size.
+    let db_pages = (0..lo)
+        .rev()
+        .take(4096)
+        .filter_map(|i| valid(i).map(|h| u64::from(word(&h, 4))))
+        .find(|&pages| pages > 0);
+    Some(WalFrames {
+        frames: lo,
+        page,
+        db_pages,
+    })
 }
 
 /// Copies the WAL into the database file beside the writes; if it holds
@@ -270,15 +446,31 @@ impl Wal {
 
 /// One `PASSIVE` checkpoint.
 async fn passive(pool: &SqlitePool, writes: &WriteCount) -> Result<Wal, sqlx::Error> {
+    run_checkpoint(pool, writes, "PRAGMA wal_checkpoint(PASSIVE)").await
+}
+
+/// One `TRUNCATE` checkpoint: it waits for this database's other writers
+/// and readers (the busy timeout), copies the whole WAL, and cuts its file
+/// to nothing.
+async fn truncate(pool: &SqlitePool, writes: &WriteCount) -> Result<(), sqlx::Error> {
+    run_checkpoint(pool, writes, "PRAGMA wal_checkpoint(TRUNCATE)")
+        .await
+        .map(drop)
+}
+
+/// One checkpoint statement.
+async fn run_checkpoint(
+    pool: &SqlitePool,
+    writes: &WriteCount,
+    statement: &'static str,
+) -> Result<Wal, sqlx::Error> {
     if writes.fail_checkpoint() {
         return Err(sqlx::Error::Io(std::io::Error::other(
             "a checkpoint failed by fault injection",
         )));
     }
     // Read to its end (see the notes of `db`).
-    let rows: Vec<(i64, i64, i64)> = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
-        .fetch_all(pool)
-        .await?;
+    let rows: Vec<(i64, i64, i64)> = sqlx::query_as(statement).fetch_all(pool).await?;
     let count = |n: i64| u64::try_from(n).unwrap_or(0);
     Ok(rows.first().map_or(
         Wal {
@@ -321,7 +513,13 @@ mod tests {
             .unwrap();
         let turn = Arc::new(Mutex::new(()));
         let wal = dir.join("wal.db-wal");
-        let checkpointer = Checkpointer::restarting_past(pool.clone(), &path, turn.clone(), PAST);
+        let checkpointer = Checkpointer::restarting_past(
+            pool.clone(),
+            &path,
+            turn.clone(),
+            PAST,
+            Reserve::beside(&path, Some(0)),
+        );
         let (mut written, mut largest) = (0u64, 0u64);
         // 40 MiB of frames, or as much as 30 s allows on a slow machine.
         let until = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -347,5 +545,137 @@ mod tests {
             largest < 12 * PAST,
             "the WAL file reached {largest} bytes while {written} were written"
         );
+    }
+
+    /// A database on SQLite in a fresh directory, its pool and its path.
+    async fn open(name: &str) -> (std::path::PathBuf, std::path::PathBuf, SqlitePool) {
+        let dir = std::env::temp_dir().join(format!("ttw-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("wal.db");
+        let open = PoolSettings {
+            sqlite_disk_reserve: Some(0),
+            ..PoolSettings::default()
+        }
+        .sqlite(&path)
+        .await
+        .unwrap();
+        let crate::sql::db::Db::Sqlite(pool, _) = open.db else {
+            unreachable!("a file opens on SQLite")
+        };
+        sqlx::query("CREATE TABLE t (id INTEGER PRIMARY KEY, body BLOB)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        (dir, path, pool)
+    }
+
+    /// SQLite's own count of the WAL's frames (`mxFrame`), from a
+    /// `PASSIVE` checkpoint.
+    async fn frames_by_sqlite(pool: &SqlitePool) -> u64 {
+        passive(pool, &WriteCount::default()).await.unwrap().frames
+    }
+
+    /// The frames read from the WAL file's headers are SQLite's own count,
+    /// also after the WAL has started over inside a file that kept its size;
+    /// the last commit frame tells how much the database file will grow.
+    #[tokio::test]
+    async fn the_wal_frames_are_counted_from_the_wal_file() {
+        let (dir, path, pool) = open("wal-frames").await;
+        let wal = beside(&path, "-wal");
+        for id in 0..40 {
+            sqlx::query("INSERT OR REPLACE INTO t (id, body) VALUES ($1, zeroblob(9000))")
+                .bind(id)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        // The database file grows by what the 40 rows take once the WAL is
+        // copied into it, and not at all after.
+        let before = growth(&path, &wal).unwrap();
+        assert!(before >= 40 * 9000, "the database grows by {before} bytes");
+        let frames = frames_by_sqlite(&pool).await;
+        assert!(frames > 100, "{frames} frames");
+        assert_eq!(growth(&path, &wal), Some(0));
+        assert_eq!(wal_bytes(&wal), frames * FRAME);
+        // Everything is copied now: the next commit starts the WAL over at
+        // its first frame, and the file keeps its size.
+        let len = std::fs::metadata(&wal).unwrap().len();
+        sqlx::query("INSERT OR REPLACE INTO t (id, body) VALUES (1, x'00')")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let after = frames_by_sqlite(&pool).await;
+        assert!(after < 10, "{after} frames after the restart");
+        assert_eq!(std::fs::metadata(&wal).unwrap().len(), len);
+        assert_eq!(wal_bytes(&wal), after * FRAME);
+        pool.close().await;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Regression: the checkpointer read the WAL's size from the `-shm`
+    /// file's header by opening and closing that file, and closing a
+    /// descriptor drops every POSIX lock the process holds on the file,
+    /// SQLite's among them. Another process then took the wal-index for
+    /// unused and cut it back while this one had it mapped (processes
+    /// crashed with SIGBUS in `walFindFrame`), and readers' locks no longer
+    /// kept the WAL from starting over under them.
+    ///
+    /// Here a checkpointer looks at the WAL after a write, and another
+    /// process (Python's `fcntl`) asks whether this one still holds its
+    /// read lock on the wal-index's dead-man-switch byte (128), which
+    /// SQLite holds while a connection has the wal-index open.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_store_on_sqlite_keeps_its_locks_on_the_wal_index() {
+        let (dir, path, pool) = open("wal-locks").await;
+        let shm = beside(&path, "-shm");
+        let holder = || {
+            let out = std::process::Command::new("python3")
+                .arg("-c")
+                .arg(
+                    "import fcntl, os, struct, sys\n\
+                     fd = os.open(sys.argv[1], os.O_RDWR)\n\
+                     f = 'hhqqi4x'\n\
+                     got = fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack(f, fcntl.F_WRLCK, 0, 128, 1, 0))\n\
+                     kind, _, _, _, pid = struct.unpack(f, got)\n\
+                     print('unlocked' if kind == fcntl.F_UNLCK else pid)\n",
+                )
+                .arg(&shm)
+                .output()
+                .expect("python3 runs");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        };
+        let me = std::process::id().to_string();
+        assert_eq!(
+            holder(),
+            me,
+            "SQLite holds the lock before the checkpointer looks"
+        );
+        let turn = Arc::new(Mutex::new(()));
+        let checkpointer = Checkpointer::start(
+            pool.clone(),
+            &path,
+            turn.clone(),
+            Reserve::beside(&path, Some(0)),
+        );
+        for id in 0..3 {
+            sqlx::query("INSERT INTO t (id, body) VALUES ($1, zeroblob(100))")
+                .bind(id)
+                .execute(&pool)
+                .await
+                .unwrap();
+            checkpointer.wrote();
+            // The checkpointer looks at the WAL 100 ms after a write.
+            tokio::time::sleep(EVERY * 3).await;
+        }
+        assert_eq!(holder(), me, "this process lost its lock on the wal-index");
+        drop(checkpointer);
+        pool.close().await;
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

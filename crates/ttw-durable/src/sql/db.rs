@@ -34,6 +34,8 @@ use crate::error::Error;
 use crate::model::clock::Clock;
 #[cfg(feature = "sqlite")]
 use crate::sql::checkpoint::{Checkpointer, WAL_LIMIT};
+#[cfg(feature = "sqlite")]
+use crate::sql::reserve::Reserve;
 
 /// Runs `$body` with `$pool` bound to whichever pool `$db` holds. The body is
 /// compiled once per backend built (features `sqlite` and `postgres`), so
@@ -312,6 +314,9 @@ pub(crate) struct PoolSettings {
     /// SQLite only: the most bytes the database file may hold.
     #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) sqlite_max_size: Option<u64>,
+    /// SQLite only: the disk reserve's size (`None`: the default).
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) sqlite_disk_reserve: Option<u64>,
 }
 
 impl Default for PoolSettings {
@@ -320,6 +325,7 @@ impl Default for PoolSettings {
             max_connections: 8,
             connect_timeout: Duration::from_secs(10),
             sqlite_max_size: None,
+            sqlite_disk_reserve: None,
         }
     }
 }
@@ -418,6 +424,7 @@ impl PoolSettings {
             pool.clone(),
             path,
             writes.turn.clone(),
+            Reserve::beside(path, self.sqlite_disk_reserve),
         )));
         Ok(OpenSqlite {
             db: Db::Sqlite(pool, writes),

@@ -13,6 +13,8 @@
 //! - `history.rs`: finished tasks moved to `ttw_history`, and the sweep.
 //! - `recurring.rs`: recurring schedules and their occurrences.
 //! - `admin.rs`: an operator's reads and bulk redrives, and the counts.
+//! - `checkpoint.rs` and `reserve.rs` (SQLite): WAL checkpoints off the
+//!   write path, and the disk reserve that lets one finish after a full disk.
 
 pub(crate) mod admin;
 pub(crate) mod announce;
@@ -25,5 +27,7 @@ pub(crate) mod keys;
 pub(crate) mod leases;
 pub(crate) mod names;
 pub(crate) mod recurring;
+#[cfg(feature = "sqlite")]
+pub(crate) mod reserve;
 pub(crate) mod schema;
 pub(crate) mod tasks;
