@@ -5,6 +5,7 @@ pub(crate) mod attempt;
 pub(crate) mod backoff;
 pub(crate) mod clock;
 pub(crate) mod failure;
+pub(crate) mod flow;
 pub(crate) mod lanes;
 pub(crate) mod limits;
 pub(crate) mod new_task;

@@ -6,6 +6,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
@@ -24,11 +25,19 @@ use crate::node::delivery::Delivery;
 use crate::node::report::Failing;
 use crate::node::window::Retry;
 use crate::node::Node;
-use crate::sql::claims::{Due, Unclaimed};
+use crate::sql::claims::{Claimed, Due, Unclaimed, Wait};
 use tokio_timing_wheel::Expirations;
 
 /// The most ids claimed in one statement.
 const CLAIM_BATCH: usize = 500;
+
+/// How long a node holding fired tasks of a paused queue waits before it
+/// looks for the resume.
+const PAUSED_RETRY: Duration = Duration::from_millis(500);
+/// How long a node holding fired tasks of a queue at its concurrency waits
+/// before it tries again, when none of its own deliveries of the queue
+/// ends first (a place freed on another node is seen this way).
+const FULL_RETRY: Duration = Duration::from_millis(25);
 
 /// A handler as the scheduler runs it: its error already a [`Failure`].
 pub(crate) type Handler =
@@ -89,6 +98,21 @@ struct Ready {
     /// The queue served first in the next round, so that queues take
     /// turns when the node's limit is what binds.
     next: usize,
+    /// Each queue's flow control as this node last saw it.
+    control: Vec<Control>,
+}
+
+/// A queue's flow control, as a node sees it: whether its tasks go to the
+/// limited claim, and until when they wait after one left some behind.
+#[derive(Debug, Clone, Copy, Default)]
+struct Control {
+    /// Paused or limited in `ttw_queues` when last claimed.
+    limited: bool,
+    /// Its fired tasks wait until then (the limits left them behind).
+    blocked_until: Option<Instant>,
+    /// Whether what blocks it is its concurrency: one of this node's
+    /// deliveries ending unblocks it.
+    full: bool,
 }
 
 impl Ready {
@@ -97,7 +121,51 @@ impl Ready {
             queues: (0..queues).map(|_| BinaryHeap::new()).collect(),
             ids: HashSet::new(),
             next: 0,
+            control: vec![Control::default(); queues],
         }
+    }
+
+    /// Whether queue `index`'s fired tasks wait for its limits now.
+    fn blocked(&self, index: usize, now: Instant) -> bool {
+        self.control[index].blocked_until.is_some_and(|t| t > now)
+    }
+
+    /// When the first queue with tasks waiting for its limits may be tried
+    /// again.
+    fn next_unblock(&self) -> Option<Instant> {
+        let now = Instant::now();
+        (0..self.queues.len())
+            .filter(|&i| !self.queues[i].is_empty() && self.blocked(i, now))
+            .filter_map(|i| self.control[i].blocked_until)
+            .min()
+    }
+
+    /// One of this node's deliveries ended: the queues waiting for a place
+    /// under their concurrency are tried again.
+    fn delivery_ended(&mut self) {
+        for control in &mut self.control {
+            if control.full {
+                control.blocked_until = None;
+                control.full = false;
+            }
+        }
+    }
+
+    /// What a limited claim of queue `index` said: `wait` for what it left
+    /// behind, `limited` whether the queue has flow control still.
+    fn limited_claim(&mut self, index: usize, limited: bool, wait: Wait) {
+        let now = Instant::now();
+        let control = &mut self.control[index];
+        control.limited = limited;
+        (control.blocked_until, control.full) = match wait {
+            Wait::No => (None, false),
+            Wait::Paused => (Some(now + PAUSED_RETRY), false),
+            Wait::Full => (Some(now + FULL_RETRY), true),
+            Wait::Rate(ms) => (
+                Some(now + Duration::from_millis(u64::try_from(ms).unwrap_or(1))),
+                false,
+            ),
+        };
     }
 
     fn push(&mut self, node: &Node, due: Due) {
@@ -120,7 +188,7 @@ impl Ready {
                     return taken;
                 }
                 let index = (start + k) % count;
-                if self.queues[index].is_empty() {
+                if self.queues[index].is_empty() || self.blocked(index, Instant::now()) {
                     continue;
                 }
                 let Ok(settling) = node.settling.clone().try_acquire_owned() else {
@@ -167,17 +235,19 @@ pub(crate) async fn dispatch(node: Arc<Node>, expirations: Expirations<i64, Due>
     loop {
         let room = ready.take(&node, batch);
         if !room.is_empty() {
-            if let Err(err) = claim_and_run(&node, room, &mode, &mut running).await {
+            if let Err(err) = claim_and_run(&node, room, &mode, &mut running, &mut ready).await {
                 node.report(Failing::Claim, &err);
             }
             // More may have room now.
             continue;
         }
+        let unblock = ready.next_unblock();
         tokio::select! {
             biased;
             _ = node.stopping.notified() => break,
             _ = node.room.notified() => {}
-            Some(_) = running.join_next(), if !running.is_empty() => {}
+            Some(_) = running.join_next(), if !running.is_empty() => ready.delivery_ended(),
+            _ = tokio::time::sleep_until(unblock.unwrap_or_else(Instant::now)), if unblock.is_some() => {}
             chunk = fired.next() => match chunk {
                 Some(chunk) => {
                     for expired in chunk {
@@ -196,6 +266,7 @@ async fn claim_and_run(
     mut fired: Vec<(Due, Permits)>,
     mode: &Mode,
     running: &mut JoinSet<()>,
+    ready: &mut Ready,
 ) -> Result<(), Error> {
     let window = &node.window;
     // In id order, for the look-ups below; each id once (see `Ready`).
@@ -216,12 +287,59 @@ async fn claim_and_run(
     if entered.is_empty() {
         return Ok(());
     }
-    let dues: Vec<Due> = entered.iter().map(|(due, _)| *due).collect();
     // Each delivery must end by `deadline`, measured from before the claim,
     // so that it always ends (and its outcome is written within the grace)
     // before its lock runs out and the task is reclaimed.
     let deadline = Instant::now() + node.config.callback_timeout;
     let (now, lock) = claim_times(node.config.clock.now_ms(), &node.config);
+    // The queues with flow control go to the limited claim, a claim each.
+    let (limited, plain): (Vec<_>, Vec<_>) = entered
+        .into_iter()
+        .partition(|(due, _)| ready.control[window.lanes.index_of(due.lane)].limited);
+    let mut result = Ok(());
+    if !plain.is_empty() {
+        result = claim_plain(node, plain, mode, running, ready, (now, lock, deadline)).await;
+    }
+    let mut limited = limited;
+    while let Some((first, _)) = limited.first() {
+        let index = window.lanes.index_of(first.lane);
+        let (group, rest): (Vec<_>, Vec<_>) = limited
+            .into_iter()
+            .partition(|(due, _)| window.lanes.index_of(due.lane) == index);
+        limited = rest;
+        let claimed = claim_queue(
+            node,
+            index,
+            group,
+            mode,
+            running,
+            ready,
+            (now, lock, deadline),
+        );
+        if let Err(err) = claimed.await {
+            result = Err(err);
+        }
+    }
+    result
+}
+
+/// When a claim runs: its `now`, the lock it takes, and the deadline of
+/// the deliveries it starts.
+type ClaimTimes = (i64, i64, Instant);
+
+/// The plain claim of `entered` (in id order), for queues without flow
+/// control; a task whose queue turns out to have some waits in `ready`
+/// for the limited claim.
+async fn claim_plain(
+    node: &Arc<Node>,
+    entered: Vec<(Due, Permits)>,
+    mode: &Mode,
+    running: &mut JoinSet<()>,
+    ready: &mut Ready,
+    (now, lock, deadline): ClaimTimes,
+) -> Result<(), Error> {
+    let window = &node.window;
+    let dues: Vec<Due> = entered.iter().map(|(due, _)| *due).collect();
     let claimed = if node.faults.fail_claim() {
         Err(Error::injected("the claim"))
     } else {
@@ -237,8 +355,113 @@ async fn claim_and_run(
             return Err(err);
         }
     };
-    let claimed_at = node.config.clock.now_ms();
     let mut permits: Vec<Option<Permits>> = entered.into_iter().map(|(_, p)| Some(p)).collect();
+    let taken = start_claimed(node, claimed, &dues, &mut permits, mode, running, deadline);
+    // The claimed ids stay registered until their outcome is recorded.
+    let missing: Vec<Due> = dues
+        .iter()
+        .zip(&taken)
+        .filter(|(_, &taken)| !taken)
+        .map(|(due, _)| *due)
+        .collect();
+    exit_all(node, &missing);
+    drop(permits);
+    // Only after the claimed tasks are running: a failure here must not
+    // strand them.
+    if !missing.is_empty() {
+        if let Err(err) = explain_unclaimed(node, &missing, ready).await {
+            // Nothing else would arm these before the next window load:
+            // look again shortly, as after a failed claim.
+            for due in missing {
+                window.retry(due, Retry::DatabaseFailed).await;
+            }
+            return Err(err);
+        }
+    }
+    Ok(())
+}
+
+/// The limited claim of `group` (in id order), the fired tasks of queue
+/// `index`: what its limits leave behind waits in `ready`, in due order,
+/// until they may allow more.
+#[allow(clippy::too_many_arguments)]
+async fn claim_queue(
+    node: &Arc<Node>,
+    index: usize,
+    group: Vec<(Due, Permits)>,
+    mode: &Mode,
+    running: &mut JoinSet<()>,
+    ready: &mut Ready,
+    (now, lock, deadline): ClaimTimes,
+) -> Result<(), Error> {
+    let window = &node.window;
+    let dues: Vec<Due> = group.iter().map(|(due, _)| *due).collect();
+    let queue = window.lanes.queues()[index].clone();
+    let claimed = if node.faults.fail_claim() {
+        Err(Error::injected("the claim"))
+    } else {
+        node.claims.claim_limited(&queue, &dues, now, lock).await
+    };
+    let limited = match claimed {
+        Ok(limited) => limited,
+        Err(err) => {
+            exit_all(node, &dues);
+            for due in dues {
+                window.retry(due, Retry::DatabaseFailed).await;
+            }
+            return Err(err);
+        }
+    };
+    ready.limited_claim(index, limited.controlled, limited.wait);
+    let mut permits: Vec<Option<Permits>> = group.into_iter().map(|(_, p)| Some(p)).collect();
+    let taken = start_claimed(
+        node,
+        limited.claimed,
+        &dues,
+        &mut permits,
+        mode,
+        running,
+        deadline,
+    );
+    drop(permits);
+    let mut held = limited.held;
+    held.sort_unstable();
+    let mut missing = Vec::new();
+    for (due, taken) in dues.iter().zip(taken) {
+        if taken {
+            continue;
+        }
+        node.window.exit(due.lane);
+        if held.binary_search(&due.id).is_ok() {
+            ready.push(node, *due);
+        } else {
+            missing.push(*due);
+        }
+    }
+    if !missing.is_empty() {
+        if let Err(err) = explain_unclaimed(node, &missing, ready).await {
+            for due in missing {
+                window.retry(due, Retry::DatabaseFailed).await;
+            }
+            return Err(err);
+        }
+    }
+    Ok(())
+}
+
+/// Starts a supervised delivery of each task `claimed` of `dues` (in id
+/// order), with its permits; answers which of `dues` were claimed.
+fn start_claimed(
+    node: &Arc<Node>,
+    claimed: Vec<Claimed>,
+    dues: &[Due],
+    permits: &mut [Option<Permits>],
+    mode: &Mode,
+    running: &mut JoinSet<()>,
+    deadline: Instant,
+) -> Vec<bool> {
+    let window = &node.window;
+    let claimed_at = node.config.clock.now_ms();
     let mut taken = vec![false; dues.len()];
     for c in claimed {
         let Ok(at) = dues.binary_search_by_key(&c.attempt.id, |d| d.id) else {
@@ -263,28 +486,7 @@ async fn claim_and_run(
         running
             .spawn(supervise(node.clone(), task, mode.clone(), permit, deadline).instrument(span));
     }
-    // The claimed ids stay registered until their outcome is recorded.
-    let missing: Vec<Due> = dues
-        .iter()
-        .zip(&taken)
-        .filter(|(_, &taken)| !taken)
-        .map(|(due, _)| *due)
-        .collect();
-    exit_all(node, &missing);
-    drop(permits);
-    // Only after the claimed tasks are running: a failure here must not
-    // strand them.
-    if !missing.is_empty() {
-        if let Err(err) = explain_unclaimed(node, &missing).await {
-            // Nothing else would arm these before the next window load:
-            // look again shortly, as after a failed claim.
-            for due in missing {
-                window.retry(due, Retry::DatabaseFailed).await;
-            }
-            return Err(err);
-        }
-    }
-    Ok(())
+    taken
 }
 
 /// Ends the registration of tasks that will not be delivered.
@@ -297,7 +499,7 @@ fn exit_all(node: &Node, dues: &[Due]) {
 /// Sorts out fired ids the claim did not take: not due yet by the wall
 /// clock (re-armed), another node's lease (counted as lost to fencing), or
 /// finished, cancelled or claimed already (dropped).
-async fn explain_unclaimed(node: &Node, missing: &[Due]) -> Result<(), Error> {
+async fn explain_unclaimed(node: &Node, missing: &[Due], ready: &mut Ready) -> Result<(), Error> {
     if node.faults.fail_explain() {
         return Err(Error::injected("the unclaimed lookup"));
     }
@@ -319,6 +521,11 @@ async fn explain_unclaimed(node: &Node, missing: &[Due]) -> Result<(), Error> {
             Verdict::LostToFencing | Verdict::Gone => {}
             Verdict::NotDue => node.window.arm(due).await,
             Verdict::Again => node.window.retry(due, Retry::NotDueYet).await,
+            Verdict::Controlled => {
+                let index = node.window.lanes.index_of(due.lane);
+                ready.control[index].limited = true;
+                ready.push(node, due);
+            }
         }
     }
     Ok(())
@@ -349,6 +556,9 @@ enum Verdict {
     /// Due and scheduled, yet not taken (the database's clock disagreed by
     /// a moment): looked at again shortly.
     Again,
+    /// Due and scheduled in a queue that is paused or limited: it waits on
+    /// this node for the limited claim.
+    Controlled,
 }
 
 /// The verdict on `task`, read back after a claim that did not take it, at
@@ -360,6 +570,8 @@ fn verdict(task: &Unclaimed, now: i64) -> Verdict {
         Verdict::Gone
     } else if task.run_at > now {
         Verdict::NotDue
+    } else if task.controlled {
+        Verdict::Controlled
     } else {
         Verdict::Again
     }
@@ -478,6 +690,7 @@ mod tests {
             state,
             run_at,
             held,
+            controlled: false,
         }
     }
 

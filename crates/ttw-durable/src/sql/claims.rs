@@ -147,6 +147,53 @@ fn array_text(ids: impl Iterator<Item = i64>) -> String {
 /// The assignments that take a task's lock off.
 const UNLOCK: &str = "locked_by = NULL, locked_until = NULL";
 
+/// The task's queue has no flow control: no row in `ttw_queues`, or one
+/// that neither pauses nor limits it. A per-row check on the settings'
+/// primary key (see [`in_held_shard`]), nearly free while the table is
+/// empty.
+fn uncontrolled() -> String {
+    format!(
+        "COALESCE((SELECT CASE WHEN {CONTROLLED} THEN 1 ELSE 0 END FROM ttw_queues q \
+         WHERE q.queue = ttw_tasks.queue), 0) = 0"
+    )
+}
+
+/// A settings row `q` pauses or limits its queue.
+const CONTROLLED: &str = "q.paused <> 0 OR q.concurrency IS NOT NULL OR q.rate_count IS NOT NULL";
+
+/// The [`Claimed`] tasks of the rows a claim statement returned, for the
+/// `fired` tasks (in id order) it was given.
+macro_rules! decode_claimed {
+    ($rows:expr, $fired:expr) => {{
+        let fired: &[Due] = $fired;
+        let rows = $rows;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id: i64 = row.try_get("id")?;
+            let Ok(at) = fired.binary_search_by_key(&id, |due| due.id) else {
+                continue;
+            };
+            out.push(Claimed {
+                attempt: Attempt {
+                    id,
+                    number: clamp_u32(row.try_get("attempts")?),
+                    claim: row.try_get("claims")?,
+                    lane: fired[at].lane,
+                    priority: fired[at].priority,
+                },
+                run_at: row.try_get("run_at")?,
+                payload: row.try_get("payload")?,
+                idempotency_key: row.try_get("idempotency_key")?,
+            });
+        }
+        out
+    }};
+}
+
+// After the macros above, which it uses.
+mod limited;
+pub(crate) use limited::Wait;
+
 /// A scheduled task due at `run_at` (ms), in lane `lane` of this node (see
 /// [`Lanes`]), with its priority within its queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -245,6 +292,9 @@ pub(crate) struct Unclaimed {
     pub(crate) run_at: i64,
     /// Whether this session holds the task's shard.
     pub(crate) held: bool,
+    /// Whether its queue is paused or limited (see [`uncontrolled`]): left
+    /// to the limited claim.
+    pub(crate) controlled: bool,
 }
 
 /// A running task the reclaim took back.
@@ -393,29 +443,18 @@ impl Claims {
     }
 
     /// The claim, in one statement: of `fired` (in id order), those still
-    /// scheduled, due by `now`, and in a lane whose lease this session holds
-    /// move to running, with the attempt counted, the session and lease
-    /// epoch stamped, and a lock until `locked_until`.
+    /// scheduled, due by `now`, in a lane whose lease this session holds,
+    /// and in a queue with no flow control (see [`uncontrolled`]) move to
+    /// running, with the attempt counted, the session and lease epoch
+    /// stamped, and a lock until `locked_until`. The tasks of a paused or
+    /// limited queue are left to [`claim_limited`](Self::claim_limited).
     pub(crate) async fn claim(
         &self,
         fired: &[Due],
         now: i64,
         locked_until: i64,
     ) -> Result<Vec<Claimed>, Error> {
-        let sql = format!(
-            "UPDATE ttw_tasks SET state = 'running', attempts = attempts + 1, claims = claims + 1, locked_by = $1, \
-             lock_epoch = (SELECT l.epoch FROM ttw_leases l WHERE {}), \
-             locked_until = $3, updated_at = {} \
-             WHERE {} AND {} \
-             RETURNING id, run_at, attempts, claims, payload, idempotency_key",
-            task_lane("$2"),
-            self.db.clock_sql(),
-            self.ids_are(5, fired.len()),
-            checked(&format!(
-                "state = 'scheduled' AND run_at <= $4 AND {}",
-                in_held_shard("$1", "$2")
-            )),
-        );
+        let sql = self.claim_sql(fired.len(), true);
         let claimed = write_with_pool!(&self.db, Urgency::Urgent, pool => {
             let query = sqlx::query(&sql)
                 .persistent(self.keeps_plans())
@@ -425,28 +464,34 @@ impl Claims {
                 .bind(now);
             let query = bind_ids!(self, query, fired.iter().map(|due| due.id));
             let rows = query.fetch_all(pool).await?;
-            let mut out = Vec::with_capacity(rows.len());
-            for row in rows {
-                let id: i64 = row.try_get("id")?;
-                let Ok(at) = fired.binary_search_by_key(&id, |due| due.id) else {
-                    continue;
-                };
-                out.push(Claimed {
-                    attempt: Attempt {
-                        id,
-                        number: clamp_u32(row.try_get("attempts")?),
-                        claim: row.try_get("claims")?,
-                        lane: fired[at].lane,
-                        priority: fired[at].priority,
-                    },
-                    run_at: row.try_get("run_at")?,
-                    payload: row.try_get("payload")?,
-                    idempotency_key: row.try_get("idempotency_key")?,
-                });
-            }
-            out
+            decode_claimed!(rows, fired)
         });
         Ok(claimed)
+    }
+
+    /// The claim statement for `n` ids: parameters `$1` session, `$2`
+    /// shards, `$3` the lock, `$4` now, `$5...` the ids. `guarded`: only
+    /// tasks of queues without flow control.
+    fn claim_sql(&self, n: usize, guarded: bool) -> String {
+        let guard = if guarded {
+            format!(" AND {}", uncontrolled())
+        } else {
+            String::new()
+        };
+        format!(
+            "UPDATE ttw_tasks SET state = 'running', attempts = attempts + 1, claims = claims + 1, locked_by = $1, \
+             lock_epoch = (SELECT l.epoch FROM ttw_leases l WHERE {}), \
+             locked_until = $3, updated_at = {} \
+             WHERE {} AND {} \
+             RETURNING id, run_at, attempts, claims, payload, idempotency_key",
+            task_lane("$2"),
+            self.db.clock_sql(),
+            self.ids_are(5, n),
+            checked(&format!(
+                "state = 'scheduled' AND run_at <= $4 AND {}{guard}",
+                in_held_shard("$1", "$2")
+            )),
+        )
     }
 
     /// Of `ids`, which a claim did not take, each as it is now, and whether
@@ -454,9 +499,11 @@ impl Claims {
     pub(crate) async fn why_unclaimed(&self, ids: &[i64]) -> Result<Vec<Unclaimed>, Error> {
         let sql = format!(
             "SELECT ttw_tasks.id, ttw_tasks.state, ttw_tasks.run_at, \
-             CASE WHEN {} THEN 1 ELSE 0 END AS held \
+             CASE WHEN {} THEN 1 ELSE 0 END AS held, \
+             CASE WHEN {} THEN 0 ELSE 1 END AS controlled \
              FROM ttw_tasks WHERE {}",
             in_held_shard("$1", "$2"),
+            uncontrolled(),
             self.ids_are(3, ids.len()).replace("id ", "ttw_tasks.id ")
         );
         let rows = with_pool!(&self.db, pool => {
@@ -473,6 +520,7 @@ impl Claims {
                     state: TaskState::from_sql(row.try_get("state")?)?,
                     run_at: row.try_get("run_at")?,
                     held: row.try_get::<i32, _>("held")? == 1,
+                    controlled: row.try_get::<i32, _>("controlled")? == 1,
                 });
             }
             out

@@ -13,6 +13,8 @@
 //! - `history.rs`: finished tasks moved to `ttw_history`, and the sweep.
 //! - `recurring.rs`: recurring schedules and their occurrences.
 //! - `admin.rs`: an operator's reads and bulk redrives, and the counts.
+//! - `queues.rs`: queue settings (pause, concurrency, rate); the claim
+//!   that obeys them is `claims/limited.rs`.
 //! - `checkpoint.rs` and `reserve.rs` (SQLite): WAL checkpoints off the
 //!   write path, and the disk reserve that lets one finish after a full disk.
 
@@ -26,6 +28,7 @@ pub(crate) mod history;
 pub(crate) mod keys;
 pub(crate) mod leases;
 pub(crate) mod names;
+pub(crate) mod queues;
 pub(crate) mod recurring;
 #[cfg(feature = "sqlite")]
 pub(crate) mod reserve;

@@ -1,0 +1,209 @@
+//! `queues` and the limited claim (`claims/limited.rs`): settings read back
+//! as written, a rate set again keeps its bucket, and the limited claim
+//! obeys a pause, a concurrency (a task whose lock ran out stops counting)
+//! and a rate, leaving the rest held back in claim order; the plain claim
+//! leaves a controlled queue's tasks alone and says why.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::model::flow::{QueueLimits, Rate};
+use crate::model::lanes::Lanes;
+use crate::sql::claims::{Claims, Due, Success, Wait};
+use crate::sql::queues;
+
+async fn queues_case(store: &Store) {
+    let (db, names) = (store.db(), store.names());
+    let all = ["conc", "rate", "paused", "free"];
+    let me = leases::Session {
+        node: "n1",
+        session: "n1/a",
+        ttl_ms: 60_000,
+    };
+    leases::join(db, me, None, &all.join(",")).await.unwrap();
+    for queue in all {
+        crate::sql::schema::add_lease_rows(db, queue, 4)
+            .await
+            .unwrap();
+        assert_eq!(
+            leases::take(db, me, queue, &[0, 1, 2, 3])
+                .await
+                .unwrap()
+                .len(),
+            4
+        );
+    }
+    let lanes = Arc::new(Lanes::new(all.iter().map(|q| q.to_string()).collect(), 4).unwrap());
+    let claims = Claims::new(db.clone(), lanes.clone(), 4, "n1/a".to_string());
+
+    // Settings as written, and as read back.
+    assert!(queues::get(db, "conc").await.unwrap().is_none());
+    queues::set_limits(db, "conc", &QueueLimits::new().concurrency(2))
+        .await
+        .unwrap();
+    let rate = Rate::new(2, Duration::from_secs(1)).burst(2);
+    queues::set_limits(db, "rate", &QueueLimits::new().rate(rate))
+        .await
+        .unwrap();
+    queues::set_paused(db, "paused", true).await.unwrap();
+    let listed: Vec<_> = queues::list(db)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.settings())
+        .collect();
+    assert_eq!(
+        listed
+            .iter()
+            .map(|s| (s.queue.as_str(), s.paused))
+            .collect::<Vec<_>>(),
+        [("conc", false), ("paused", true), ("rate", false)]
+    );
+    assert_eq!(listed[0].limits.concurrency_limit(), Some(2));
+    assert_eq!(listed[2].limits.rate_limit(), Some(rate));
+    assert_eq!(
+        queues::bucket(db, "rate").await.unwrap().unwrap().0,
+        2.0,
+        "a full bucket"
+    );
+
+    // Five tasks due in each queue.
+    let mut due: Vec<(&str, Vec<Due>)> = Vec::new();
+    for queue in all {
+        let rows: Vec<_> = (0..5).map(|i| task(1_000 + i, None, queue)).collect();
+        on_conn!(store, c => tasks::insert(c, names, &rows, 1).await.unwrap());
+    }
+    let fired = claims.due_before(5_000).await.unwrap();
+    for queue in all {
+        let lane = |d: &Due| &**lanes.queue_of(d.lane) == queue;
+        let mut mine: Vec<Due> = fired.iter().copied().filter(lane).collect();
+        mine.sort_unstable_by_key(|d| d.id);
+        assert_eq!(mine.len(), 5, "{queue}");
+        due.push((queue, mine));
+    }
+
+    // The plain claim takes only the queue without settings, and says why
+    // it left the others.
+    let every: Vec<Due> = {
+        let mut every = fired.clone();
+        every.sort_unstable_by_key(|d| d.id);
+        every
+    };
+    let plain = claims.claim(&every, 3_000, 100_000).await.unwrap();
+    assert_eq!(plain.len(), 5, "the free queue's five");
+    let left: Vec<i64> = due[..3]
+        .iter()
+        .flat_map(|(_, d)| d.iter().map(|d| d.id))
+        .collect();
+    let mut left_sorted = left.clone();
+    left_sorted.sort_unstable();
+    let why = claims.why_unclaimed(&left_sorted).await.unwrap();
+    assert!(
+        why.len() == 15 && why.iter().all(|u| u.controlled && u.held),
+        "{why:?}"
+    );
+
+    // Concurrency 2: two claimed, three held back in claim order.
+    let conc = &due[0].1;
+    let first = claims
+        .claim_limited("conc", conc, 3_000, 100_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        (first.claimed.len(), first.wait, first.controlled),
+        (2, Wait::Full, true)
+    );
+    assert_eq!(
+        first.held,
+        conc[2..].iter().map(|d| d.id).collect::<Vec<_>>()
+    );
+    let none = claims
+        .claim_limited("conc", &conc[2..], 3_000, 100_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        (none.claimed.len(), none.held.len(), none.wait),
+        (0, 3, Wait::Full)
+    );
+    // One finishes: one more place.
+    let a = first.claimed[0].attempt;
+    let done = Success {
+        id: a.id,
+        claim: a.claim,
+    };
+    assert_eq!(claims.complete_many(&[done], 3_100).await.unwrap(), [done]);
+    let one = claims
+        .claim_limited("conc", &conc[2..], 3_200, 100_000)
+        .await
+        .unwrap();
+    assert_eq!((one.claimed.len(), one.held.len()), (1, 2));
+    // Past the running tasks' locks (a dead node's), their places are free.
+    let later = claims
+        .claim_limited("conc", &conc[3..], 100_001, 200_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        (later.claimed.len(), later.held.len(), later.wait),
+        (2, 0, Wait::No)
+    );
+
+    // Rate 2 a second, burst 2: two now, then a token in at most 500 ms.
+    let rated = &due[1].1;
+    let burst = claims
+        .claim_limited("rate", rated, 3_000, 100_000)
+        .await
+        .unwrap();
+    assert_eq!(burst.claimed.len(), 2);
+    let next = claims
+        .claim_limited("rate", &rated[2..], 3_000, 100_000)
+        .await
+        .unwrap();
+    match next.wait {
+        Wait::Rate(ms) => assert!((1..=500).contains(&ms), "{ms} ms"),
+        other => panic!("waits for {other:?}"),
+    }
+    assert!(next.claimed.len() <= 1, "at most what refilled meanwhile");
+    // The same rate set again keeps the bucket: no new burst.
+    let (tokens, _) = queues::bucket(db, "rate").await.unwrap().unwrap();
+    queues::set_limits(db, "rate", &QueueLimits::new().rate(rate))
+        .await
+        .unwrap();
+    let (kept, _) = queues::bucket(db, "rate").await.unwrap().unwrap();
+    assert!(kept <= tokens + 0.01 && kept < 1.0, "{tokens} then {kept}");
+    // A new rate starts from what is left, at most its burst.
+    let faster = Rate::per_second(100).burst(50);
+    queues::set_limits(db, "rate", &QueueLimits::new().rate(faster))
+        .await
+        .unwrap();
+    assert!(queues::bucket(db, "rate").await.unwrap().unwrap().0 < 1.0);
+
+    // Paused: nothing, everything held.
+    let paused = claims
+        .claim_limited("paused", &due[2].1, 3_000, 100_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        (paused.claimed.len(), paused.held.len(), paused.wait),
+        (0, 5, Wait::Paused)
+    );
+    queues::set_paused(db, "paused", false).await.unwrap();
+    let resumed = claims
+        .claim_limited("paused", &due[2].1, 3_000, 100_000)
+        .await
+        .unwrap();
+    assert_eq!((resumed.claimed.len(), resumed.controlled), (5, false));
+
+    // Limits cleared: the queue is no longer controlled.
+    queues::set_limits(db, "conc", &QueueLimits::new())
+        .await
+        .unwrap();
+    assert!(queues::get(db, "conc")
+        .await
+        .unwrap()
+        .unwrap()
+        .settings()
+        .limits
+        .is_empty());
+}
+conformance!(queue_statements, queues_case);

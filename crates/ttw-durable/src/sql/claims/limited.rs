@@ -1,0 +1,182 @@
+//! The limited claim: the claim of a paused or limited queue's fired tasks,
+//! under its settings in `ttw_queues`, one node at a time.
+//!
+//! In one transaction: the queue's row is taken first (on PostgreSQL its
+//! row lock, on SQLite the one writer), so the limited claims of every node
+//! in the queue go one at a time; its token bucket is refilled by the
+//! database's clock read under that lock, never moved back; the tasks of
+//! the queue running now are counted (`running` with a lock that has not
+//! run out: a dead node's tasks stop counting when their locks run out);
+//! and of the fired tasks still claimable, as many as both limits allow are
+//! claimed, most urgent first (priority, then due time, then id), and paid
+//! for from the bucket.
+
+use super::*;
+use crate::sql::queues::{greatest, least};
+
+/// Why a limited claim left claimable tasks behind, and when to try again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// Nothing was left behind.
+    No,
+    /// The queue is paused.
+    Paused,
+    /// As many of the queue's tasks run as its concurrency allows: try when
+    /// one ends.
+    Full,
+    /// The bucket is empty: the next token comes in this many ms.
+    Rate(i64),
+}
+
+/// What a limited claim did.
+#[derive(Debug)]
+pub(crate) struct LimitedClaim {
+    pub(crate) claimed: Vec<Claimed>,
+    /// The ids it could have claimed but for the limits (in the order it
+    /// would claim them).
+    pub(crate) held: Vec<i64>,
+    pub(crate) wait: Wait,
+    /// Whether the queue has flow control at all; if not, its tasks are
+    /// claimed by the plain claim again.
+    pub(crate) controlled: bool,
+}
+
+/// A queue's settings and bucket, as the refill returned them.
+#[derive(Debug, sqlx::FromRow)]
+struct Bucket {
+    paused: i64,
+    concurrency: Option<i64>,
+    rate_count: Option<i64>,
+    rate_period: Option<i64>,
+    tokens: f64,
+}
+
+impl Bucket {
+    fn controlled(&self) -> bool {
+        self.paused != 0 || self.concurrency.is_some() || self.rate_count.is_some()
+    }
+}
+
+impl Claims {
+    /// Claims, of `fired` (in id order, all of `queue`), as many as the
+    /// queue's settings allow now (see the module's notes), under the same
+    /// fence as [`claim`](Self::claim).
+    pub(crate) async fn claim_limited(
+        &self,
+        queue: &str,
+        fired: &[Due],
+        now: i64,
+        locked_until: i64,
+    ) -> Result<LimitedClaim, Error> {
+        let (least, greatest) = (least(&self.db), greatest(&self.db));
+        let refill = format!(
+            "WITH c AS (SELECT {} AS now) UPDATE ttw_queues SET \
+             tokens = CASE WHEN rate_count IS NULL THEN tokens ELSE {least}(\
+             CAST(rate_burst AS DOUBLE PRECISION), tokens + CAST({greatest}(0, c.now - refilled_at) \
+             AS DOUBLE PRECISION) * rate_count / rate_period) END, \
+             refilled_at = {greatest}(refilled_at, c.now) \
+             FROM c WHERE queue = $1 \
+             RETURNING paused, concurrency, rate_count, rate_period, tokens",
+            self.db.clock_sql()
+        );
+        let running = "SELECT COUNT(*) FROM ttw_tasks \
+                       WHERE queue = $1 AND state = 'running' AND locked_until > $2";
+        let eligible = format!(
+            "SELECT id FROM ttw_tasks WHERE {} AND {} ORDER BY priority, run_at, id",
+            self.ids_are(4, fired.len()),
+            checked(&format!(
+                "state = 'scheduled' AND run_at <= $3 AND {}",
+                in_held_shard("$1", "$2")
+            ))
+        );
+        let pay = "UPDATE ttw_queues SET tokens = tokens - $2 WHERE queue = $1";
+        let outcome = write_with_pool!(&self.db, Urgency::Urgent, pool => {
+            let mut tx = pool.begin().await?;
+            let bucket: Option<Bucket> = sqlx::query_as(&refill)
+                .bind(queue)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let eligible: Vec<i64> = {
+                let query = sqlx::query_scalar(&eligible)
+                    .bind(&self.session)
+                    .bind(self.shards)
+                    .bind(now);
+                bind_ids!(self, query, fired.iter().map(|due| due.id))
+                    .fetch_all(&mut *tx)
+                    .await?
+            };
+            let controlled = bucket.as_ref().is_some_and(Bucket::controlled);
+            let (room, wait_for) = match &bucket {
+                None => (eligible.len(), Wait::No),
+                Some(b) if b.paused != 0 => (0, Wait::Paused),
+                Some(b) => {
+                    let mut room = eligible.len();
+                    let mut wait = Wait::No;
+                    if let Some(limit) = b.concurrency {
+                        let running: i64 = sqlx::query_scalar(running)
+                            .bind(queue)
+                            .bind(now)
+                            .fetch_one(&mut *tx)
+                            .await?;
+                        let free = usize::try_from((limit - running).max(0)).unwrap_or(0);
+                        if free < room {
+                            (room, wait) = (free, Wait::Full);
+                        }
+                    }
+                    if let (Some(count), Some(period)) = (b.rate_count, b.rate_period) {
+                        // Whole tokens; a tiny float error never pays one
+                        // that is not there.
+                        let whole = (b.tokens + 1e-9).floor().max(0.0) as usize;
+                        if whole < room {
+                            let short = 1.0 - (b.tokens - whole as f64).clamp(0.0, 1.0);
+                            let after = (short * period as f64 / count as f64).ceil() as i64;
+                            (room, wait) = (whole, Wait::Rate(after.max(1)));
+                        }
+                    }
+                    (room, wait)
+                }
+            };
+            let take: Vec<Due> = {
+                let mut take: Vec<Due> = eligible[..room]
+                    .iter()
+                    .filter_map(|id| {
+                        fired.binary_search_by_key(id, |d| d.id).ok().map(|at| fired[at])
+                    })
+                    .collect();
+                take.sort_unstable_by_key(|d| d.id);
+                take
+            };
+            let claimed = if take.is_empty() {
+                Vec::new()
+            } else {
+                let sql = self.claim_sql(take.len(), false);
+                let query = sqlx::query(&sql)
+                    .bind(&self.session)
+                    .bind(self.shards)
+                    .bind(locked_until)
+                    .bind(now);
+                let rows = bind_ids!(self, query, take.iter().map(|due| due.id))
+                    .fetch_all(&mut *tx)
+                    .await?;
+                decode_claimed!(rows, &take)
+            };
+            if bucket.as_ref().is_some_and(|b| b.rate_count.is_some()) && !claimed.is_empty() {
+                sqlx::query(pay)
+                    .bind(queue)
+                    .bind(claimed.len() as f64)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            let held = eligible[room..].to_vec();
+            let wait = if held.is_empty() { Wait::No } else { wait_for };
+            LimitedClaim {
+                claimed,
+                held,
+                wait,
+                controlled,
+            }
+        });
+        Ok(outcome)
+    }
+}

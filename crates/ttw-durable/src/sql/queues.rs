@@ -1,0 +1,147 @@
+//! Queue settings (`ttw_queues`): paused or not, the concurrency and the
+//! rate every node obeys. The limited claim that reads them is
+//! [`claims::limited`](crate::sql::claims).
+
+use crate::error::Error;
+use crate::model::flow::{QueueLimits, QueueSettings, Rate};
+use crate::sql::db::{with_pool, write_with_pool, Db, Urgency};
+
+/// The columns a [`QueueRow`] is read from.
+const COLUMNS: &str = "queue, paused, concurrency, rate_count, rate_period, rate_burst";
+
+/// A row of `ttw_queues`, as an operator sees it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct QueueRow {
+    queue: String,
+    paused: i64,
+    concurrency: Option<i64>,
+    rate_count: Option<i64>,
+    rate_period: Option<i64>,
+    rate_burst: Option<i64>,
+}
+
+impl QueueRow {
+    /// The settings this row holds.
+    pub(crate) fn settings(self) -> QueueSettings {
+        let count = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
+        let mut limits = QueueLimits::new();
+        if let Some(n) = self.concurrency {
+            limits = limits.concurrency(count(n));
+        }
+        if let (Some(n), Some(per), Some(burst)) =
+            (self.rate_count, self.rate_period, self.rate_burst)
+        {
+            let per = std::time::Duration::from_millis(u64::try_from(per).unwrap_or(0));
+            limits = limits.rate(Rate::new(count(n), per).burst(count(burst)));
+        }
+        QueueSettings {
+            queue: self.queue,
+            paused: self.paused != 0,
+            limits,
+        }
+    }
+}
+
+/// The smaller of two values, as SQL: `MIN` on SQLite, `LEAST` on
+/// PostgreSQL (both take two arguments).
+pub(crate) fn least(db: &Db) -> &'static str {
+    if db.is_sqlite() {
+        "MIN"
+    } else {
+        "LEAST"
+    }
+}
+
+/// The larger of two values, as SQL (see [`least`]).
+pub(crate) fn greatest(db: &Db) -> &'static str {
+    if db.is_sqlite() {
+        "MAX"
+    } else {
+        "GREATEST"
+    }
+}
+
+/// Pauses `queue` (or resumes it), creating its row if need be.
+pub(crate) async fn set_paused(db: &Db, queue: &str, paused: bool) -> Result<(), Error> {
+    let sql = format!(
+        "INSERT INTO ttw_queues (queue, paused, updated_at) VALUES ($1, $2, {}) \
+         ON CONFLICT (queue) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at",
+        db.clock_sql()
+    );
+    write_with_pool!(db, Urgency::Ordinary, pool => {
+        sqlx::query(&sql)
+            .bind(queue)
+            .bind(i64::from(paused))
+            .execute(pool)
+            .await
+            .map(drop)?
+    });
+    Ok(())
+}
+
+/// Sets `queue`'s limits, replacing the ones it had. A rate set again as
+/// it was keeps its bucket (a deploy that sets its limits each time lets
+/// no burst through); a new rate starts from the tokens left, at most its
+/// burst; a first rate starts with a full bucket.
+pub(crate) async fn set_limits(db: &Db, queue: &str, limits: &QueueLimits) -> Result<(), Error> {
+    let least = least(db);
+    let changed = "(ttw_queues.rate_count IS DISTINCT FROM excluded.rate_count \
+                   OR ttw_queues.rate_period IS DISTINCT FROM excluded.rate_period \
+                   OR ttw_queues.rate_burst IS DISTINCT FROM excluded.rate_burst)";
+    let sql = format!(
+        "INSERT INTO ttw_queues (queue, concurrency, rate_count, rate_period, rate_burst, tokens, refilled_at, updated_at) \
+         SELECT $1, $2, $3, $4, $5, COALESCE($5, 0), c.now, c.now FROM (SELECT {} AS now) c WHERE TRUE \
+         ON CONFLICT (queue) DO UPDATE SET concurrency = excluded.concurrency, \
+         tokens = CASE WHEN NOT {changed} THEN ttw_queues.tokens \
+         WHEN ttw_queues.rate_count IS NULL THEN excluded.tokens \
+         ELSE {least}(ttw_queues.tokens, excluded.tokens) END, \
+         refilled_at = CASE WHEN {changed} THEN excluded.refilled_at ELSE ttw_queues.refilled_at END, \
+         rate_count = excluded.rate_count, rate_period = excluded.rate_period, \
+         rate_burst = excluded.rate_burst, updated_at = excluded.updated_at",
+        db.clock_sql()
+    );
+    let rate = limits.rate_limit();
+    write_with_pool!(db, Urgency::Ordinary, pool => {
+        sqlx::query(&sql)
+            .bind(queue)
+            .bind(limits.concurrency_limit().map(i64::from))
+            .bind(rate.map(|r| i64::from(r.count())))
+            .bind(rate.map(|r| r.period_ms()))
+            .bind(rate.map(|r| i64::from(r.burst_size())))
+            .execute(pool)
+            .await
+            .map(drop)?
+    });
+    Ok(())
+}
+
+/// The settings of `queue`, if it has a row.
+pub(crate) async fn get(db: &Db, queue: &str) -> Result<Option<QueueRow>, Error> {
+    let sql = format!("SELECT {COLUMNS} FROM ttw_queues WHERE queue = $1");
+    let row = with_pool!(db, pool => {
+        sqlx::query_as(&sql).bind(queue).fetch_optional(pool).await?
+    });
+    Ok(row)
+}
+
+/// Every queue's settings, by name.
+pub(crate) async fn list(db: &Db) -> Result<Vec<QueueRow>, Error> {
+    let sql = format!("SELECT {COLUMNS} FROM ttw_queues ORDER BY queue");
+    let rows = with_pool!(db, pool => {
+        sqlx::query_as(&sql).fetch_all(pool).await?
+    });
+    Ok(rows)
+}
+
+/// The bucket of `queue`: its tokens and when they were counted (for the
+/// conformance suite).
+#[cfg(test)]
+pub(crate) async fn bucket(db: &Db, queue: &str) -> Result<Option<(f64, i64)>, Error> {
+    let row = with_pool!(db, pool => {
+        sqlx::query_as("SELECT tokens, refilled_at FROM ttw_queues WHERE queue = $1")
+            .bind(queue)
+            .fetch_optional(pool)
+            .await?
+    });
+    Ok(row)
+}
