@@ -95,12 +95,6 @@ impl Reserve {
             .write(true)
             .open(&self.path)
             .and_then(|file| fs4::FileExt::allocate(&file, self.size));
-        eprintln!(
-            "DBG {} take {} -> {:?}",
-            std::process::id(),
-            self.size,
-            allocated
-        );
         match allocated {
             Ok(()) => {
                 tracing::debug!(path = %self.path.display(), bytes = self.size, "disk reserve taken");
@@ -121,7 +115,6 @@ impl Reserve {
             return false;
         }
         let given = std::fs::remove_file(&self.path).is_ok();
-        eprintln!("DBG {} give up -> {given}", std::process::id());
         if given {
             tracing::warn!(
                 path = %self.path.display(),
