@@ -235,6 +235,7 @@ async fn keys_case(store: &Store) {
         run_at: None,
         max_attempts: Some(3),
         priority: None,
+        max_wait: None,
     };
     let replaced =
         on_conn!(store, c => keys::replace_pending(c, names, replacement).await.unwrap()).unwrap();
@@ -255,6 +256,33 @@ async fn keys_case(store: &Store) {
     assert!(
         on_conn!(store, c => keys::replace_pending(c, names, finished).await.unwrap()).is_none()
     );
+
+    // A debounce's longest wait caps the time at the task's creation (4)
+    // plus the wait, whatever time the replacement asks for.
+    let capped = keys::Replacement {
+        run_at: Some(9_000),
+        max_wait: Some(2_000),
+        ..replacement
+    };
+    let replaced = on_conn!(store, c => keys::replace_pending(c, names, capped).await.unwrap());
+    assert_eq!(replaced.unwrap().run_at, 2_004);
+    let sooner = keys::Replacement {
+        run_at: Some(1_500),
+        ..capped
+    };
+    let replaced = on_conn!(store, c => keys::replace_pending(c, names, sooner).await.unwrap());
+    assert_eq!(
+        replaced.unwrap().run_at,
+        1_500,
+        "a time before the cap is kept"
+    );
+    // The key released from the finished task, in the history, is free.
+    on_conn!(store, c => keys::release(c, names, old).await.unwrap());
+    assert!(on_conn!(store, c => keys::holder(c, names, "done-key").await.unwrap()).is_none());
+    let again = on_conn!(store, c => tasks::insert(c, names, &[task(1_000, Some("done-key"), "default")], 5).await.unwrap());
+    let new = again[0].task.id;
+    let gone = on_conn!(store, c => keys::drop_finished_twins(c, names, &[new]).await.unwrap());
+    assert!(gone.is_empty(), "no finished task holds the key now");
 }
 conformance!(key_statements, keys_case);
 

@@ -256,3 +256,60 @@ on_both! {
         assert!(!q.paused && q.limits.is_empty());
     }
 }
+
+on_both! {
+    /// A debounce with a longest wait: a key replaced every 100 ms for
+    /// 6.5 s, each request due 1 s later, with a longest wait of 2 s, runs
+    /// every 2 s (never before its time), each run a new generation with
+    /// the latest payload of its own.
+    async fn a_debounce_runs_at_its_longest_wait_then_starts_again(db: Db) {
+        let store = db.open().await;
+        let runs: Arc<Mutex<Vec<(Instant, std::time::SystemTime, std::time::SystemTime, String)>>> = Arc::default();
+        let log = runs.clone();
+        let node = fast(&store)
+            .start(move |task| {
+                let log = log.clone();
+                async move {
+                    let payload = String::from_utf8(task.payload().to_vec()).unwrap();
+                    log.lock().unwrap().push((Instant::now(), std::time::SystemTime::now(), task.run_at(), payload));
+                    Ok::<_, String>(())
+                }
+            })
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let mut n = 0;
+        while started.elapsed() < Duration::from_millis(6_500) {
+            store
+                .schedule(format!("{n}"))
+                .idempotency_key("debounce:sync")
+                .delay(Duration::from_secs(1))
+                .max_wait(Duration::from_secs(2))
+                .replace_pending()
+                .submit()
+                .await
+                .unwrap();
+            n += 1;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        let runs = runs.lock().unwrap().clone();
+        let after: Vec<u128> = runs.iter().map(|r| (r.0 - started).as_millis()).collect();
+        println!("debounce: runs at {after:?} ms after the first request");
+        assert!(runs.len() >= 3, "{} runs", runs.len());
+        for (_, ran, due, payload) in &runs {
+            assert!(ran >= due, "run {payload} came early");
+        }
+        // The first at 2 s; each next one 2 s after a request that came
+        // within 100 ms of the run before it.
+        assert!((2_000..2_600).contains(&after[0]), "{after:?}");
+        for pair in after.windows(2).take(2) {
+            let gap = pair[1] - pair[0];
+            assert!((2_000..2_700).contains(&gap), "{after:?}");
+        }
+        let payloads: Vec<&str> = runs.iter().map(|r| r.3.as_str()).collect();
+        let unique: std::collections::BTreeSet<_> = payloads.iter().collect();
+        assert_eq!(unique.len(), payloads.len(), "each generation runs once: {payloads:?}");
+        node.shutdown().await.unwrap();
+    }
+}

@@ -206,6 +206,11 @@ impl Schedule<'_> {
     ) -> Result<Scheduled, Error> {
         let store = self.store;
         let conn = store.caller(conn)?;
+        if self.task.max_wait.is_some() && !self.replace {
+            return Err(Error::config(
+                "max_wait is a debounce's: it needs replace_pending",
+            ));
+        }
         let row = NewRow::check(self.task, store.clock())?;
         let (outcome, created) = if self.replace {
             let (outcome, changed) = store.upsert_on(conn, &row).await?;

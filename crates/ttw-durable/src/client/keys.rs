@@ -178,6 +178,7 @@ impl Store {
             run_at: row.time_given.then_some(row.run_at),
             max_attempts: row.max_attempts,
             priority: row.priority,
+            max_wait: row.max_wait,
         };
         with_conn!(conn, c => {
             // A savepoint inside the caller's transaction, a transaction
@@ -193,6 +194,12 @@ impl Store {
                 if let Some(inserted) = tasks::insert(conn.again(), names, &params, self.clock().now_ms()).await?.pop() {
                     let task = inserted.task;
                     let twins = keys::drop_finished_twins(conn.again(), names, &[task.id]).await?;
+                    if let (Some(&(_, old)), Some(_)) = (twins.first(), row.max_wait) {
+                        // A debounce's next generation: the finished task
+                        // gives the key up.
+                        keys::release(conn.again(), names, old).await?;
+                        continue;
+                    }
                     tx.commit().await?;
                     return Ok(match twins.first() {
                         Some(&(_, old)) => (Scheduled::Existing(TaskId(old)), None),
@@ -200,6 +207,10 @@ impl Store {
                     });
                 }
                 if let Some(holder) = keys::holder(conn.again(), names, key).await? {
+                    if !holder.is_pending() && row.max_wait.is_some() {
+                        keys::release(conn.again(), names, holder.id).await?;
+                        continue;
+                    }
                     if !holder.is_pending() {
                         tx.commit().await?;
                         return Ok((Scheduled::Existing(TaskId(holder.id)), None));

@@ -205,6 +205,42 @@ impl Schedule<'_> {
         self
     }
 
+    /// A debounce with a longest wait, with
+    /// [`replace_pending`](Self::replace_pending): each request replaces
+    /// the pending task and pushes its time back, but the task runs at the
+    /// latest `wait` after the first request of its generation, however
+    /// often replacements keep coming (Inngest's debounce `timeout`). Once
+    /// it has been claimed, the next request starts a new generation: the
+    /// task that held the key (running, waiting for a retry, or finished)
+    /// gives the key up to a new task. So use a key of its own for a
+    /// debounce: a key released this way no longer answers for the old
+    /// task. At least 1 ms; without `replace_pending` the schedule fails
+    /// with [`Error::is_config`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ttw_durable::Store;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// let sync = |v: &str| {
+    ///     store.schedule(v.to_string()).idempotency_key("debounce:sync:user-7")
+    ///         .delay(Duration::from_secs(5)).max_wait(Duration::from_secs(60)).replace_pending()
+    /// };
+    /// let first = sync("v1").submit().await?;
+    /// let second = sync("v2").submit().await?;
+    /// assert_eq!(second.id(), first.id());
+    /// let due = store.get(first.id()).await?.unwrap().run_at;
+    /// assert!(due <= std::time::SystemTime::now() + Duration::from_secs(60));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn max_wait(mut self, wait: Duration) -> Self {
+        self.task.max_wait = Some(wait);
+        self
+    }
+
     /// Stores the task, as `.await` does, and tells whether it was created,
     /// replaced a pending task ([`Schedule::replace_pending`]), or its
     /// idempotency key found a task already kept.
@@ -230,6 +266,11 @@ impl Schedule<'_> {
     /// # }
     /// ```
     pub async fn submit(self) -> Result<Scheduled, Error> {
+        if self.task.max_wait.is_some() && !self.replace {
+            return Err(Error::config(
+                "max_wait is a debounce's: it needs replace_pending",
+            ));
+        }
         if self.replace {
             self.store.upsert(self.task).await
         } else {

@@ -39,6 +39,9 @@ pub struct NewTask {
     pub(crate) queue: Option<String>,
     /// `None`: 0 (or, replacing a pending task, its priority).
     pub(crate) priority: Option<i16>,
+    /// A debounce's longest wait (see
+    /// [`Schedule::max_wait`](crate::Schedule::max_wait)).
+    pub(crate) max_wait: Option<Duration>,
 }
 
 impl NewTask {
@@ -52,6 +55,7 @@ impl NewTask {
             max_attempts: None,
             queue: None,
             priority: None,
+            max_wait: None,
         }
     }
 
@@ -114,6 +118,9 @@ pub(crate) struct NewRow {
     pub(crate) queue: String,
     /// As given (a replacement keeps the pending task's when it was not).
     pub(crate) priority: Option<i64>,
+    /// A debounce's longest wait, in ms: due at the latest this long after
+    /// the generation's first request.
+    pub(crate) max_wait: Option<i64>,
 }
 
 impl NewRow {
@@ -133,6 +140,7 @@ impl NewRow {
             max_attempts,
             queue,
             priority,
+            max_wait,
         } = task;
         let queue = queue.unwrap_or_else(|| DEFAULT_QUEUE.to_string());
         check_queue(&queue)?;
@@ -160,6 +168,21 @@ impl NewRow {
                 to_ms(at)?
             }
         };
+        let max_wait = match max_wait {
+            None => None,
+            Some(wait) if wait < Duration::from_millis(1) => {
+                return Err(Error::config("max_wait must be at least 1 ms"))
+            }
+            Some(wait) => {
+                Some(i64::try_from(wait.as_millis()).map_err(|_| Error::out_of_range("max_wait"))?)
+            }
+        };
+        // A generation's first request is due at the latest `max_wait` from
+        // now; a replacement is capped by the pending task's creation.
+        let run_at = match max_wait {
+            Some(wait) => run_at.min(clock.now_ms().saturating_add(wait)),
+            None => run_at,
+        };
         Ok(NewRow {
             run_at,
             time_given: at.is_some(),
@@ -168,6 +191,7 @@ impl NewRow {
             max_attempts: max_attempts.map(i64::from),
             queue,
             priority: priority.map(i64::from),
+            max_wait,
         })
     }
 }

@@ -150,6 +150,9 @@ pub(crate) struct Replacement<'a> {
     pub(crate) max_attempts: Option<i64>,
     /// The new priority; `None` keeps the task's.
     pub(crate) priority: Option<i64>,
+    /// A debounce's longest wait (ms): the task is due at the latest this
+    /// long after it was created.
+    pub(crate) max_wait: Option<i64>,
 }
 
 /// Replaces the pending task that holds [`Replacement::key`], if there is
@@ -160,7 +163,9 @@ pub(crate) async fn replace_pending(
     with: Replacement<'_>,
 ) -> Result<Option<Announced>, Error> {
     let sql = names.announcing(&format!(
-        "UPDATE {} SET payload = $2, run_at = COALESCE($3, run_at), \
+        "UPDATE {} SET payload = $2, \
+         run_at = CASE WHEN $6 IS NOT NULL AND created_at + $6 < COALESCE($3, run_at) \
+         THEN created_at + $6 ELSE COALESCE($3, run_at) END, \
          max_attempts = COALESCE($4, max_attempts), priority = COALESCE($5, priority), \
          updated_at = {} \
          WHERE idempotency_key = $1 AND {PENDING} RETURNING {ANNOUNCED}",
@@ -175,8 +180,22 @@ pub(crate) async fn replace_pending(
             .bind(with.run_at)
             .bind(with.max_attempts)
             .bind(with.priority)
+            .bind(with.max_wait)
             .fetch_all(&mut *c)
             .await?;
         replaced.first().map(Announced::read).transpose().map_err(Error::from)
     })
+}
+
+/// Takes `key`'s hold off task `id`, in either table: a debounce's next
+/// generation takes the key from a task that is no longer pending (see
+/// [`Schedule::max_wait`](crate::Schedule::max_wait)).
+pub(crate) async fn release(mut conn: Conn<'_>, names: &Names, id: i64) -> Result<(), Error> {
+    for table in [&names.tasks, &names.history] {
+        let sql = format!("UPDATE {table} SET idempotency_key = NULL WHERE id = $1");
+        with_conn!(conn.again(), c => {
+            sqlx::query(&sql).bind(id).execute(&mut *c).await?;
+        });
+    }
+    Ok(())
 }
