@@ -87,7 +87,7 @@ impl Rate {
                 self.per
             )));
         }
-        if self.per.subsec_nanos() % 1_000_000 != 0 {
+        if !self.per.subsec_nanos().is_multiple_of(1_000_000) {
             return Err(Error::config(format!(
                 "a rate's period must be whole milliseconds, not {:?}",
                 self.per
