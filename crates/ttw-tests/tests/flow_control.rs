@@ -80,6 +80,10 @@ impl Overlap {
     }
 }
 
+/// One run of a debounced task: when (by the test's clock and the wall
+/// clock), when it was due, its payload.
+type Run = (Instant, std::time::SystemTime, std::time::SystemTime, String);
+
 /// A node serving `queue` on `store`, whose handler takes `took` and logs
 /// into `overlap`.
 async fn node(
@@ -264,7 +268,7 @@ on_both! {
     /// the latest payload of its own.
     async fn a_debounce_runs_at_its_longest_wait_then_starts_again(db: Db) {
         let store = db.open().await;
-        let runs: Arc<Mutex<Vec<(Instant, std::time::SystemTime, std::time::SystemTime, String)>>> = Arc::default();
+        let runs: Arc<Mutex<Vec<Run>>> = Arc::default();
         let log = runs.clone();
         let node = fast(&store)
             .start(move |task| {
