@@ -5,6 +5,7 @@
 #[path = "support/backends.rs"]
 mod backends;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use backends::{Backend, Db};
@@ -220,6 +221,57 @@ on_both! {
         assert_eq!(list[1]["every_ms"], 90_000);
         let text = ttw(&db, &["schedules"]).await;
         assert!(text.stdout.contains("nightly") && text.stdout.contains("every 1m 30s"), "{text:?}");
+        scheduler.shutdown().await.unwrap();
+    }
+}
+
+on_both! {
+    /// `queue` pauses and resumes a queue while a node serves it (the node
+    /// starts none of its tasks while paused), sets and clears its limits
+    /// (a limit not named is kept), lists and shows them, and refuses bad
+    /// limits with one line and exit 1.
+    async fn queue_settings_are_changed_live_from_the_tool(db: Db) {
+        let store = db.open().await;
+        let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = ran.clone();
+        let scheduler = Scheduler::builder(store.clone())
+            .handle("sms", move |_task| {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async { Ok::<_, String>(()) }
+            })
+            .start_queues()
+            .await
+            .unwrap();
+        let paused = ttw(&db, &["--json", "queue", "pause", "sms"]).await.json();
+        assert_eq!(paused["paused"], true, "{paused}");
+        store.schedule("hi").queue("sms").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 0, "ran while paused");
+        let resumed = ttw(&db, &["--json", "queue", "resume", "sms"]).await.json();
+        assert_eq!(resumed["paused"], false);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while ran.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "never ran after the resume");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+
+        let set = ttw(&db, &["--json", "queue", "limit", "sms", "--concurrency", "8", "--rate", "100/s", "--burst", "10"]).await.json();
+        assert_eq!((set["concurrency"].as_u64(), set["rate"]["count"].as_u64()), (Some(8), Some(100)));
+        assert_eq!((set["rate"]["period_ms"].as_u64(), set["rate"]["burst"].as_u64()), (Some(1000), Some(10)));
+        let kept = ttw(&db, &["--json", "queue", "limit", "sms", "--rate", "none"]).await.json();
+        assert_eq!((kept["concurrency"].as_u64(), kept["rate"].is_null()), (Some(8), true));
+        let limits = store.queue_settings("sms").await.unwrap().limits;
+        assert_eq!((limits.concurrency_limit(), limits.rate_limit()), (Some(8), None));
+        let list = ttw(&db, &["--json", "queue", "list"]).await.json();
+        assert_eq!(list["queues"][0]["queue"], "sms");
+        let text = ttw(&db, &["queue", "show", "sms"]).await;
+        assert!(text.stdout.contains("CONCURRENCY") && text.stdout.contains('8'), "{text:?}");
+
+        ttw(&db, &["queue", "limit", "sms", "--concurrency", "0"]).await.refused("concurrency");
+        ttw(&db, &["queue", "limit", "sms", "--rate", "5/fortnight"]).await.refused("--rate");
+        ttw(&db, &["queue", "limit", "sms", "--burst", "3"]).await.refused("no rate");
+        ttw(&db, &["queue", "limit", "sms"]).await.refused("--concurrency");
+        ttw(&db, &["queue", "pause", "a,b"]).await.refused("queue name");
         scheduler.shutdown().await.unwrap();
     }
 }

@@ -82,7 +82,12 @@ impl Overlap {
 
 /// One run of a debounced task: when (by the test's clock and the wall
 /// clock), when it was due, its payload.
-type Run = (Instant, std::time::SystemTime, std::time::SystemTime, String);
+type Run = (
+    Instant,
+    std::time::SystemTime,
+    std::time::SystemTime,
+    String,
+);
 
 /// A node serving `queue` on `store`, whose handler takes `took` and logs
 /// into `overlap`.

@@ -12,6 +12,7 @@
 
 mod commands;
 mod output;
+mod queues;
 mod serve;
 mod server;
 
@@ -75,6 +76,10 @@ enum Command {
     Redrive(RedriveArgs),
     /// The recurring schedules, with their next run.
     Schedules,
+    /// A queue's settings every node obeys: pause, resume, global
+    /// concurrency and rate.
+    #[command(subcommand)]
+    Queue(queues::QueueCommand),
     /// Serve the dashboard page and `/metrics` for Prometheus.
     Serve(ServeArgs),
     /// Run the delayed-task service: the HTTP API, and a scheduler node
@@ -303,6 +308,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Reschedule(args) => commands::reschedule(&store, args, json).await,
         Command::Redrive(args) => commands::redrive(&store, args, json).await,
         Command::Schedules => commands::schedules(&store, json).await,
+        Command::Queue(command) => queues::queue(&store, command, json).await,
         Command::Serve(args) => serve::serve(store, args).await,
         // Handled above, before a database is opened.
         Command::Server(_) => fail("ttw server opens the database its configuration names"),

@@ -1,0 +1,209 @@
+//! `ttw queue`: the settings every node obeys for a queue (pause, global
+//! concurrency, rate), read and changed live.
+
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+use ttw_durable::{QueueLimits, QueueSettings, Rate, Store};
+
+use crate::output::{self, print_json, table};
+use crate::{fail, parse_duration, Failure, Result};
+
+/// What `ttw queue` does.
+#[derive(Debug, Subcommand)]
+pub(crate) enum QueueCommand {
+    /// The settings of every queue that has any.
+    List,
+    /// One queue's settings.
+    Show(QueueName),
+    /// Stop every node from starting the queue's tasks (in-flight ones
+    /// finish); they wait, scheduled, until `resume`.
+    Pause(QueueName),
+    /// Let the queue's tasks start again.
+    Resume(QueueName),
+    /// Change the queue's limits across every node; a limit not named is
+    /// kept, `none` clears one.
+    Limit(LimitArgs),
+}
+
+/// A queue, by name.
+#[derive(Debug, Args)]
+pub(crate) struct QueueName {
+    /// The queue's name.
+    name: String,
+}
+
+/// `ttw queue limit`.
+#[derive(Debug, Args)]
+pub(crate) struct LimitArgs {
+    /// The queue's name.
+    name: String,
+    /// At most this many of its tasks running at once across all nodes,
+    /// or `none`.
+    #[arg(long, value_name = "N|none")]
+    concurrency: Option<String>,
+    /// At most this many starts a period across all nodes: `100/s`,
+    /// `20/500ms`, `1000/1m`, or `none`.
+    #[arg(long, value_name = "N/PERIOD|none")]
+    rate: Option<String>,
+    /// Bursts of up to this many starts (default: the rate's count).
+    #[arg(long, value_name = "N")]
+    burst: Option<u32>,
+}
+
+/// Runs `ttw queue ...`.
+pub(crate) async fn queue(store: &Store, command: QueueCommand, json: bool) -> Result<()> {
+    match command {
+        QueueCommand::List => {
+            let all = store.all_queue_settings().await?;
+            if json {
+                let list: Vec<Value> = all.iter().map(settings_json).collect();
+                print_json(&json!({ "queues": list }));
+            } else if all.is_empty() {
+                println!("no queue has settings: every queue runs unpaused, with no global limit");
+            } else {
+                let rows: Vec<Vec<String>> = all.iter().map(row).collect();
+                print!(
+                    "{}",
+                    table(&["QUEUE", "PAUSED", "CONCURRENCY", "RATE", "BURST"], &rows)
+                );
+            }
+            Ok(())
+        }
+        QueueCommand::Show(q) => show(store, &q.name, json).await,
+        QueueCommand::Pause(q) => {
+            store.pause_queue(&q.name).await?;
+            show(store, &q.name, json).await
+        }
+        QueueCommand::Resume(q) => {
+            store.resume_queue(&q.name).await?;
+            show(store, &q.name, json).await
+        }
+        QueueCommand::Limit(args) => {
+            if args.concurrency.is_none() && args.rate.is_none() && args.burst.is_none() {
+                return fail("queue limit: name --concurrency, --rate or --burst");
+            }
+            let now = store.queue_settings(&args.name).await?.limits;
+            let concurrency = match args.concurrency.as_deref() {
+                None => now.concurrency_limit(),
+                Some("none") => None,
+                Some(n) => Some(n.parse::<u32>().map_err(|_| {
+                    Failure(format!(
+                        "--concurrency: not a count: {n:?} (a number, or none)"
+                    ))
+                })?),
+            };
+            let rate = match (args.rate.as_deref(), args.burst) {
+                (Some("none"), Some(_)) => return fail("--burst: there is no rate to burst"),
+                (Some("none"), None) => None,
+                (Some(text), burst) => Some(with_burst(parse_rate(text)?, burst)),
+                (None, Some(burst)) => match now.rate_limit() {
+                    Some(rate) => Some(rate.burst(burst)),
+                    None => return fail("--burst: the queue has no rate; give --rate too"),
+                },
+                (None, None) => now.rate_limit(),
+            };
+            let mut limits = QueueLimits::new();
+            if let Some(n) = concurrency {
+                limits = limits.concurrency(n);
+            }
+            if let Some(rate) = rate {
+                limits = limits.rate(rate);
+            }
+            store.set_queue_limits(&args.name, limits).await?;
+            show(store, &args.name, json).await
+        }
+    }
+}
+
+fn with_burst(rate: Rate, burst: Option<u32>) -> Rate {
+    match burst {
+        Some(b) => rate.burst(b),
+        None => rate,
+    }
+}
+
+/// A rate as the command line writes it: `COUNT/PERIOD`, the period a
+/// duration (`500ms`, `1m`) or a bare unit (`s`, `m`, `h`).
+fn parse_rate(text: &str) -> Result<Rate> {
+    let bad = || {
+        Failure(format!(
+            "--rate: not a rate: {text:?} (try 100/s, 20/500ms, 1000/1m, or none)"
+        ))
+    };
+    let (count, per) = text.split_once('/').ok_or_else(bad)?;
+    let count: u32 = count.trim().parse().map_err(|_| bad())?;
+    let per = per.trim();
+    let per = if per.starts_with(|c: char| c.is_ascii_digit()) {
+        parse_duration("--rate", per)?
+    } else {
+        parse_duration("--rate", &format!("1{per}"))?
+    };
+    Ok(Rate::new(count, per))
+}
+
+async fn show(store: &Store, name: &str, json: bool) -> Result<()> {
+    let settings = store.queue_settings(name).await?;
+    if json {
+        print_json(&settings_json(&settings));
+    } else {
+        print!(
+            "{}",
+            table(
+                &["QUEUE", "PAUSED", "CONCURRENCY", "RATE", "BURST"],
+                &[row(&settings)]
+            )
+        );
+    }
+    Ok(())
+}
+
+/// A queue's settings as the tool's JSON and the service's write them.
+pub(crate) fn settings_json(s: &QueueSettings) -> Value {
+    let rate = s.limits.rate_limit();
+    json!({
+        "queue": s.queue,
+        "paused": s.paused,
+        "concurrency": s.limits.concurrency_limit(),
+        "rate": rate.map(|r| json!({
+            "count": r.count(),
+            "period_ms": r.period().as_millis() as u64,
+            "burst": r.burst_size(),
+        })),
+    })
+}
+
+fn row(s: &QueueSettings) -> Vec<String> {
+    let rate = s.limits.rate_limit();
+    vec![
+        s.queue.clone(),
+        if s.paused { "yes" } else { "no" }.to_string(),
+        s.limits
+            .concurrency_limit()
+            .map_or("-".to_string(), |n| n.to_string()),
+        rate.map_or("-".to_string(), |r| {
+            format!("{}/{}", r.count(), output::span(r.period()))
+        }),
+        rate.map_or("-".to_string(), |r| r.burst_size().to_string()),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn rates_are_read_as_written() {
+        let secs = Duration::from_secs;
+        assert_eq!(parse_rate("100/s").unwrap(), Rate::new(100, secs(1)));
+        assert_eq!(
+            parse_rate("20/500ms").unwrap(),
+            Rate::new(20, Duration::from_millis(500))
+        );
+        assert_eq!(parse_rate("1000/1m").unwrap(), Rate::new(1000, secs(60)));
+        for bad in ["100", "x/s", "100/", "100/fortnight", "-1/s"] {
+            assert!(parse_rate(bad).is_err(), "{bad}");
+        }
+    }
+}
