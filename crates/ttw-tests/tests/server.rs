@@ -237,6 +237,221 @@ async fn a_python_client_schedules_and_a_python_receiver_gets_the_webhooks() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A refused request: method, path, headers, body, status, code.
+type Refused<'a> = (&'a str, &'a str, &'a Value, Option<Value>, u16, &'a str);
+
+/// Flow control over HTTP, from Python: an admin token pauses the webhook
+/// queue (nothing arrives at the Python receiver while it is paused),
+/// resumes it (everything arrives), sets and reads its limits; bad limits,
+/// an unknown queue and a token without the admin scope are refused with
+/// their codes; and a debounce with a longest wait (`max_wait`) replaced
+/// every 100 ms arrives once, at its longest wait, with the last payload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queues_are_paused_limited_and_debounced_over_http() {
+    let dir = temp_dir("queues");
+    let receiver = Receiver::start().await;
+    let server = Server::start(&config(&dir, &receiver.url("/hook"))).await;
+    let mut client = Bridge::start(&server.base);
+    let app = json!({"Authorization": format!("Bearer {TOKEN}")});
+    let reader = json!({"Authorization": format!("Bearer {READER}")});
+    let ops = json!({"Authorization": format!("Bearer {OPS}")});
+    let mut call = async |method: &str, path: &str, headers: &Value, body: Option<Value>| {
+        client
+            .call(json!({"method": method, "path": path, "headers": headers,
+                         "body": body.map(|b| b.to_string())}))
+            .await
+    };
+
+    let (status, paused) = call("POST", "/v1/queues/hooks/pause", &ops, None).await;
+    assert_eq!((status, &paused["paused"]), (200, &json!(true)), "{paused}");
+    let mut ids = BTreeSet::new();
+    for n in 0..5 {
+        let (status, made) = call(
+            "POST",
+            "/v1/tasks",
+            &app,
+            Some(json!({"queue": "hooks", "payload": {"n": n}})),
+        )
+        .await;
+        assert_eq!(status, 201, "{made}");
+        ids.insert(made["id"].as_i64().unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(
+        receiver.requests().is_empty(),
+        "arrived while paused: {:?}",
+        receiver.requests()
+    );
+    let (status, resumed) = call("POST", "/v1/queues/hooks/resume", &ops, None).await;
+    assert_eq!((status, &resumed["paused"]), (200, &json!(false)));
+    wait_delivered(&receiver, &ids, Duration::from_secs(30)).await;
+
+    let limits = json!({"concurrency": 4, "rate": {"count": 50, "per": "1s", "burst": 5}});
+    let (status, set) = call("PUT", "/v1/queues/hooks/limits", &ops, Some(limits)).await;
+    assert_eq!(status, 200, "{set}");
+    assert_eq!(
+        set,
+        json!({"queue": "hooks", "paused": false, "concurrency": 4,
+                           "rate": {"count": 50, "period_ms": 1000, "burst": 5}})
+    );
+    let (status, listed) = call("GET", "/v1/queues", &app, None).await;
+    assert_eq!(status, 200);
+    let names: Vec<&str> = listed["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["queue"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["hooks", "library"]);
+    let (status, one) = call("GET", "/v1/queues/hooks", &app, None).await;
+    assert_eq!((status, &one["concurrency"]), (200, &json!(4)));
+    // The reader may see only its queue.
+    let (status, mine) = call("GET", "/v1/queues", &reader, None).await;
+    assert_eq!((status, mine["queues"].as_array().unwrap().len()), (200, 1));
+    assert_eq!(call("GET", "/v1/queues/hooks", &reader, None).await.0, 403);
+
+    let refused: [Refused; 9] = [
+        (
+            "PUT",
+            "/v1/queues/hooks/limits",
+            &ops,
+            Some(json!({"concurrency": 0})),
+            400,
+            "invalid_limit",
+        ),
+        (
+            "PUT",
+            "/v1/queues/hooks/limits",
+            &ops,
+            Some(json!({"concurrency": -3})),
+            400,
+            "invalid_limit",
+        ),
+        (
+            "PUT",
+            "/v1/queues/hooks/limits",
+            &ops,
+            Some(json!({"rate": {"count": 10, "per": "1s", "burst": 0}})),
+            400,
+            "invalid_limit",
+        ),
+        (
+            "PUT",
+            "/v1/queues/hooks/limits",
+            &ops,
+            Some(json!({"rate": {"count": 10, "per": "0s"}})),
+            400,
+            "invalid_limit",
+        ),
+        (
+            "PUT",
+            "/v1/queues/hooks/limits",
+            &ops,
+            Some(json!({"rate": {"count": 10, "per": "soon"}})),
+            400,
+            "invalid_limit",
+        ),
+        (
+            "PUT",
+            "/v1/queues/hooks/limits",
+            &ops,
+            Some(json!({"speed": 3})),
+            400,
+            "invalid_request",
+        ),
+        (
+            "PUT",
+            "/v1/queues/nowhere/limits",
+            &ops,
+            Some(json!({"concurrency": 1})),
+            404,
+            "unknown_queue",
+        ),
+        (
+            "POST",
+            "/v1/queues/nowhere/pause",
+            &ops,
+            None,
+            404,
+            "unknown_queue",
+        ),
+        (
+            "POST",
+            "/v1/queues/hooks/pause",
+            &app,
+            None,
+            403,
+            "forbidden",
+        ),
+    ];
+    for (method, path, headers, body, want, code) in refused {
+        let (status, answer) = call(method, path, headers, body.clone()).await;
+        assert_eq!(
+            (status, answer["error"]["code"].as_str()),
+            (want, Some(code)),
+            "{method} {path} {body:?}: {answer}"
+        );
+    }
+    let (_, after) = call("GET", "/v1/queues/hooks", &app, None).await;
+    assert_eq!(after, set, "refused changes change nothing");
+    let (status, cleared) = call("PUT", "/v1/queues/hooks/limits", &ops, Some(json!({}))).await;
+    assert_eq!(
+        (status, &cleared["concurrency"], &cleared["rate"]),
+        (200, &Value::Null, &Value::Null)
+    );
+
+    // A debounce: replaced every 100 ms for 3 s, each due 1 s later, at
+    // most 2 s after the first request.
+    let (status, answer) = call(
+        "POST",
+        "/v1/tasks",
+        &app,
+        Some(json!({"queue": "hooks", "payload": 1, "idempotency_key": "d", "max_wait": "2s"})),
+    )
+    .await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (400, Some("invalid_request")),
+        "{answer}"
+    );
+    let first = std::time::SystemTime::now();
+    let mut debounced = None;
+    for n in 0..18 {
+        let (status, made) = call("POST", "/v1/tasks", &app, Some(json!({"queue": "hooks", "payload": {"v": n},
+            "idempotency_key": "debounce:d", "delay": "1s", "max_wait": "2s", "replace_pending": true}))).await;
+        assert!(status == 200 || status == 201, "{made}");
+        if n == 0 {
+            debounced = made["id"].as_i64();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let id = debounced.unwrap();
+    wait_delivered(&receiver, &BTreeSet::from([id]), Duration::from_secs(10)).await;
+    let hit: Vec<Value> = receiver
+        .requests()
+        .into_iter()
+        .filter(|r| r["task"].as_i64() == Some(id))
+        .collect();
+    assert_eq!(hit.len(), 1, "{hit:?}");
+    let first_ms = first
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as f64;
+    let after = hit[0]["arrived_ms"].as_f64().unwrap() - first_ms;
+    assert!(
+        (2_000.0..3_000.0).contains(&after),
+        "arrived {after} ms after the first request"
+    );
+    let payload: Value = serde_json::from_str(hit[0]["body"].as_str().unwrap()).unwrap();
+    assert!(
+        payload["v"].as_i64().unwrap() >= 15,
+        "not the latest payload: {payload}"
+    );
+    println!("debounced over HTTP: arrived {after:.0} ms after the first request");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A bad request: method, path, headers, body; the status and code it
 /// must get.
 type Case<'a> = (&'a str, &'a str, Value, Option<String>, u16, &'a str);

@@ -136,3 +136,18 @@ pub(crate) fn print_json(value: &Value) {
         serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
     );
 }
+
+/// A queue's settings as the tool's JSON and the service's write them.
+pub(crate) fn queue_settings_json(s: &ttw_durable::QueueSettings) -> Value {
+    let rate = s.limits.rate_limit();
+    json!({
+        "queue": s.queue,
+        "paused": s.paused,
+        "concurrency": s.limits.concurrency_limit(),
+        "rate": rate.map(|r| json!({
+            "count": r.count(),
+            "period_ms": r.period().as_millis() as u64,
+            "burst": r.burst_size(),
+        })),
+    })
+}

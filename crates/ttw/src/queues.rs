@@ -5,7 +5,7 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 use ttw_durable::{QueueLimits, QueueSettings, Rate, Store};
 
-use crate::output::{self, print_json, table};
+use crate::output::{self, print_json, queue_settings_json as settings_json, table};
 use crate::{fail, parse_duration, Failure, Result};
 
 /// What `ttw queue` does.
@@ -155,21 +155,6 @@ async fn show(store: &Store, name: &str, json: bool) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// A queue's settings as the tool's JSON and the service's write them.
-pub(crate) fn settings_json(s: &QueueSettings) -> Value {
-    let rate = s.limits.rate_limit();
-    json!({
-        "queue": s.queue,
-        "paused": s.paused,
-        "concurrency": s.limits.concurrency_limit(),
-        "rate": rate.map(|r| json!({
-            "count": r.count(),
-            "period_ms": r.period().as_millis() as u64,
-            "burst": r.burst_size(),
-        })),
-    })
 }
 
 fn row(s: &QueueSettings) -> Vec<String> {

@@ -196,6 +196,8 @@ struct NewTaskBody {
     idempotency_key: Option<String>,
     #[serde(default)]
     replace_pending: bool,
+    /// A debounce's longest wait (`"2s"`), with `replace_pending`.
+    max_wait: Option<String>,
 }
 
 /// When a task is due: `run_at`, or `delay` from now, or now.
@@ -239,6 +241,7 @@ struct Checked {
     max_attempts: Option<u32>,
     key: Option<String>,
     replace_pending: bool,
+    max_wait: Option<Duration>,
 }
 
 impl Checked {
@@ -277,6 +280,9 @@ impl Checked {
         }
         if self.replace_pending {
             schedule = schedule.replace_pending();
+        }
+        if let Some(wait) = self.max_wait {
+            schedule = schedule.max_wait(wait);
         }
         schedule.submit().await
     }
@@ -362,6 +368,32 @@ fn check(
     if b.max_attempts == Some(0) {
         return Err(ApiError::bad("invalid_request", "max_attempts: at least 1"));
     }
+    let max_wait = match &b.max_wait {
+        None => None,
+        Some(_) if !b.replace_pending => {
+            return Err(ApiError::bad(
+                "invalid_request",
+                "max_wait is a debounce's: it needs replace_pending",
+            ))
+        }
+        Some(text) => match humantime::parse_duration(text) {
+            Ok(wait) if wait >= Duration::from_millis(1) && wait <= ttw_durable::MAX_RUN_AT => {
+                Some(wait)
+            }
+            Ok(_) => {
+                return Err(ApiError::bad(
+                    "invalid_delay",
+                    "max_wait: from 1ms to the year 9999",
+                ))
+            }
+            Err(err) => {
+                return Err(ApiError::bad(
+                    "invalid_delay",
+                    format!("max_wait {text:?} is not a duration ({err}; try 2s, 15m)"),
+                ))
+            }
+        },
+    };
     let at = due_time(&b.run_at, &b.delay)?;
     if at.is_some_and(|at| at > SystemTime::UNIX_EPOCH + ttw_durable::MAX_RUN_AT) {
         return Err(ApiError::bad(
@@ -377,6 +409,7 @@ fn check(
         max_attempts: b.max_attempts,
         key,
         replace_pending: b.replace_pending,
+        max_wait,
     })
 }
 

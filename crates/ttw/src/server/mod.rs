@@ -15,6 +15,7 @@ mod api;
 pub(crate) mod config;
 mod group;
 mod manage;
+mod queues;
 mod routes;
 
 use std::path::Path;

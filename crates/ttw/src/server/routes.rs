@@ -12,7 +12,7 @@ use super::api::{
     cancel_key, cancel_task, counts, get_key, get_task, healthz, readyz, reschedule_key,
     reschedule_task, schedule, schedule_batch, ApiError, Shared,
 };
-use super::manage;
+use super::{manage, queues};
 
 /// Every route the server has, as (method, path): the router is built from
 /// this table, and a test holds it equal to the OpenAPI document's.
@@ -36,6 +36,11 @@ pub(crate) const ROUTES: &[(&str, &str)] = &[
     ("DELETE", "/v1/recurring/{name}"),
     ("POST", "/v1/recurring/{name}/pause"),
     ("POST", "/v1/recurring/{name}/resume"),
+    ("GET", "/v1/queues"),
+    ("GET", "/v1/queues/{name}"),
+    ("POST", "/v1/queues/{name}/pause"),
+    ("POST", "/v1/queues/{name}/resume"),
+    ("PUT", "/v1/queues/{name}/limits"),
 ];
 
 /// The handler of one entry of [`ROUTES`].
@@ -60,6 +65,11 @@ fn handler(method: &str, path: &str) -> MethodRouter<Shared> {
         ("DELETE", "/v1/recurring/{name}") => delete(manage::delete_recurring),
         ("POST", "/v1/recurring/{name}/pause") => post(manage::pause_recurring),
         ("POST", "/v1/recurring/{name}/resume") => post(manage::resume_recurring),
+        ("GET", "/v1/queues") => get(queues::list),
+        ("GET", "/v1/queues/{name}") => get(queues::get),
+        ("POST", "/v1/queues/{name}/pause") => post(queues::pause),
+        ("POST", "/v1/queues/{name}/resume") => post(queues::resume),
+        ("PUT", "/v1/queues/{name}/limits") => put(queues::put_limits),
         _ => unreachable!("a route of ROUTES without a handler: {method} {path}"),
     }
 }
