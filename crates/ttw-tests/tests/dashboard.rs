@@ -317,6 +317,11 @@ fn the_dashboard_of(launch: fn(&Db) -> (Killed, String), name: &str) {
         for i in 0..3u64 {
             store.schedule(format!("report {i}")).queue("reports").delay(Duration::from_secs(600 * (i + 1))).await.unwrap();
         }
+        // Flow control on the emails queue, shown beside its counts.
+        store
+            .set_queue_limits("emails", ttw_durable::QueueLimits::new().concurrency(8).rate(ttw_durable::Rate::per_second(100).burst(10)))
+            .await
+            .unwrap();
         let dead = store.schedule(EVIL_PAYLOAD).queue("emails").delay(Duration::from_secs(3600 * 5)).await.unwrap();
         let other = store.schedule("{\"to\":\"ops@example.com\"}").queue("emails").delay(Duration::from_secs(3600 * 5)).await.unwrap();
         for (id, error) in [(dead, EVIL_ERROR), (other, "SMTP 421: try again later")] {
@@ -346,6 +351,15 @@ fn the_dashboard_of(launch: fn(&Db) -> (Killed, String), name: &str) {
         },
     );
 
+    // The flow control, as the page shows it.
+    let flow = browser.eval(
+        "return [...document.querySelectorAll('#counts tbody tr')].map(r => r.cells[7].textContent);",
+    );
+    assert_eq!(
+        flow,
+        json!(["8 at once · 100/1s (burst 10)", "-"]),
+        "the flow control column"
+    );
     // The counts, as the page shows them.
     let counts = browser.eval(
         "return [...document.querySelectorAll('#counts tbody tr')].map(r => [...r.cells].slice(0, 6).map(c => c.textContent));",

@@ -151,3 +151,28 @@ pub(crate) fn queue_settings_json(s: &ttw_durable::QueueSettings) -> Value {
         })),
     })
 }
+
+/// A queue's flow control in a few words: `paused · 8 at once · 100/1s
+/// (burst 10)`, or `-` for none.
+pub(crate) fn flow_text(s: &ttw_durable::QueueSettings) -> String {
+    let mut parts = Vec::new();
+    if s.paused {
+        parts.push("paused".to_string());
+    }
+    if let Some(n) = s.limits.concurrency_limit() {
+        parts.push(format!("{n} at once"));
+    }
+    if let Some(r) = s.limits.rate_limit() {
+        parts.push(format!(
+            "{}/{} (burst {})",
+            r.count(),
+            span(r.period()),
+            r.burst_size()
+        ));
+    }
+    if parts.is_empty() {
+        "-".to_string()
+    } else {
+        parts.join(" · ")
+    }
+}

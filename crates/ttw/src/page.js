@@ -87,7 +87,7 @@ function render(o) {
     o.backend + " · read at " + o.now + " · refreshes every " + REFRESH_MS / 1000 + " s";
   fill("counts", o.queues.map(q => row([
     cell(q.queue), cell(q.scheduled, "n"), cell(q.running, "n"), cell(q.done, "n"),
-    cell(q.dead, "n"), cell(q.cancelled, "n"), cell(span(q.late_ms), "n"),
+    cell(q.dead, "n"), cell(q.cancelled, "n"), cell(span(q.late_ms), "n"), cell(q.flow),
   ])));
   const due = [o.timeline.overdue, ...o.timeline.counts];
   const dueMax = bars("timeline", due, true);

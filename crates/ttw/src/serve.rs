@@ -220,12 +220,25 @@ async fn read_overview(app: &App) -> Result<Value> {
         )
         .await?;
     let nodes = store.nodes().await?;
-    let queues: Vec<Value> = counts
-        .iter()
-        .map(|(q, c)| {
-            let mut v = output::counts_json(c);
+    // Every queue with tasks or settings, with its flow control.
+    let settings: std::collections::BTreeMap<String, ttw_durable::QueueSettings> = store
+        .all_queue_settings()
+        .await?
+        .into_iter()
+        .map(|s| (s.queue.clone(), s))
+        .collect();
+    let mut names: Vec<&String> = counts.keys().chain(settings.keys()).collect();
+    names.sort();
+    names.dedup();
+    let queues: Vec<Value> = names
+        .into_iter()
+        .map(|q| {
+            let mut v = output::counts_json(&counts.get(q).copied().unwrap_or_default());
             v["queue"] = json!(q);
             v["late_ms"] = json!(oldest.get(q).map(|t| output::ago(*t).as_millis() as u64));
+            v["flow"] = json!(settings
+                .get(q)
+                .map_or_else(|| "-".to_string(), output::flow_text));
             v
         })
         .collect();
