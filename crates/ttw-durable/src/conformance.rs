@@ -104,6 +104,7 @@ fn task<'a>(run_at: i64, key: Option<&'a str>, queue: &'a str) -> TaskParams<'a>
         recurring: None,
         queue,
         priority: 0,
+        partition_key: None,
     }
 }
 

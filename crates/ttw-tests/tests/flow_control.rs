@@ -322,3 +322,75 @@ on_both! {
         node.shutdown().await.unwrap();
     }
 }
+
+on_both! {
+    /// Fairness by key over two nodes: key A's 600 tasks are due at once,
+    /// key B's 10 come due over 2 s; with 4 at once in the queue and 2 at
+    /// once per key, 50 ms handlers, B's tasks start within 500 ms of their
+    /// time although A's backlog would take 7 s and more to drain, and
+    /// never more than 2 of A's run at once.
+    async fn a_key_s_backlog_leaves_room_for_the_other_keys(db: Db) {
+        let stores = three(&db).await;
+        stores[0]
+            .set_queue_limits("tenants", QueueLimits::new().concurrency(4).per_key_concurrency(2))
+            .await
+            .unwrap();
+        type Run = (String, Instant, Instant, std::time::SystemTime, std::time::SystemTime);
+        let runs: Arc<Mutex<Vec<Run>>> = Arc::default();
+        let mut nodes = Vec::new();
+        for (i, store) in stores.iter().take(2).enumerate() {
+            let runs = runs.clone();
+            nodes.push(
+                fast(store)
+                    .node_id(format!("n{i}"))
+                    .handle("tenants", move |task| {
+                        let runs = runs.clone();
+                        async move {
+                            let (start, wall) = (Instant::now(), std::time::SystemTime::now());
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            let who = String::from_utf8_lossy(task.payload()).to_string();
+                            runs.lock().unwrap().push((who, start, Instant::now(), wall, task.run_at()));
+                            Ok::<_, String>(())
+                        }
+                    })
+                    .start_queues()
+                    .await
+                    .unwrap(),
+            );
+        }
+        stores[0]
+            .schedule_batch((0..600).map(|_| NewTask::new("A").queue("tenants").partition_key("A")))
+            .await
+            .unwrap();
+        stores[0]
+            .schedule_batch((0..10).map(|i| {
+                NewTask::new("B").queue("tenants").partition_key("B").delay(Duration::from_millis(300 + 200 * i))
+            }))
+            .await
+            .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while runs.lock().unwrap().iter().filter(|r| r.0 == "B").count() < 10 {
+            assert!(tokio::time::Instant::now() < deadline, "B's tasks did not all run");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for node in nodes {
+            node.shutdown().await.unwrap();
+        }
+        let runs = runs.lock().unwrap().clone();
+        let late: Vec<u128> = runs
+            .iter()
+            .filter(|r| r.0 == "B")
+            .map(|r| r.3.duration_since(r.4).unwrap_or_default().as_millis())
+            .collect();
+        let a_done = runs.iter().filter(|r| r.0 == "A").count();
+        println!("fairness: B's lateness {late:?} ms; {a_done} of A's 600 done meanwhile");
+        assert!(late.iter().all(|&ms| ms < 500), "B waited behind A: {late:?} ms");
+        assert!(a_done < 600, "A's backlog drained first");
+        let overlap = Overlap::default();
+        overlap.log.lock().unwrap().extend(runs.iter().filter(|r| r.0 == "A").map(|r| (r.1, r.2)));
+        assert!(overlap.most() <= 2, "{} of A's ran at once", overlap.most());
+        let all = Overlap::default();
+        all.log.lock().unwrap().extend(runs.iter().map(|r| (r.1, r.2)));
+        assert!(all.most() <= 4, "{} ran at once", all.most());
+    }
+}

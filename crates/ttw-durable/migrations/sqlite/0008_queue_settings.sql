@@ -2,8 +2,10 @@
 -- not, at most `concurrency` tasks running at once across all nodes, and at
 -- most `rate_count` starts every `rate_period` ms with bursts of up to
 -- `rate_burst` (a token bucket: `tokens` as of `refilled_at`, by the
--- database's clock). A queue without a row, or with none of them set, is
--- claimed as before, in one statement.
+-- database's clock); at most `key_concurrency` running at once for each
+-- partition key (a tenant, a customer), the keys served in turn. A queue
+-- without a row, or with none of them set, is claimed as before, in one
+-- statement.
 CREATE TABLE ttw_queues (
     queue       TEXT    PRIMARY KEY,
     paused      INTEGER NOT NULL DEFAULT 0,
@@ -11,7 +13,11 @@ CREATE TABLE ttw_queues (
     rate_count  INTEGER,
     rate_period INTEGER,
     rate_burst  INTEGER,
+    key_concurrency INTEGER,
     tokens      REAL    NOT NULL DEFAULT 0,
     refilled_at INTEGER NOT NULL DEFAULT 0,
     updated_at  INTEGER NOT NULL
 );
+-- A task's partition key: its tasks take turns with other keys' on a node,
+-- and a queue's key_concurrency caps each key's running tasks.
+ALTER TABLE ttw_tasks ADD COLUMN partition_key TEXT;

@@ -143,6 +143,19 @@ impl Schedule<'_> {
         self
     }
 
+    /// The task's partition key (a tenant, a customer), 1 to
+    /// [`MAX_PARTITION_KEY`](crate::MAX_PARTITION_KEY) bytes: the due tasks
+    /// of a queue take turns by key on each node (priority orders them
+    /// within a key), and a queue's
+    /// [`per_key_concurrency`](crate::QueueLimits::per_key_concurrency)
+    /// caps each key's running tasks across all nodes, so one key's backlog
+    /// does not hold the others back. A replacement keeps the pending
+    /// task's. Out of range: [`Error::is_config`].
+    pub fn partition_key(mut self, key: impl Into<String>) -> Self {
+        self.task = self.task.partition_key(key);
+        self
+    }
+
     /// The task's priority within its queue (default 0). Priority orders
     /// tasks that are due and wait for room under the node's or the
     /// queue's concurrency limit: the lowest number is claimed first, then

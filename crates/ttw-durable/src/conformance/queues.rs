@@ -194,6 +194,71 @@ async fn queues_case(store: &Store) {
         .unwrap();
     assert_eq!((resumed.claimed.len(), resumed.controlled), (5, false));
 
+    // A per-key cap of 1: one task of each key, and the keyless one, run;
+    // the others wait for their key, which the claim names as full, and
+    // the queue itself does not wait.
+    crate::sql::schema::add_lease_rows(db, "keyed", 4)
+        .await
+        .unwrap();
+    leases::join(db, me, None, &[&all[..], &["keyed"]].concat().join(","))
+        .await
+        .unwrap();
+    assert_eq!(
+        leases::take(db, me, "keyed", &[0, 1, 2, 3])
+            .await
+            .unwrap()
+            .len(),
+        4
+    );
+    let keyed_lanes = Arc::new(Lanes::new(vec!["keyed".to_string()], 4).unwrap());
+    let keyed_claims = Claims::new(db.clone(), keyed_lanes, 4, "n1/a".to_string());
+    queues::set_limits(db, "keyed", &QueueLimits::new().per_key_concurrency(1))
+        .await
+        .unwrap();
+    let keys = [Some("a"), Some("a"), Some("b"), Some("a"), Some("b"), None];
+    let rows: Vec<_> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, &key)| crate::sql::tasks::TaskParams {
+            partition_key: key,
+            ..task(1_000 + i as i64, None, "keyed")
+        })
+        .collect();
+    on_conn!(store, c => tasks::insert(c, names, &rows, 1).await.unwrap());
+    let mut fired = keyed_claims.due_before(5_000).await.unwrap();
+    fired.sort_unstable_by_key(|d| d.id);
+    assert_eq!(fired.len(), 6);
+    assert_eq!(fired[0].key, crate::sql::announce::key_hash(Some("a")));
+    assert_eq!(fired[5].key, 0);
+    let first = keyed_claims
+        .claim_limited("keyed", &fired, 3_000, 100_000)
+        .await
+        .unwrap();
+    let ids = |v: &[usize]| v.iter().map(|&i| fired[i].id).collect::<Vec<_>>();
+    let mut claimed: Vec<i64> = first.claimed.iter().map(|c| c.attempt.id).collect();
+    claimed.sort_unstable();
+    assert_eq!(
+        claimed,
+        ids(&[0, 2, 5]),
+        "the first of a, the first of b, the keyless one"
+    );
+    assert_eq!(first.held, ids(&[1, 3, 4]));
+    assert_eq!(
+        first.wait,
+        Wait::No,
+        "the queue has room; only keys are full"
+    );
+    let mut full = first.full_keys.clone();
+    full.sort_unstable();
+    let mut want = vec![fired[0].key, fired[2].key];
+    want.sort_unstable();
+    assert_eq!(full, want);
+    let again = keyed_claims
+        .claim_limited("keyed", &fired, 3_000, 100_000)
+        .await
+        .unwrap();
+    assert!(again.claimed.is_empty() && again.held.len() == 3);
+
     // Limits cleared: the queue is no longer controlled.
     queues::set_limits(db, "conc", &QueueLimits::new())
         .await

@@ -20,6 +20,8 @@ pub(crate) struct Attempt {
     /// The task's lane on this node.
     pub(crate) lane: u32,
     pub(crate) priority: i16,
+    /// Its partition key's hash (see `sql::announce::key_hash`).
+    pub(crate) key: u64,
 }
 
 /// One delivery attempt of a task: what a handler gets.

@@ -117,6 +117,7 @@ impl Rate {
 pub struct QueueLimits {
     concurrency: Option<u32>,
     rate: Option<Rate>,
+    per_key: Option<u32>,
 }
 
 impl QueueLimits {
@@ -138,6 +139,21 @@ impl QueueLimits {
         self
     }
 
+    /// At most `n` tasks of each partition key
+    /// ([`Schedule::partition_key`](crate::Schedule::partition_key))
+    /// running at once across all nodes (from 1 to [`MAX_LIMIT`]), so that
+    /// one key's backlog (a tenant's campaign) leaves room for the others.
+    /// Tasks without a key are not counted.
+    pub fn per_key_concurrency(mut self, n: u32) -> QueueLimits {
+        self.per_key = Some(n);
+        self
+    }
+
+    /// The per-key concurrency limit, if set.
+    pub fn per_key_limit(&self) -> Option<u32> {
+        self.per_key
+    }
+
     /// The concurrency limit, if set.
     pub fn concurrency_limit(&self) -> Option<u32> {
         self.concurrency
@@ -150,16 +166,21 @@ impl QueueLimits {
 
     /// Whether no limit is set.
     pub fn is_empty(&self) -> bool {
-        self.concurrency.is_none() && self.rate.is_none()
+        self.concurrency.is_none() && self.rate.is_none() && self.per_key.is_none()
     }
 
     /// Checks the limits: [`Error::is_config`] names the one that is wrong.
     pub(crate) fn check(&self) -> Result<(), Error> {
-        if let Some(n) = self.concurrency {
-            if n == 0 || n > MAX_LIMIT {
-                return Err(Error::config(format!(
-                    "a queue's concurrency must be from 1 to {MAX_LIMIT}, not {n}"
-                )));
+        for (what, n) in [
+            ("concurrency", self.concurrency),
+            ("per-key concurrency", self.per_key),
+        ] {
+            if let Some(n) = n {
+                if n == 0 || n > MAX_LIMIT {
+                    return Err(Error::config(format!(
+                        "a queue's {what} must be from 1 to {MAX_LIMIT}, not {n}"
+                    )));
+                }
             }
         }
         self.rate.as_ref().map_or(Ok(()), Rate::check)
@@ -205,6 +226,7 @@ mod tests {
                 "burst",
             ),
             (QueueLimits::new().concurrency(MAX_LIMIT + 1), "concurrency"),
+            (QueueLimits::new().per_key_concurrency(0), "per-key"),
         ] {
             let err = limits.check().unwrap_err();
             assert!(err.is_config() && err.to_string().contains(says), "{err}");

@@ -10,6 +10,10 @@ pub const MAX_PAYLOAD: usize = 1 << 20;
 /// key can be hashed into one.
 pub const MAX_IDEMPOTENCY_KEY: usize = 1024;
 
+/// The longest partition key
+/// ([`Schedule::partition_key`](crate::Schedule::partition_key)), in bytes.
+pub const MAX_PARTITION_KEY: usize = 128;
+
 /// The latest `run_at`, as a span after the Unix epoch: the end of the year
 /// 9999.
 pub const MAX_RUN_AT: Duration = Duration::from_millis(253_402_300_799_999);

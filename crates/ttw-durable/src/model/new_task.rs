@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::error::Error;
 use crate::model::clock::Clock;
-use crate::model::limits::{MAX_IDEMPOTENCY_KEY, MAX_PAYLOAD};
+use crate::model::limits::{MAX_IDEMPOTENCY_KEY, MAX_PARTITION_KEY, MAX_PAYLOAD};
 use crate::model::queue::{check_queue, DEFAULT_QUEUE};
 use crate::model::time::to_ms;
 
@@ -42,6 +42,9 @@ pub struct NewTask {
     /// A debounce's longest wait (see
     /// [`Schedule::max_wait`](crate::Schedule::max_wait)).
     pub(crate) max_wait: Option<Duration>,
+    /// Its partition key (see
+    /// [`Schedule::partition_key`](crate::Schedule::partition_key)).
+    pub(crate) partition_key: Option<String>,
 }
 
 impl NewTask {
@@ -56,6 +59,7 @@ impl NewTask {
             queue: None,
             priority: None,
             max_wait: None,
+            partition_key: None,
         }
     }
 
@@ -97,6 +101,13 @@ impl NewTask {
         self.priority = Some(priority);
         self
     }
+
+    /// The partition key, as
+    /// [`Schedule::partition_key`](crate::Schedule::partition_key).
+    pub fn partition_key(mut self, key: impl Into<String>) -> Self {
+        self.partition_key = Some(key.into());
+        self
+    }
 }
 
 /// When a task is due, as asked.
@@ -121,6 +132,7 @@ pub(crate) struct NewRow {
     /// A debounce's longest wait, in ms: due at the latest this long after
     /// the generation's first request.
     pub(crate) max_wait: Option<i64>,
+    pub(crate) partition_key: Option<String>,
 }
 
 impl NewRow {
@@ -141,6 +153,7 @@ impl NewRow {
             queue,
             priority,
             max_wait,
+            partition_key,
         } = task;
         let queue = queue.unwrap_or_else(|| DEFAULT_QUEUE.to_string());
         check_queue(&queue)?;
@@ -156,6 +169,14 @@ impl NewRow {
         }
         if max_attempts == Some(0) {
             return Err(Error::config("max_attempts must be at least 1"));
+        }
+        if let Some(key) = &partition_key {
+            if key.is_empty() || key.len() > MAX_PARTITION_KEY {
+                return Err(Error::config(format!(
+                    "a partition key must be 1 to {MAX_PARTITION_KEY} bytes, not {}",
+                    key.len()
+                )));
+            }
         }
         let run_at = match at {
             None => clock.now_ms(),
@@ -192,6 +213,7 @@ impl NewRow {
             queue,
             priority: priority.map(i64::from),
             max_wait,
+            partition_key,
         })
     }
 }

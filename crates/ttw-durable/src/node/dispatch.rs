@@ -3,7 +3,7 @@
 //! that ends the attempt by its deadline and records the outcome.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
@@ -87,12 +87,93 @@ impl PartialOrd for Waiting {
     }
 }
 
-/// The fired tasks not yet claimed, a heap per queue. A task is claimed
-/// only once there is room for it, under the node's limit and its queue's,
-/// so a task waiting here is still scheduled in the store (and counted
-/// so), and when room comes the most urgent of its queue goes first.
+/// A queue's fired tasks waiting on the node: a heap per partition key
+/// (tasks without a key share one), the keys taking turns, one task each,
+/// so one key's backlog does not keep another key's tasks from the claim.
+/// A key at its cap (the limited claim says so) is parked until one of
+/// the node's deliveries ends or [`FULL_RETRY`] passes.
+#[derive(Default)]
+struct Keyed {
+    heaps: HashMap<u64, BinaryHeap<Waiting>>,
+    /// The keys with tasks waiting, not parked, in turn.
+    turns: VecDeque<u64>,
+    /// The keys parked, until when.
+    parked: HashMap<u64, Instant>,
+    len: usize,
+}
+
+impl Keyed {
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn push(&mut self, due: Due) {
+        let heap = self.heaps.entry(due.key).or_default();
+        if heap.is_empty() && !self.parked.contains_key(&due.key) {
+            self.turns.push_back(due.key);
+        }
+        heap.push(Waiting(due));
+        self.len += 1;
+    }
+
+    /// The most urgent task of the next key in turn.
+    fn pop(&mut self) -> Option<Due> {
+        let key = self.turns.pop_front()?;
+        let heap = self.heaps.get_mut(&key)?;
+        let due = heap.pop().map(|Waiting(due)| due);
+        if !heap.is_empty() {
+            self.turns.push_back(key);
+        } else if key != 0 {
+            // The tasks without a key keep their heap's allocation.
+            self.heaps.remove(&key);
+        }
+        self.len -= due.is_some() as usize;
+        due
+    }
+
+    /// Whether a task is there to take now: one of a key not parked.
+    fn has_turn(&mut self, now: Instant) -> bool {
+        if self.turns.is_empty() && !self.parked.is_empty() {
+            self.unpark(|until| until <= now);
+        }
+        !self.turns.is_empty()
+    }
+
+    /// Parks `key` until `until`.
+    fn park(&mut self, key: u64, until: Instant) {
+        if self.parked.insert(key, until).is_none() {
+            self.turns.retain(|&k| k != key);
+        }
+    }
+
+    /// Takes the parked keys `done` says are done waiting back into turn.
+    fn unpark(&mut self, done: impl Fn(Instant) -> bool) {
+        let heaps = &self.heaps;
+        let turns = &mut self.turns;
+        self.parked.retain(|key, until| {
+            if !done(*until) {
+                return true;
+            }
+            if heaps.get(key).is_some_and(|h| !h.is_empty()) {
+                turns.push_back(*key);
+            }
+            false
+        });
+    }
+
+    /// When the first parked key may be tried again.
+    fn next_unpark(&self) -> Option<Instant> {
+        self.parked.values().min().copied()
+    }
+}
+
+/// The fired tasks not yet claimed, by queue. A task is claimed only once
+/// there is room for it, under the node's limit and its queue's, so a task
+/// waiting here is still scheduled in the store (and counted so), and when
+/// room comes the most urgent of its queue (of its key, the keys taking
+/// turns) goes first.
 struct Ready {
-    queues: Vec<BinaryHeap<Waiting>>,
+    queues: Vec<Keyed>,
     /// The ids in the heaps: a task fired twice waits once.
     ids: HashSet<i64>,
     /// The queue served first in the next round, so that queues take
@@ -118,7 +199,7 @@ struct Control {
 impl Ready {
     fn new(queues: usize) -> Ready {
         Ready {
-            queues: (0..queues).map(|_| BinaryHeap::new()).collect(),
+            queues: (0..queues).map(|_| Keyed::default()).collect(),
             ids: HashSet::new(),
             next: 0,
             control: vec![Control::default(); queues],
@@ -134,10 +215,11 @@ impl Ready {
     /// again.
     fn next_unblock(&self) -> Option<Instant> {
         let now = Instant::now();
-        (0..self.queues.len())
+        let queues = (0..self.queues.len())
             .filter(|&i| !self.queues[i].is_empty() && self.blocked(i, now))
-            .filter_map(|i| self.control[i].blocked_until)
-            .min()
+            .filter_map(|i| self.control[i].blocked_until);
+        let keys = self.queues.iter().filter_map(Keyed::next_unpark);
+        queues.chain(keys).min()
     }
 
     /// One of this node's deliveries ended: the queues waiting for a place
@@ -149,12 +231,18 @@ impl Ready {
                 control.full = false;
             }
         }
+        for queue in &mut self.queues {
+            queue.unpark(|_| true);
+        }
     }
 
     /// What a limited claim of queue `index` said: `wait` for what it left
     /// behind, `limited` whether the queue has flow control still.
-    fn limited_claim(&mut self, index: usize, limited: bool, wait: Wait) {
+    fn limited_claim(&mut self, index: usize, limited: bool, wait: Wait, full_keys: &[u64]) {
         let now = Instant::now();
+        for &key in full_keys {
+            self.queues[index].park(key, now + FULL_RETRY);
+        }
         let control = &mut self.control[index];
         control.limited = limited;
         (control.blocked_until, control.full) = match wait {
@@ -170,7 +258,7 @@ impl Ready {
 
     fn push(&mut self, node: &Node, due: Due) {
         if self.ids.insert(due.id) {
-            self.queues[node.window.lanes.index_of(due.lane)].push(Waiting(due));
+            self.queues[node.window.lanes.index_of(due.lane)].push(due);
         }
     }
 
@@ -188,7 +276,8 @@ impl Ready {
                     return taken;
                 }
                 let index = (start + k) % count;
-                if self.queues[index].is_empty() || self.blocked(index, Instant::now()) {
+                let now = Instant::now();
+                if self.blocked(index, now) || !self.queues[index].has_turn(now) {
                     continue;
                 }
                 let Ok(settling) = node.settling.clone().try_acquire_owned() else {
@@ -204,7 +293,7 @@ impl Ready {
                         Err(_) => continue,
                     },
                 };
-                let Some(Waiting(due)) = self.queues[index].pop() else {
+                let Some(due) = self.queues[index].pop() else {
                     continue;
                 };
                 self.ids.remove(&due.id);
@@ -412,7 +501,7 @@ async fn claim_queue(
             return Err(err);
         }
     };
-    ready.limited_claim(index, limited.controlled, limited.wait);
+    ready.limited_claim(index, limited.controlled, limited.wait, &limited.full_keys);
     let mut permits: Vec<Option<Permits>> = group.into_iter().map(|(_, p)| Some(p)).collect();
     let taken = start_claimed(
         node,
@@ -741,5 +830,51 @@ mod tests {
                 "{state:?}"
             );
         }
+    }
+
+    fn due(id: i64, key: u64, run_at: i64) -> Due {
+        Due {
+            id,
+            run_at,
+            lane: 0,
+            priority: 0,
+            key,
+        }
+    }
+
+    /// The keys of a queue take turns, one task each, most urgent first
+    /// within a key; a parked key is passed over until it is taken back,
+    /// and its tasks wait in order.
+    #[tokio::test(start_paused = true)]
+    async fn keys_take_turns_and_a_parked_key_waits() {
+        let mut q = Keyed::default();
+        for id in 1..=5 {
+            q.push(due(id, 7, id));
+        }
+        q.push(due(10, 9, 50));
+        q.push(due(11, 9, 40));
+        q.push(due(12, 0, 60));
+        let order: Vec<i64> = std::iter::from_fn(|| q.pop())
+            .map(|d| d.id)
+            .take(5)
+            .collect();
+        assert_eq!(order, [1, 11, 12, 2, 10], "A, B, keyless, A, B");
+        assert_eq!(q.len, 3);
+
+        let now = Instant::now();
+        q.park(7, now + Duration::from_millis(25));
+        assert!(!q.has_turn(now), "only key 7 has tasks, and it is parked");
+        q.push(due(13, 9, 70));
+        assert!(q.has_turn(now));
+        assert_eq!(q.pop().map(|d| d.id), Some(13));
+        assert_eq!(q.next_unpark(), Some(now + Duration::from_millis(25)));
+        tokio::time::advance(Duration::from_millis(25)).await;
+        assert!(
+            q.has_turn(Instant::now()),
+            "taken back once its time passed"
+        );
+        let rest: Vec<i64> = std::iter::from_fn(|| q.pop()).map(|d| d.id).collect();
+        assert_eq!(rest, [3, 4, 5]);
+        assert!(q.is_empty());
     }
 }

@@ -211,6 +211,7 @@ impl Outcomes {
                         run_at,
                         lane: attempt.lane,
                         priority: attempt.priority,
+                        key: attempt.key,
                     })
                     .await;
                 Ok(())
@@ -248,6 +249,7 @@ mod tests {
             claim: i64::from(number),
             lane: 0,
             priority: 0,
+            key: 0,
         }
     }
 

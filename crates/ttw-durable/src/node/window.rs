@@ -96,6 +96,7 @@ impl Window {
                 run_at: task.run_at,
                 lane,
                 priority: task.priority,
+                key: task.key,
             })
             .await;
         }

@@ -22,7 +22,7 @@ pub(crate) mod listen;
 
 use std::sync::Arc;
 
-pub(crate) use crate::sql::announce::{channel, Announced};
+pub(crate) use crate::sql::announce::{channel, key_hash, Announced};
 
 pub(crate) use announce::{Made, Notifier};
 pub(crate) use listen::{Heard, Listener};
@@ -35,15 +35,27 @@ pub(crate) type ListenOptions = sqlx::postgres::PgConnectOptions;
 #[cfg(not(feature = "postgres"))]
 pub(crate) type ListenOptions = std::convert::Infallible;
 
-/// A `NOTIFY` payload, `<id>:<run_at>:<priority>:<queue>`.
+/// A `NOTIFY` payload, `<id>:<run_at>:<priority>:<n>:<key><queue>`: the
+/// partition key is its first `n` bytes after the fourth `:` (none if 0),
+/// the queue the rest (a queue's name may hold `:`, a key anything).
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub(super) fn parse(payload: &str) -> Option<Announced> {
-    let mut parts = payload.splitn(4, ':');
+    let mut parts = payload.splitn(5, ':');
+    let id = parts.next()?.parse().ok()?;
+    let run_at = parts.next()?.parse().ok()?;
+    let priority = parts.next()?.parse().ok()?;
+    let key_len: usize = parts.next()?.parse().ok()?;
+    let rest = parts.next()?;
+    let (key, queue) = (rest.get(..key_len)?, rest.get(key_len..)?);
+    if queue.is_empty() {
+        return None;
+    }
     Some(Announced {
-        id: parts.next()?.parse().ok()?,
-        run_at: parts.next()?.parse().ok()?,
-        priority: parts.next()?.parse().ok()?,
-        queue: Arc::from(parts.next()?),
+        id,
+        run_at,
+        priority,
+        queue: Arc::from(queue),
+        key: key_hash((key_len > 0).then_some(key)),
     })
 }
 
@@ -55,14 +67,27 @@ mod tests {
     #[test]
     fn payloads_parse_or_are_ignored() {
         assert_eq!(
-            parse("7:1000:-3:tenant:42"),
+            parse("7:1000:-3:0:tenant:42"),
             Some(Announced {
                 id: 7,
                 run_at: 1000,
                 priority: -3,
                 queue: Arc::from("tenant:42"),
+                key: 0,
             })
         );
+        let keyed = parse("7:1000:0:9:acme:co:1default").unwrap();
+        assert_eq!(
+            (&*keyed.queue, keyed.key),
+            ("default", key_hash(Some("acme:co:1")))
+        );
+        assert_ne!(keyed.key, 0);
+        assert_eq!(
+            parse("7:1000:0:99:short"),
+            None,
+            "a key longer than the rest"
+        );
+        assert_eq!(parse("7:1000:0:5:abcde"), None, "no queue after the key");
         assert_eq!(parse("7:1000"), None);
         assert_eq!(parse("7"), None);
         assert_eq!(parse("x:1:0:default"), None);

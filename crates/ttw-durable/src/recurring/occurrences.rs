@@ -91,6 +91,7 @@ impl Store {
                 recurring: Some(&info.name),
                 queue: &info.queue,
                 priority: i64::from(info.priority),
+                partition_key: None,
             })
             .collect();
         let pass = Advance {

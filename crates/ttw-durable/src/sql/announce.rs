@@ -8,7 +8,7 @@ use crate::sql::db::{fnv1a, priority_from_sql};
 
 /// The columns a statement that makes tasks due returns, for
 /// [`Announced::read`] (and, on PostgreSQL, its `NOTIFY`).
-pub(crate) const ANNOUNCED: &str = "id, run_at, queue, priority";
+pub(crate) const ANNOUNCED: &str = "id, run_at, queue, priority, partition_key";
 
 /// A task made due, as announced to schedulers: its queue by name, which
 /// each scheduler maps to a lane of its own if it serves the queue.
@@ -18,6 +18,15 @@ pub(crate) struct Announced {
     pub(crate) run_at: i64,
     pub(crate) queue: Arc<str>,
     pub(crate) priority: i16,
+    /// Its partition key, as [`key_hash`] gives it.
+    pub(crate) key: u64,
+}
+
+/// A partition key as a node keeps it: a hash (0 for none), which decides
+/// only which tasks take turns together on the node; the limits count the
+/// keys themselves, in the database.
+pub(crate) fn key_hash(key: Option<&str>) -> u64 {
+    key.map_or(0, |k| fnv1a(k.as_bytes()).max(1))
 }
 
 impl Announced {
@@ -28,12 +37,17 @@ impl Announced {
         &'r str: sqlx::ColumnIndex<R>,
         i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
         String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        Option<String>: sqlx::Decode<'r, R::Database>,
     {
         Ok(Announced {
             id: row.try_get("id")?,
             run_at: row.try_get("run_at")?,
             queue: Arc::from(row.try_get::<String, _>("queue")?),
             priority: priority_from_sql(row.try_get("priority")?),
+            key: key_hash(
+                row.try_get::<Option<String>, _>("partition_key")?
+                    .as_deref(),
+            ),
         })
     }
 }
@@ -72,7 +86,8 @@ pub(crate) fn announcing(channel: Option<&str>, change: &str) -> String {
         Some(channel) => format!(
             "WITH changed AS ({change}) SELECT changed.* FROM changed, \
              pg_notify('{channel}', changed.id || ':' || changed.run_at || ':' || changed.priority \
-             || ':' || changed.queue)"
+             || ':' || COALESCE(octet_length(changed.partition_key), 0) || ':' \
+             || COALESCE(changed.partition_key, '') || changed.queue)"
         ),
         None => change.to_string(),
     }
@@ -87,7 +102,8 @@ pub(crate) fn announcing_after(channel: Option<&str>, ctes: &str, change: &str) 
         Some(channel) => format!(
             "WITH {ctes}, changed AS ({change}) SELECT changed.* FROM changed, \
              pg_notify('{channel}', changed.id || ':' || changed.run_at || ':' || changed.priority \
-             || ':' || changed.queue)"
+             || ':' || COALESCE(octet_length(changed.partition_key), 0) || ':' \
+             || COALESCE(changed.partition_key, '') || changed.queue)"
         ),
         None => format!("WITH {ctes} {change}"),
     }

@@ -14,6 +14,7 @@ use crate::model::attempt::{Attempt, Task};
 use crate::model::lanes::Lanes;
 use crate::model::task::TaskState;
 use crate::model::time::from_ms;
+use crate::sql::announce::key_hash;
 use crate::sql::db::{
     clamp_u32, placeholders, priority_from_sql, with_pool, write_with_pool, Db, Urgency,
 };
@@ -159,7 +160,8 @@ fn uncontrolled() -> String {
 }
 
 /// A settings row `q` pauses or limits its queue.
-const CONTROLLED: &str = "q.paused <> 0 OR q.concurrency IS NOT NULL OR q.rate_count IS NOT NULL";
+const CONTROLLED: &str = "q.paused <> 0 OR q.concurrency IS NOT NULL OR q.rate_count IS NOT NULL \
+                          OR q.key_concurrency IS NOT NULL";
 
 /// The [`Claimed`] tasks of the rows a claim statement returned, for the
 /// `fired` tasks (in id order) it was given.
@@ -180,6 +182,7 @@ macro_rules! decode_claimed {
                     claim: row.try_get("claims")?,
                     lane: fired[at].lane,
                     priority: fired[at].priority,
+                    key: fired[at].key,
                 },
                 run_at: row.try_get("run_at")?,
                 payload: row.try_get("payload")?,
@@ -202,10 +205,13 @@ pub(crate) struct Due {
     pub(crate) run_at: i64,
     pub(crate) lane: u32,
     pub(crate) priority: i16,
+    /// Its partition key's hash (see [`key_hash`]): the tasks of a queue
+    /// take turns by key on the node.
+    pub(crate) key: u64,
 }
 
 /// The columns a [`Due`] is read from.
-const DUE_COLUMNS: &str = "id, run_at, queue, priority";
+const DUE_COLUMNS: &str = "id, run_at, queue, priority, partition_key";
 
 /// A row of [`DUE_COLUMNS`].
 #[derive(Debug, sqlx::FromRow)]
@@ -214,6 +220,7 @@ struct DueRow {
     run_at: i64,
     queue: String,
     priority: i64,
+    partition_key: Option<String>,
 }
 
 /// A row of a catch-up poll: the database's clock, and a task changed
@@ -225,6 +232,7 @@ struct ChangedRow {
     run_at: Option<i64>,
     queue: Option<String>,
     priority: Option<i64>,
+    partition_key: Option<String>,
 }
 
 impl ChangedRow {
@@ -235,6 +243,7 @@ impl ChangedRow {
             run_at: self.run_at?,
             queue: self.queue?,
             priority: self.priority?,
+            partition_key: self.partition_key,
         })
     }
 }
@@ -344,6 +353,7 @@ impl Claims {
             run_at: row.run_at,
             lane: self.lanes.lane(&row.queue, row.id)?,
             priority: priority_from_sql(row.priority),
+            key: key_hash(row.partition_key.as_deref()),
         })
     }
 

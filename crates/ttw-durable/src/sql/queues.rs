@@ -7,7 +7,8 @@ use crate::model::flow::{QueueLimits, QueueSettings, Rate};
 use crate::sql::db::{with_pool, write_with_pool, Db, Urgency};
 
 /// The columns a [`QueueRow`] is read from.
-const COLUMNS: &str = "queue, paused, concurrency, rate_count, rate_period, rate_burst";
+const COLUMNS: &str =
+    "queue, paused, concurrency, rate_count, rate_period, rate_burst, key_concurrency";
 
 /// A row of `ttw_queues`, as an operator sees it.
 #[derive(Debug, sqlx::FromRow)]
@@ -18,6 +19,7 @@ pub(crate) struct QueueRow {
     rate_count: Option<i64>,
     rate_period: Option<i64>,
     rate_burst: Option<i64>,
+    key_concurrency: Option<i64>,
 }
 
 impl QueueRow {
@@ -27,6 +29,9 @@ impl QueueRow {
         let mut limits = QueueLimits::new();
         if let Some(n) = self.concurrency {
             limits = limits.concurrency(count(n));
+        }
+        if let Some(n) = self.key_concurrency {
+            limits = limits.per_key_concurrency(count(n));
         }
         if let (Some(n), Some(per), Some(burst)) =
             (self.rate_count, self.rate_period, self.rate_burst)
@@ -89,9 +94,11 @@ pub(crate) async fn set_limits(db: &Db, queue: &str, limits: &QueueLimits) -> Re
                    OR ttw_queues.rate_period IS DISTINCT FROM excluded.rate_period \
                    OR ttw_queues.rate_burst IS DISTINCT FROM excluded.rate_burst)";
     let sql = format!(
-        "INSERT INTO ttw_queues (queue, concurrency, rate_count, rate_period, rate_burst, tokens, refilled_at, updated_at) \
-         SELECT $1, $2, $3, $4, $5, COALESCE($5, 0), c.now, c.now FROM (SELECT {} AS now) c WHERE TRUE \
+        "INSERT INTO ttw_queues (queue, concurrency, rate_count, rate_period, rate_burst, key_concurrency, \
+         tokens, refilled_at, updated_at) \
+         SELECT $1, $2, $3, $4, $5, $6, COALESCE($5, 0), c.now, c.now FROM (SELECT {} AS now) c WHERE TRUE \
          ON CONFLICT (queue) DO UPDATE SET concurrency = excluded.concurrency, \
+         key_concurrency = excluded.key_concurrency, \
          tokens = CASE WHEN NOT {changed} THEN ttw_queues.tokens \
          WHEN ttw_queues.rate_count IS NULL THEN excluded.tokens \
          ELSE {least}(ttw_queues.tokens, excluded.tokens) END, \
@@ -108,6 +115,7 @@ pub(crate) async fn set_limits(db: &Db, queue: &str, limits: &QueueLimits) -> Re
             .bind(rate.map(|r| i64::from(r.count())))
             .bind(rate.map(|r| r.period_ms()))
             .bind(rate.map(|r| i64::from(r.burst_size())))
+            .bind(limits.per_key_limit().map(i64::from))
             .execute(pool)
             .await
             .map(drop)?

@@ -19,7 +19,7 @@ use crate::sql::names::Names;
 pub(crate) const ROWS_PER_STATEMENT: usize = 1000;
 
 /// The parameters of one row of [`insert`].
-const PARAMS_PER_ROW: usize = 8;
+const PARAMS_PER_ROW: usize = 9;
 
 /// One task to insert, checked already ([`NewRow::check`]).
 #[derive(Debug, Clone, Copy)]
@@ -32,6 +32,7 @@ pub(crate) struct TaskParams<'a> {
     pub(crate) recurring: Option<&'a str>,
     pub(crate) queue: &'a str,
     pub(crate) priority: i64,
+    pub(crate) partition_key: Option<&'a str>,
 }
 
 impl<'a> From<&'a NewRow> for TaskParams<'a> {
@@ -44,6 +45,7 @@ impl<'a> From<&'a NewRow> for TaskParams<'a> {
             recurring: None,
             queue: &row.queue,
             priority: row.priority_or_default(),
+            partition_key: row.partition_key.as_deref(),
         }
     }
 }
@@ -68,7 +70,7 @@ fn insert_sql(names: &Names, sqlite: bool, n: usize) -> String {
             values.push_str(", ");
         }
         let params = if sqlite {
-            "?, ?, ?, ?, ?, ?, ?, ?".to_string()
+            "?, ?, ?, ?, ?, ?, ?, ?, ?".to_string()
         } else {
             placeholders(1 + PARAMS_PER_ROW * i, PARAMS_PER_ROW)
         };
@@ -76,7 +78,7 @@ fn insert_sql(names: &Names, sqlite: bool, n: usize) -> String {
     }
     names.announcing(&format!(
         "INSERT INTO {} (run_at, payload, idempotency_key, max_attempts, recurring, queue, priority, \
-         created_at, updated_at) VALUES {values} \
+         partition_key, created_at, updated_at) VALUES {values} \
          ON CONFLICT (idempotency_key) DO NOTHING RETURNING {ANNOUNCED}, idempotency_key",
         names.tasks
     ))
@@ -111,6 +113,7 @@ pub(crate) async fn insert(
                 .bind(row.recurring)
                 .bind(row.queue)
                 .bind(row.priority)
+                .bind(row.partition_key)
                 .bind(created_at);
         }
         // Read to its end, so that a commit that failed is an error here

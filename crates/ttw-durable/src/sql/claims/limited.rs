@@ -9,7 +9,11 @@
 //! run out: a dead node's tasks stop counting when their locks run out);
 //! and of the fired tasks still claimable, as many as both limits allow are
 //! claimed, most urgent first (priority, then due time, then id), and paid
-//! for from the bucket.
+//! for from the bucket. With a per-key concurrency, the running tasks of
+//! each partition key are counted too, and a task whose key is at its cap
+//! is left behind while others of other keys are claimed.
+
+use std::collections::HashMap;
 
 use super::*;
 use crate::sql::queues::{greatest, least};
@@ -36,6 +40,9 @@ pub(crate) struct LimitedClaim {
     /// would claim them).
     pub(crate) held: Vec<i64>,
     pub(crate) wait: Wait,
+    /// The partition keys (as [`key_hash`] gives them) that are at their
+    /// cap: their tasks wait until one of theirs ends.
+    pub(crate) full_keys: Vec<u64>,
     /// Whether the queue has flow control at all; if not, its tasks are
     /// claimed by the plain claim again.
     pub(crate) controlled: bool,
@@ -48,13 +55,24 @@ struct Bucket {
     concurrency: Option<i64>,
     rate_count: Option<i64>,
     rate_period: Option<i64>,
+    key_concurrency: Option<i64>,
     tokens: f64,
 }
 
 impl Bucket {
     fn controlled(&self) -> bool {
-        self.paused != 0 || self.concurrency.is_some() || self.rate_count.is_some()
+        self.paused != 0
+            || self.concurrency.is_some()
+            || self.rate_count.is_some()
+            || self.key_concurrency.is_some()
     }
+}
+
+/// A claimable task: its id and partition key.
+#[derive(Debug, sqlx::FromRow)]
+struct Eligible {
+    id: i64,
+    partition_key: Option<String>,
 }
 
 impl Claims {
@@ -76,13 +94,16 @@ impl Claims {
              AS DOUBLE PRECISION) * rate_count / rate_period) END, \
              refilled_at = {greatest}(refilled_at, c.now) \
              FROM c WHERE queue = $1 \
-             RETURNING paused, concurrency, rate_count, rate_period, tokens",
+             RETURNING paused, concurrency, rate_count, rate_period, key_concurrency, tokens",
             self.db.clock_sql()
         );
         let running = "SELECT COUNT(*) FROM ttw_tasks \
                        WHERE queue = $1 AND state = 'running' AND locked_until > $2";
+        let per_key = "SELECT partition_key, COUNT(*) FROM ttw_tasks WHERE queue = $1 \
+                       AND state = 'running' AND locked_until > $2 AND partition_key IS NOT NULL \
+                       GROUP BY partition_key";
         let eligible = format!(
-            "SELECT id FROM ttw_tasks WHERE {} AND {} ORDER BY priority, run_at, id",
+            "SELECT id, partition_key FROM ttw_tasks WHERE {} AND {} ORDER BY priority, run_at, id",
             self.ids_are(4, fired.len()),
             checked(&format!(
                 "state = 'scheduled' AND run_at <= $3 AND {}",
@@ -96,8 +117,8 @@ impl Claims {
                 .bind(queue)
                 .fetch_optional(&mut *tx)
                 .await?;
-            let eligible: Vec<i64> = {
-                let query = sqlx::query_scalar(&eligible)
+            let eligible: Vec<Eligible> = {
+                let query = sqlx::query_as(&eligible)
                     .bind(&self.session)
                     .bind(self.shards)
                     .bind(now);
@@ -136,16 +157,46 @@ impl Claims {
                     (room, wait)
                 }
             };
-            let take: Vec<Due> = {
-                let mut take: Vec<Due> = eligible[..room]
-                    .iter()
-                    .filter_map(|id| {
-                        fired.binary_search_by_key(id, |d| d.id).ok().map(|at| fired[at])
-                    })
-                    .collect();
-                take.sort_unstable_by_key(|d| d.id);
-                take
-            };
+            // Of the claimable tasks in claim order, the first `room` whose
+            // key is under its cap; the rest are held.
+            let mut running_by_key: HashMap<String, i64> = HashMap::new();
+            let key_cap = bucket.as_ref().and_then(|b| b.key_concurrency).filter(|_| room > 0);
+            if key_cap.is_some() {
+                let rows: Vec<(String, i64)> = sqlx::query_as(per_key)
+                    .bind(queue)
+                    .bind(now)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                running_by_key.extend(rows);
+            }
+            let mut take: Vec<Due> = Vec::with_capacity(room);
+            let mut held = Vec::new();
+            let mut full_keys = Vec::new();
+            for task in &eligible {
+                let capped = match (&task.partition_key, key_cap) {
+                    (Some(key), Some(cap)) => {
+                        let running = running_by_key.entry(key.clone()).or_insert(0);
+                        if *running >= cap {
+                            let hash = key_hash(Some(key));
+                            if !full_keys.contains(&hash) {
+                                full_keys.push(hash);
+                            }
+                            true
+                        } else {
+                            if take.len() < room {
+                                *running += 1;
+                            }
+                            false
+                        }
+                    }
+                    _ => false,
+                };
+                match fired.binary_search_by_key(&task.id, |d| d.id) {
+                    Ok(at) if !capped && take.len() < room => take.push(fired[at]),
+                    _ => held.push(task.id),
+                }
+            }
+            take.sort_unstable_by_key(|d| d.id);
             let claimed = if take.is_empty() {
                 Vec::new()
             } else {
@@ -168,15 +219,30 @@ impl Claims {
                     .await?;
             }
             tx.commit().await?;
-            let held = eligible[room..].to_vec();
-            let wait = if held.is_empty() { Wait::No } else { wait_for };
+            // The queue waits only if its own limits left tasks behind, not
+            // only full keys.
+            let left_by_queue = eligible.len() - take.len() > held_by_keys(&eligible, &take, &full_keys);
+            let wait = if left_by_queue { wait_for } else { Wait::No };
             LimitedClaim {
                 claimed,
                 held,
                 wait,
+                full_keys,
                 controlled,
             }
         });
         Ok(outcome)
     }
+}
+
+/// How many of the claimable tasks not taken were left behind only because
+/// their key was full.
+fn held_by_keys(eligible: &[Eligible], take: &[Due], full_keys: &[u64]) -> usize {
+    eligible
+        .iter()
+        .filter(|t| take.binary_search_by_key(&t.id, |d| d.id).is_err())
+        .filter(|t| {
+            t.partition_key.is_some() && full_keys.contains(&key_hash(t.partition_key.as_deref()))
+        })
+        .count()
 }
