@@ -258,7 +258,9 @@ on_both! {
         let set = ttw(&db, &["--json", "queue", "limit", "sms", "--concurrency", "8", "--rate", "100/s", "--burst", "10"]).await.json();
         assert_eq!((set["concurrency"].as_u64(), set["rate"]["count"].as_u64()), (Some(8), Some(100)));
         assert_eq!((set["rate"]["period_ms"].as_u64(), set["rate"]["burst"].as_u64()), (Some(1000), Some(10)));
-        let kept = ttw(&db, &["--json", "queue", "limit", "sms", "--rate", "none"]).await.json();
+        let per_key = ttw(&db, &["--json", "queue", "limit", "sms", "--per-key", "3"]).await.json();
+        assert_eq!((per_key["per_key_concurrency"].as_u64(), per_key["concurrency"].as_u64()), (Some(3), Some(8)));
+        let kept = ttw(&db, &["--json", "queue", "limit", "sms", "--rate", "none", "--per-key", "none"]).await.json();
         assert_eq!((kept["concurrency"].as_u64(), kept["rate"].is_null()), (Some(8), true));
         let limits = store.queue_settings("sms").await.unwrap().limits;
         assert_eq!((limits.concurrency_limit(), limits.rate_limit()), (Some(8), None));

@@ -286,12 +286,13 @@ async fn queues_are_paused_limited_and_debounced_over_http() {
     assert_eq!((status, &resumed["paused"]), (200, &json!(false)));
     wait_delivered(&receiver, &ids, Duration::from_secs(30)).await;
 
-    let limits = json!({"concurrency": 4, "rate": {"count": 50, "per": "1s", "burst": 5}});
+    let limits = json!({"concurrency": 4, "per_key_concurrency": 2,
+                        "rate": {"count": 50, "per": "1s", "burst": 5}});
     let (status, set) = call("PUT", "/v1/queues/hooks/limits", &ops, Some(limits)).await;
     assert_eq!(status, 200, "{set}");
     assert_eq!(
         set,
-        json!({"queue": "hooks", "paused": false, "concurrency": 4,
+        json!({"queue": "hooks", "paused": false, "concurrency": 4, "per_key_concurrency": 2,
                            "rate": {"count": 50, "period_ms": 1000, "burst": 5}})
     );
     let (status, listed) = call("GET", "/v1/queues", &app, None).await;
@@ -310,7 +311,7 @@ async fn queues_are_paused_limited_and_debounced_over_http() {
     assert_eq!((status, mine["queues"].as_array().unwrap().len()), (200, 1));
     assert_eq!(call("GET", "/v1/queues/hooks", &reader, None).await.0, 403);
 
-    let refused: [Refused; 9] = [
+    let refused: [Refused; 11] = [
         (
             "PUT",
             "/v1/queues/hooks/limits",
@@ -356,6 +357,22 @@ async fn queues_are_paused_limited_and_debounced_over_http() {
             "/v1/queues/hooks/limits",
             &ops,
             Some(json!({"speed": 3})),
+            400,
+            "invalid_request",
+        ),
+        (
+            "PUT",
+            "/v1/queues/hooks/limits",
+            &ops,
+            Some(json!({"per_key_concurrency": 0})),
+            400,
+            "invalid_limit",
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            &app,
+            Some(json!({"queue": "hooks", "partition_key": ""})),
             400,
             "invalid_request",
         ),
@@ -933,7 +950,7 @@ async fn pages_redrive_recurring_schedules_and_the_openapi_routes() {
             routes += 1;
         }
     }
-    assert_eq!(routes, 19, "the routes the document names");
+    assert_eq!(routes, 24, "the routes the document names");
 
     // HTTP/2 (cleartext, with prior knowledge) from curl: the same API on
     // the same port.

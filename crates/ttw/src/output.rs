@@ -144,6 +144,7 @@ pub(crate) fn queue_settings_json(s: &ttw_durable::QueueSettings) -> Value {
         "queue": s.queue,
         "paused": s.paused,
         "concurrency": s.limits.concurrency_limit(),
+        "per_key_concurrency": s.limits.per_key_limit(),
         "rate": rate.map(|r| json!({
             "count": r.count(),
             "period_ms": r.period().as_millis() as u64,
@@ -161,6 +162,9 @@ pub(crate) fn flow_text(s: &ttw_durable::QueueSettings) -> String {
     }
     if let Some(n) = s.limits.concurrency_limit() {
         parts.push(format!("{n} at once"));
+    }
+    if let Some(n) = s.limits.per_key_limit() {
+        parts.push(format!("{n} a key"));
     }
     if let Some(r) = s.limits.rate_limit() {
         parts.push(format!(

@@ -48,6 +48,10 @@ pub(crate) struct LimitArgs {
     /// Bursts of up to this many starts (default: the rate's count).
     #[arg(long, value_name = "N")]
     burst: Option<u32>,
+    /// At most this many running at once for each partition key, or
+    /// `none`.
+    #[arg(long, value_name = "N|none")]
+    per_key: Option<String>,
 }
 
 /// Runs `ttw queue ...`.
@@ -64,7 +68,10 @@ pub(crate) async fn queue(store: &Store, command: QueueCommand, json: bool) -> R
                 let rows: Vec<Vec<String>> = all.iter().map(row).collect();
                 print!(
                     "{}",
-                    table(&["QUEUE", "PAUSED", "CONCURRENCY", "RATE", "BURST"], &rows)
+                    table(
+                        &["QUEUE", "PAUSED", "CONCURRENCY", "PER KEY", "RATE", "BURST"],
+                        &rows
+                    )
                 );
             }
             Ok(())
@@ -79,19 +86,20 @@ pub(crate) async fn queue(store: &Store, command: QueueCommand, json: bool) -> R
             show(store, &q.name, json).await
         }
         QueueCommand::Limit(args) => {
-            if args.concurrency.is_none() && args.rate.is_none() && args.burst.is_none() {
-                return fail("queue limit: name --concurrency, --rate or --burst");
+            if args.concurrency.is_none()
+                && args.rate.is_none()
+                && args.burst.is_none()
+                && args.per_key.is_none()
+            {
+                return fail("queue limit: name --concurrency, --rate, --burst or --per-key");
             }
             let now = store.queue_settings(&args.name).await?.limits;
-            let concurrency = match args.concurrency.as_deref() {
-                None => now.concurrency_limit(),
-                Some("none") => None,
-                Some(n) => Some(n.parse::<u32>().map_err(|_| {
-                    Failure(format!(
-                        "--concurrency: not a count: {n:?} (a number, or none)"
-                    ))
-                })?),
-            };
+            let concurrency = count_or_none(
+                "--concurrency",
+                args.concurrency.as_deref(),
+                now.concurrency_limit(),
+            )?;
+            let per_key = count_or_none("--per-key", args.per_key.as_deref(), now.per_key_limit())?;
             let rate = match (args.rate.as_deref(), args.burst) {
                 (Some("none"), Some(_)) => return fail("--burst: there is no rate to burst"),
                 (Some("none"), None) => None,
@@ -109,9 +117,24 @@ pub(crate) async fn queue(store: &Store, command: QueueCommand, json: bool) -> R
             if let Some(rate) = rate {
                 limits = limits.rate(rate);
             }
+            if let Some(n) = per_key {
+                limits = limits.per_key_concurrency(n);
+            }
             store.set_queue_limits(&args.name, limits).await?;
             show(store, &args.name, json).await
         }
+    }
+}
+
+/// A count given as `N` or `none`; `kept` if not given.
+fn count_or_none(flag: &str, given: Option<&str>, kept: Option<u32>) -> Result<Option<u32>> {
+    match given {
+        None => Ok(kept),
+        Some("none") => Ok(None),
+        Some(n) => n
+            .parse::<u32>()
+            .map(Some)
+            .map_err(|_| Failure(format!("{flag}: not a count: {n:?} (a number, or none)"))),
     }
 }
 
@@ -149,7 +172,7 @@ async fn show(store: &Store, name: &str, json: bool) -> Result<()> {
         print!(
             "{}",
             table(
-                &["QUEUE", "PAUSED", "CONCURRENCY", "RATE", "BURST"],
+                &["QUEUE", "PAUSED", "CONCURRENCY", "PER KEY", "RATE", "BURST"],
                 &[row(&settings)]
             )
         );
@@ -164,6 +187,9 @@ fn row(s: &QueueSettings) -> Vec<String> {
         if s.paused { "yes" } else { "no" }.to_string(),
         s.limits
             .concurrency_limit()
+            .map_or("-".to_string(), |n| n.to_string()),
+        s.limits
+            .per_key_limit()
             .map_or("-".to_string(), |n| n.to_string()),
         rate.map_or("-".to_string(), |r| {
             format!("{}/{}", r.count(), output::span(r.period()))

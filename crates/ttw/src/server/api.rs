@@ -198,6 +198,8 @@ struct NewTaskBody {
     replace_pending: bool,
     /// A debounce's longest wait (`"2s"`), with `replace_pending`.
     max_wait: Option<String>,
+    /// A tenant, a customer: keys take turns, a queue may cap each.
+    partition_key: Option<String>,
 }
 
 /// When a task is due: `run_at`, or `delay` from now, or now.
@@ -242,6 +244,7 @@ struct Checked {
     key: Option<String>,
     replace_pending: bool,
     max_wait: Option<Duration>,
+    partition_key: Option<String>,
 }
 
 impl Checked {
@@ -259,6 +262,9 @@ impl Checked {
         }
         if let Some(k) = self.key {
             task = task.idempotency_key(k);
+        }
+        if let Some(k) = self.partition_key {
+            task = task.partition_key(k);
         }
         task
     }
@@ -283,6 +289,9 @@ impl Checked {
         }
         if let Some(wait) = self.max_wait {
             schedule = schedule.max_wait(wait);
+        }
+        if let Some(k) = self.partition_key {
+            schedule = schedule.partition_key(k);
         }
         schedule.submit().await
     }
@@ -368,6 +377,18 @@ fn check(
     if b.max_attempts == Some(0) {
         return Err(ApiError::bad("invalid_request", "max_attempts: at least 1"));
     }
+    let partition_key = match b.partition_key {
+        Some(k) if k.is_empty() || k.len() > ttw_durable::MAX_PARTITION_KEY => {
+            return Err(ApiError::bad(
+                "invalid_request",
+                format!(
+                    "partition_key: 1 to {} bytes",
+                    ttw_durable::MAX_PARTITION_KEY
+                ),
+            ))
+        }
+        k => k,
+    };
     let max_wait = match &b.max_wait {
         None => None,
         Some(_) if !b.replace_pending => {
@@ -410,6 +431,7 @@ fn check(
         key,
         replace_pending: b.replace_pending,
         max_wait,
+        partition_key,
     })
 }
 

@@ -95,6 +95,7 @@ pub(crate) async fn resume(
 struct LimitsBody {
     concurrency: Option<i64>,
     rate: Option<RateBody>,
+    per_key_concurrency: Option<i64>,
 }
 
 /// A rate: `count` starts every `per` (`"1s"`, `"500ms"`), bursts of up to
@@ -137,6 +138,9 @@ pub(crate) async fn put_limits(
     let mut limits = QueueLimits::new();
     if let Some(n) = b.concurrency {
         limits = limits.concurrency(count("concurrency", n)?);
+    }
+    if let Some(n) = b.per_key_concurrency {
+        limits = limits.per_key_concurrency(count("per_key_concurrency", n)?);
     }
     if let Some(r) = b.rate {
         let per: Duration = humantime::parse_duration(&r.per).map_err(|err| {
