@@ -20,6 +20,10 @@
 //! - `pause`: 200 tasks a second due for 8 s; paused at 3 s for 3 s: the
 //!   starts on any node later than the pause's return plus 1 s, and
 //!   whether all were delivered after.
+//! - `fairness`: key A's 100,000 tasks (`--tasks`) due at once, key B's
+//!   100 due over the next minute, a concurrency of `--limit` (give 16) and 4
+//!   a key (`--key-cap`, 0 for none): B's lateness (p50, p99, max) and how
+//!   many of A's ran meanwhile. It stops when B's last has run.
 //!
 //! Options: `--nodes N` (default 3), `--no-kill`.
 
@@ -53,6 +57,7 @@ struct Options {
     kill: bool,
     node: Option<usize>,
     logs: PathBuf,
+    key_cap: u32,
 }
 
 fn parse() -> Options {
@@ -70,6 +75,7 @@ fn parse() -> Options {
         kill: true,
         node: None,
         logs: std::env::temp_dir().join(format!("ttw-flow-logs-{}", std::process::id())),
+        key_cap: 4,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -91,6 +97,7 @@ fn parse() -> Options {
             "--no-kill" => o.kill = false,
             "--node" => o.node = Some(value().parse().expect("--node I")),
             "--logs" => o.logs = value().into(),
+            "--key-cap" => o.key_cap = value().parse().expect("--key-cap N"),
             other => panic!("unknown option {other}"),
         }
     }
@@ -118,7 +125,8 @@ fn now_us() -> u64 {
         .as_micros() as u64
 }
 
-/// A node process: serves the queue, logging `S id µs` and `E id µs`.
+/// A node process: serves the queue, logging `S id µs due_µs payload` and
+/// `E id µs`.
 async fn node(o: Options, index: usize) {
     let store = open(&o).await;
     let log = std::fs::OpenOptions::new()
@@ -139,7 +147,16 @@ async fn node(o: Options, index: usize) {
             let log = log.clone();
             async move {
                 let id = task.id().get();
-                writeln!(log.lock().unwrap(), "S {id} {}", now_us()).unwrap();
+                let due = task
+                    .run_at()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap()
+                    .as_micros();
+                let who = String::from_utf8_lossy(task.payload())
+                    .chars()
+                    .next()
+                    .unwrap_or('-');
+                writeln!(log.lock().unwrap(), "S {id} {} {due} {who}", now_us()).unwrap();
                 tokio::time::sleep(took).await;
                 writeln!(log.lock().unwrap(), "E {id} {}", now_us()).unwrap();
                 Ok::<_, String>(())
@@ -152,6 +169,20 @@ async fn node(o: Options, index: usize) {
     std::future::pending::<()>().await;
 }
 
+/// How many of key B's tasks have started, by the logs.
+fn b_runs(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            std::fs::read_to_string(e.unwrap().path())
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.starts_with("S ") && l.ends_with(" B"))
+                .count()
+        })
+        .sum()
+}
+
 /// The starts and ends every node logged: (start µs, end µs or `None`).
 fn read_logs(dir: &Path) -> Vec<(u64, Option<u64>)> {
     let mut starts = std::collections::HashMap::new();
@@ -160,7 +191,7 @@ fn read_logs(dir: &Path) -> Vec<(u64, Option<u64>)> {
         let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
         for line in text.lines() {
             let f: Vec<&str> = line.split(' ').collect();
-            if f.len() != 3 {
+            if f.len() < 3 {
                 continue;
             }
             let (id, at): (i64, u64) = (f[1].parse().unwrap(), f[2].parse().unwrap());
@@ -228,6 +259,13 @@ async fn main() {
                 .unwrap();
         }
         "pause" => {}
+        "fairness" => {
+            let mut limits = QueueLimits::new().concurrency(o.limit);
+            if o.key_cap > 0 {
+                limits = limits.per_key_concurrency(o.key_cap);
+            }
+            store.set_queue_limits(QUEUE, limits).await.unwrap();
+        }
         other => panic!("unknown scenario {other}"),
     }
     // The nodes.
@@ -257,6 +295,7 @@ async fn main() {
     let tasks = o.tasks.unwrap_or(match o.scenario.as_str() {
         "concurrency" => 10_000,
         "rate" => 20_000,
+        "fairness" => 100_000,
         _ => 1_600,
     });
     let started = Instant::now();
@@ -276,6 +315,23 @@ async fn main() {
         for chunk in batch.chunks(1000) {
             store.schedule_batch(chunk.to_vec()).await.unwrap();
         }
+    } else if o.scenario == "fairness" {
+        // B's first, so that A's insert does not delay them.
+        let b: Vec<NewTask> = (0..100u64)
+            .map(|i| {
+                NewTask::new("B")
+                    .queue(QUEUE)
+                    .partition_key("B")
+                    .delay(Duration::from_millis(2_000 + i * 600))
+            })
+            .collect();
+        store.schedule_batch(b).await.unwrap();
+        let a: Vec<NewTask> = (0..tasks)
+            .map(|_| NewTask::new("A").queue(QUEUE).partition_key("A"))
+            .collect();
+        for chunk in a.chunks(1000) {
+            store.schedule_batch(chunk.to_vec()).await.unwrap();
+        }
     } else {
         let batch: Vec<NewTask> = (0..tasks)
             .map(|i| NewTask::new(format!("{i}")).queue(QUEUE))
@@ -290,6 +346,16 @@ async fn main() {
     let deadline = started + Duration::from_secs(600);
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
+        if o.scenario == "fairness" {
+            if started.elapsed() > Duration::from_secs(63) && b_runs(&o.logs) >= 100 {
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(240) {
+                println!("B's tasks not all run within 4 minutes");
+                break;
+            }
+            continue;
+        }
         let done = store.counts().await.unwrap().done as usize;
         if o.kill && killed_at == u64::MAX && done >= tasks / 2 {
             children[0].start_kill().unwrap();
@@ -346,6 +412,38 @@ async fn main() {
                 "limit {}: most at once {most}; busy on average {:.2} (handler time / span of starts)",
                 o.limit,
                 busy_us as f64 / span as f64
+            );
+        }
+        "fairness" => {
+            let (mut late, mut a_runs) = (Vec::new(), 0);
+            for entry in std::fs::read_dir(&o.logs).unwrap() {
+                for line in std::fs::read_to_string(entry.unwrap().path())
+                    .unwrap()
+                    .lines()
+                {
+                    let f: Vec<&str> = line.split(' ').collect();
+                    if f.len() == 5 && f[0] == "S" {
+                        let (start, due): (u64, u64) =
+                            (f[2].parse().unwrap(), f[3].parse().unwrap());
+                        if f[4] == "B" {
+                            late.push(start.saturating_sub(due) as f64 / 1000.0);
+                        } else {
+                            a_runs += 1;
+                        }
+                    }
+                }
+            }
+            late.sort_by(f64::total_cmp);
+            let at = |p: f64| late[((late.len() as f64 - 1.0) * p).round() as usize];
+            println!(
+                "concurrency {}, {} a key: B's lateness p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms over {} runs; \
+                 {a_runs} of A's ran meanwhile",
+                o.limit,
+                if o.key_cap > 0 { o.key_cap.to_string() } else { "no cap".into() },
+                at(0.5),
+                at(0.99),
+                late.last().unwrap(),
+                late.len()
             );
         }
         "rate" => {

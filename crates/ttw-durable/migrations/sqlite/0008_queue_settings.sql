@@ -21,3 +21,5 @@ CREATE TABLE ttw_queues (
 -- A task's partition key: its tasks take turns with other keys' on a node,
 -- and a queue's key_concurrency caps each key's running tasks.
 ALTER TABLE ttw_tasks ADD COLUMN partition_key TEXT;
+-- Kept through the history, so that a task redriven from there keeps it.
+ALTER TABLE ttw_history ADD COLUMN partition_key TEXT;

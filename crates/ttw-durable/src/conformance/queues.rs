@@ -259,6 +259,17 @@ async fn queues_case(store: &Store) {
         .unwrap();
     assert!(again.claimed.is_empty() && again.held.len() == 3);
 
+    // The key goes into the history with a task that finishes there.
+    assert!(tasks::cancel(db, tasks::Which::Id(fired[1].id), 4_000).await.unwrap());
+    let kept: Option<String> = with_pool!(db, pool => {
+        sqlx::query_scalar("SELECT partition_key FROM ttw_history WHERE id = $1")
+            .bind(fired[1].id)
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    });
+    assert_eq!(kept.as_deref(), Some("a"));
+
     // Limits cleared: the queue is no longer controlled.
     queues::set_limits(db, "conc", &QueueLimits::new())
         .await

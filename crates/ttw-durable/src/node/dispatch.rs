@@ -133,7 +133,7 @@ impl Keyed {
 
     /// Whether a task is there to take now: one of a key not parked.
     fn has_turn(&mut self, now: Instant) -> bool {
-        if self.turns.is_empty() && !self.parked.is_empty() {
+        if !self.parked.is_empty() {
             self.unpark(|until| until <= now);
         }
         !self.turns.is_empty()
@@ -159,6 +159,14 @@ impl Keyed {
             }
             false
         });
+    }
+
+    /// Takes `key` back into turn if it is parked.
+    fn unpark_key(&mut self, key: u64) {
+        if self.parked.remove(&key).is_some() && self.heaps.get(&key).is_some_and(|h| !h.is_empty())
+        {
+            self.turns.push_back(key);
+        }
     }
 
     /// When the first parked key may be tried again.
@@ -211,29 +219,38 @@ impl Ready {
         self.control[index].blocked_until.is_some_and(|t| t > now)
     }
 
-    /// When the first queue with tasks waiting for its limits may be tried
-    /// again.
-    fn next_unblock(&self) -> Option<Instant> {
-        let now = Instant::now();
-        let queues = (0..self.queues.len())
-            .filter(|&i| !self.queues[i].is_empty() && self.blocked(i, now))
-            .filter_map(|i| self.control[i].blocked_until);
-        let keys = self.queues.iter().filter_map(Keyed::next_unpark);
-        queues.chain(keys).min()
+    /// When a queue with tasks waiting for its limits may be tried again,
+    /// after `now`, the time [`take`](Self::take) last looked: a blocked
+    /// queue when it is unblocked, another when its first parked key is
+    /// taken back. (A key whose time had come by `now` was taken back by
+    /// that look, or its queue was not looked at for want of the node's
+    /// room, which a delivery's end brings.)
+    fn next_unblock(&self, now: Instant) -> Option<Instant> {
+        (0..self.queues.len())
+            .filter(|&i| !self.queues[i].is_empty())
+            .filter_map(|i| {
+                if self.blocked(i, now) {
+                    self.control[i].blocked_until
+                } else {
+                    self.queues[i].next_unpark().filter(|&t| t > now)
+                }
+            })
+            .min()
     }
 
-    /// One of this node's deliveries ended: the queues waiting for a place
-    /// under their concurrency are tried again.
-    fn delivery_ended(&mut self) {
-        for control in &mut self.control {
-            if control.full {
-                control.blocked_until = None;
-                control.full = false;
-            }
+    /// One of this node's deliveries ended: its queue, if it waits for a
+    /// place under its concurrency, and its key, if parked at its cap, are
+    /// tried again. (Deliveries of other queues leave them be: a place
+    /// freed elsewhere is found every [`FULL_RETRY`].)
+    fn delivery_ended(&mut self, ended: Ended) {
+        let Some(control) = self.control.get_mut(ended.queue) else {
+            return;
+        };
+        if control.full {
+            control.blocked_until = None;
+            control.full = false;
         }
-        for queue in &mut self.queues {
-            queue.unpark(|_| true);
-        }
+        self.queues[ended.queue].unpark_key(ended.key);
     }
 
     /// What a limited claim of queue `index` said: `wait` for what it left
@@ -264,7 +281,7 @@ impl Ready {
 
     /// Takes up to `max` tasks there is room for, a permit each: one from
     /// each queue in turn, most urgent first.
-    fn take(&mut self, node: &Node, max: usize) -> Vec<(Due, Permits)> {
+    fn take(&mut self, node: &Node, max: usize, now: Instant) -> Vec<(Due, Permits)> {
         let mut taken = Vec::new();
         let count = self.queues.len();
         let start = self.next;
@@ -276,7 +293,6 @@ impl Ready {
                     return taken;
                 }
                 let index = (start + k) % count;
-                let now = Instant::now();
                 if self.blocked(index, now) || !self.queues[index].has_turn(now) {
                     continue;
                 }
@@ -322,7 +338,8 @@ pub(crate) async fn dispatch(node: Arc<Node>, expirations: Expirations<i64, Due>
     let mut ready = Ready::new(node.window.lanes.queues().len());
     let mut running = JoinSet::new();
     loop {
-        let room = ready.take(&node, batch);
+        let now = Instant::now();
+        let room = ready.take(&node, batch, now);
         if !room.is_empty() {
             if let Err(err) = claim_and_run(&node, room, &mode, &mut running, &mut ready).await {
                 node.report(Failing::Claim, &err);
@@ -330,12 +347,16 @@ pub(crate) async fn dispatch(node: Arc<Node>, expirations: Expirations<i64, Due>
             // More may have room now.
             continue;
         }
-        let unblock = ready.next_unblock();
+        let unblock = ready.next_unblock(now);
         tokio::select! {
             biased;
             _ = node.stopping.notified() => break,
             _ = node.room.notified() => {}
-            Some(_) = running.join_next(), if !running.is_empty() => ready.delivery_ended(),
+            Some(ended) = running.join_next(), if !running.is_empty() => {
+                if let Ok(ended) = ended {
+                    ready.delivery_ended(ended);
+                }
+            }
             _ = tokio::time::sleep_until(unblock.unwrap_or_else(Instant::now)), if unblock.is_some() => {}
             chunk = fired.next() => match chunk {
                 Some(chunk) => {
@@ -354,7 +375,7 @@ async fn claim_and_run(
     node: &Arc<Node>,
     mut fired: Vec<(Due, Permits)>,
     mode: &Mode,
-    running: &mut JoinSet<()>,
+    running: &mut JoinSet<Ended>,
     ready: &mut Ready,
 ) -> Result<(), Error> {
     let window = &node.window;
@@ -423,7 +444,7 @@ async fn claim_plain(
     node: &Arc<Node>,
     entered: Vec<(Due, Permits)>,
     mode: &Mode,
-    running: &mut JoinSet<()>,
+    running: &mut JoinSet<Ended>,
     ready: &mut Ready,
     (now, lock, deadline): ClaimTimes,
 ) -> Result<(), Error> {
@@ -479,7 +500,7 @@ async fn claim_queue(
     index: usize,
     group: Vec<(Due, Permits)>,
     mode: &Mode,
-    running: &mut JoinSet<()>,
+    running: &mut JoinSet<Ended>,
     ready: &mut Ready,
     (now, lock, deadline): ClaimTimes,
 ) -> Result<(), Error> {
@@ -546,7 +567,7 @@ fn start_claimed(
     dues: &[Due],
     permits: &mut [Option<Permits>],
     mode: &Mode,
-    running: &mut JoinSet<()>,
+    running: &mut JoinSet<Ended>,
     deadline: Instant,
 ) -> Vec<bool> {
     let window = &node.window;
@@ -682,7 +703,7 @@ async fn supervise(
     mode: Mode,
     mut permits: Permits,
     deadline: Instant,
-) {
+) -> Ended {
     let outcomes = &node.outcomes;
     let timeout = node.config.callback_timeout;
     let started = Instant::now();
@@ -753,6 +774,18 @@ async fn supervise(
     );
     node.window.exit(task.attempt.lane);
     drop(permits);
+    Ended {
+        queue: node.window.lanes.index_of(task.attempt.lane),
+        key: task.attempt.key,
+    }
+}
+
+/// A delivery that ended: its queue's index and its partition key's hash,
+/// whose limits may have room again.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ended {
+    queue: usize,
+    key: u64,
 }
 
 /// What a caught panic said: its message, when it is a string.

@@ -257,11 +257,18 @@ async fn after_full_disk(
     growth: impl Fn() -> Option<u64>,
 ) {
     let mut last_try = tokio::time::Instant::now();
+    // The space free when a try that looked as if it fitted failed: the
+    // next try waits for more, or for `FULL_TRY_EVERY` (on a file system
+    // whose estimate is off, copy-on-write ones, a try every 5 ms would
+    // hold the write turn nearly all the time).
+    let mut failed_at_free: Option<u64> = None;
     let with_reserve =
         |free: u64| free.saturating_add(if reserve.held() { reserve.size() } else { 0 });
     loop {
         tokio::time::sleep(ROOM_EVERY).await;
-        let fits = growth().is_some_and(|need| need <= with_reserve(reserve.free()));
+        let free = reserve.free();
+        let fits = growth().is_some_and(|need| need <= with_reserve(free))
+            && failed_at_free.is_none_or(|before| free > before);
         if !fits && last_try.elapsed() < FULL_TRY_EVERY {
             continue;
         }
@@ -274,14 +281,21 @@ async fn after_full_disk(
             reserve.give_up();
         }
         match truncate(pool, writes).await {
+            Ok(true) => return,
+            // A reader kept it from finishing: the WAL did not start over,
+            // so keep watching (its next writes would take the room).
+            Ok(false) => {
+                tracing::debug!("WAL checkpoint on a full disk kept from finishing by a reader");
+                failed_at_free = Some(reserve.free());
+            }
             Err(err) if crate::error::disk_full(&err) => {
                 tracing::debug!(error = %err, "WAL checkpoint on a full disk failed");
+                failed_at_free = Some(reserve.free());
             }
             Err(err) => {
                 tracing::debug!(error = %err, "WAL checkpoint failed");
                 return;
             }
-            Ok(()) => return,
         }
     }
 }
@@ -414,6 +428,7 @@ async fn checkpoint(
     let mut wal = Wal {
         frames: 0,
         copied: 0,
+        busy: false,
     };
     for _ in 0..BESIDE {
         let started = tokio::time::Instant::now();
@@ -435,6 +450,9 @@ async fn checkpoint(
 struct Wal {
     frames: u64,
     copied: u64,
+    /// The checkpoint could not finish for readers or writers it waited
+    /// for (SQLite answers that with a row, not an error).
+    busy: bool,
 }
 
 impl Wal {
@@ -451,11 +469,12 @@ async fn passive(pool: &SqlitePool, writes: &WriteCount) -> Result<Wal, sqlx::Er
 
 /// One `TRUNCATE` checkpoint: it waits for this database's other writers
 /// and readers (the busy timeout), copies the whole WAL, and cuts its file
-/// to nothing.
-async fn truncate(pool: &SqlitePool, writes: &WriteCount) -> Result<(), sqlx::Error> {
+/// to nothing. Answers whether it did: `false` if a reader or writer it
+/// waited for kept it from finishing.
+async fn truncate(pool: &SqlitePool, writes: &WriteCount) -> Result<bool, sqlx::Error> {
     run_checkpoint(pool, writes, "PRAGMA wal_checkpoint(TRUNCATE)")
         .await
-        .map(drop)
+        .map(|wal| !wal.busy)
 }
 
 /// One checkpoint statement.
@@ -476,10 +495,12 @@ async fn run_checkpoint(
         Wal {
             frames: 0,
             copied: 0,
+            busy: false,
         },
-        |&(_, frames, copied)| Wal {
+        |&(busy, frames, copied)| Wal {
             frames: count(frames),
             copied: count(copied),
+            busy: busy != 0,
         },
     ))
 }

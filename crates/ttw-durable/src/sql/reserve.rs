@@ -86,7 +86,7 @@ impl Reserve {
         if self.held() {
             return true;
         }
-        if self.free() < 2 * self.size {
+        if self.free() < self.size.saturating_mul(2) {
             return false;
         }
         let allocated = std::fs::OpenOptions::new()
