@@ -393,7 +393,7 @@ async fn main() {
         "{} scenario, {} nodes{}, {tasks} tasks: {} starts logged, all done in {wall:.2} s",
         o.scenario,
         o.nodes,
-        if o.kill {
+        if o.kill && o.scenario != "fairness" {
             " (one SIGKILLed half-way)"
         } else {
             ""

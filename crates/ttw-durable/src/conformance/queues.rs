@@ -260,7 +260,9 @@ async fn queues_case(store: &Store) {
     assert!(again.claimed.is_empty() && again.held.len() == 3);
 
     // The key goes into the history with a task that finishes there.
-    assert!(tasks::cancel(db, tasks::Which::Id(fired[1].id), 4_000).await.unwrap());
+    assert!(tasks::cancel(db, tasks::Which::Id(fired[1].id), 4_000)
+        .await
+        .unwrap());
     let kept: Option<String> = with_pool!(db, pool => {
         sqlx::query_scalar("SELECT partition_key FROM ttw_history WHERE id = $1")
             .bind(fired[1].id)

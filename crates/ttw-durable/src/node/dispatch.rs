@@ -478,15 +478,22 @@ async fn claim_plain(
     drop(permits);
     // Only after the claimed tasks are running: a failure here must not
     // strand them.
-    if !missing.is_empty() {
-        if let Err(err) = explain_unclaimed(node, &missing, ready).await {
-            // Nothing else would arm these before the next window load:
-            // look again shortly, as after a failed claim.
-            for due in missing {
-                window.retry(due, Retry::DatabaseFailed).await;
-            }
-            return Err(err);
+    explain_or_retry(node, missing, ready).await
+}
+
+/// Sorts out the fired tasks a claim did not take (see
+/// [`explain_unclaimed`]); if that fails, looks at them again shortly, as
+/// after a failed claim (nothing else would arm them before the next
+/// window load).
+async fn explain_or_retry(node: &Node, missing: Vec<Due>, ready: &mut Ready) -> Result<(), Error> {
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if let Err(err) = explain_unclaimed(node, &missing, ready).await {
+        for due in missing {
+            node.window.retry(due, Retry::DatabaseFailed).await;
         }
+        return Err(err);
     }
     Ok(())
 }
@@ -548,15 +555,7 @@ async fn claim_queue(
             missing.push(*due);
         }
     }
-    if !missing.is_empty() {
-        if let Err(err) = explain_unclaimed(node, &missing, ready).await {
-            for due in missing {
-                window.retry(due, Retry::DatabaseFailed).await;
-            }
-            return Err(err);
-        }
-    }
-    Ok(())
+    explain_or_retry(node, missing, ready).await
 }
 
 /// Starts a supervised delivery of each task `claimed` of `dues` (in id

@@ -149,14 +149,13 @@ fn array_text(ids: impl Iterator<Item = i64>) -> String {
 const UNLOCK: &str = "locked_by = NULL, locked_until = NULL";
 
 /// The task's queue has no flow control: no row in `ttw_queues`, or one
-/// that neither pauses nor limits it. A per-row check on the settings'
-/// primary key (see [`in_held_shard`]), nearly free while the table is
-/// empty.
+/// that neither pauses nor limits it. The controlled queues are read once
+/// per statement (an uncorrelated `NOT IN`, hashed by PostgreSQL and kept
+/// as a temporary index by SQLite), then each candidate row is checked
+/// against them: a filter, never a way to find rows, and nearly free while
+/// the table is empty.
 fn uncontrolled() -> String {
-    format!(
-        "COALESCE((SELECT CASE WHEN {CONTROLLED} THEN 1 ELSE 0 END FROM ttw_queues q \
-         WHERE q.queue = ttw_tasks.queue), 0) = 0"
-    )
+    format!("ttw_tasks.queue NOT IN (SELECT q.queue FROM ttw_queues q WHERE {CONTROLLED})")
 }
 
 /// A settings row `q` pauses or limits its queue.

@@ -66,12 +66,7 @@ pub(crate) async fn pause(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    authorize(&api, &headers, Scope::Admin)?;
-    configured(&api, &name)?;
-    api.store.pause_queue(&name).await?;
-    Ok(Json(queue_settings_json(
-        &api.store.queue_settings(&name).await?,
-    )))
+    set_paused(&api, &headers, &name, true).await
 }
 
 /// `POST /v1/queues/{name}/resume`.
@@ -80,11 +75,26 @@ pub(crate) async fn resume(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    authorize(&api, &headers, Scope::Admin)?;
-    configured(&api, &name)?;
-    api.store.resume_queue(&name).await?;
+    set_paused(&api, &headers, &name, false).await
+}
+
+/// Pauses or resumes a configured queue with an admin token; answers its
+/// settings.
+async fn set_paused(
+    api: &Shared,
+    headers: &HeaderMap,
+    name: &str,
+    paused: bool,
+) -> ApiResult<Json<Value>> {
+    authorize(api, headers, Scope::Admin)?;
+    configured(api, name)?;
+    if paused {
+        api.store.pause_queue(name).await?;
+    } else {
+        api.store.resume_queue(name).await?;
+    }
     Ok(Json(queue_settings_json(
-        &api.store.queue_settings(&name).await?,
+        &api.store.queue_settings(name).await?,
     )))
 }
 
