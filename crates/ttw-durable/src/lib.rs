@@ -198,7 +198,7 @@ pub use error::Error;
 pub use model::attempt::Task;
 pub use model::backoff::Backoff;
 pub use model::failure::{Failure, MAX_RETRY_AFTER};
-pub use model::flow::{QueueLimits, QueueSettings, Rate, MAX_LIMIT};
+pub use model::flow::{QueueLimits, QueueSettings, Rate, RetryPolicy, MAX_LIMIT};
 pub use model::limits::{MAX_IDEMPOTENCY_KEY, MAX_PARTITION_KEY, MAX_PAYLOAD, MAX_RUN_AT};
 pub use model::new_task::NewTask;
 pub use model::queue::{DEFAULT_QUEUE, MAX_QUEUE_NAME};

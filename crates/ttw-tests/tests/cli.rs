@@ -269,6 +269,11 @@ on_both! {
         let text = ttw(&db, &["queue", "show", "sms"]).await;
         assert!(text.stdout.contains("CONCURRENCY") && text.stdout.contains('8'), "{text:?}");
 
+        let retry = ttw(&db, &["--json", "queue", "retry", "sms", "--max-attempts", "3", "--backoff", "10s..10m"]).await.json();
+        assert_eq!((retry["max_attempts"].as_u64(), retry["backoff"]["max_ms"].as_u64()), (Some(3), Some(600_000)));
+        assert_eq!(store.queue_settings("sms").await.unwrap().retry.max_attempts_limit(), Some(3));
+        ttw(&db, &["queue", "retry", "sms", "--backoff", "soon"]).await.refused("--backoff");
+        ttw(&db, &["queue", "retry", "sms", "--max-attempts", "0"]).await.refused("max_attempts");
         ttw(&db, &["queue", "limit", "sms", "--concurrency", "0"]).await.refused("concurrency");
         ttw(&db, &["queue", "limit", "sms", "--rate", "5/fortnight"]).await.refused("--rate");
         ttw(&db, &["queue", "limit", "sms", "--burst", "3"]).await.refused("no rate");

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use backends::{Backend, Db};
 use settings::fast;
-use ttw_durable::{NewTask, QueueLimits, Rate, Scheduler, Store};
+use ttw_durable::{Backoff, NewTask, QueueLimits, Rate, RetryPolicy, Scheduler, Store};
 
 /// What the handlers saw: how many ran at once, the most at once, and
 /// when each started and ended.
@@ -392,5 +392,42 @@ on_both! {
         let all = Overlap::default();
         all.log.lock().unwrap().extend(runs.iter().map(|r| (r.1, r.2)));
         assert!(all.most() <= 4, "{} ran at once", all.most());
+    }
+}
+
+on_both! {
+    /// A queue's retry policy from the database, over the node's own: the
+    /// node would wait 30 s between 5 attempts; the queue says 3 attempts,
+    /// 50 ms apart, so a failing task is dead after 3 within seconds.
+    async fn a_queue_s_retry_policy_overrides_the_node_s(db: Db) {
+        let store = db.open().await;
+        store
+            .set_queue_retry(
+                "flaky",
+                RetryPolicy::new()
+                    .max_attempts(3)
+                    .backoff(Backoff::exponential(Duration::from_millis(50), Duration::from_millis(100))),
+            )
+            .await
+            .unwrap();
+        let attempts = Arc::new(AtomicUsize::new(0));
+        let count = attempts.clone();
+        let node = fast(&store)
+            .max_attempts(5)
+            .backoff(Backoff::exponential(Duration::from_secs(30), Duration::from_secs(60)))
+            .handle("flaky", move |_task| {
+                count.fetch_add(1, Ordering::SeqCst);
+                async { Err::<(), _>("down".to_string()) }
+            })
+            .start_queues()
+            .await
+            .unwrap();
+        let id = store.schedule("x").queue("flaky").await.unwrap();
+        settings::wait_state(&store, id, ttw_durable::TaskState::Dead, Duration::from_secs(15)).await;
+        assert_eq!(attempts.load(Ordering::SeqCst), 3);
+        assert_eq!(store.get(id).await.unwrap().unwrap().attempts, 3);
+        let bad = RetryPolicy::new().max_attempts(0);
+        assert!(store.set_queue_retry("flaky", bad).await.unwrap_err().is_config());
+        node.shutdown().await.unwrap();
     }
 }

@@ -293,7 +293,8 @@ async fn queues_are_paused_limited_and_debounced_over_http() {
     assert_eq!(
         set,
         json!({"queue": "hooks", "paused": false, "concurrency": 4, "per_key_concurrency": 2,
-                           "rate": {"count": 50, "period_ms": 1000, "burst": 5}})
+                           "rate": {"count": 50, "period_ms": 1000, "burst": 5},
+                           "max_attempts": null, "backoff": null})
     );
     let (status, listed) = call("GET", "/v1/queues", &app, None).await;
     assert_eq!(status, 200);
@@ -409,6 +410,26 @@ async fn queues_are_paused_limited_and_debounced_over_http() {
             "{method} {path} {body:?}: {answer}"
         );
     }
+    let retry = json!({"max_attempts": 3, "backoff": {"base": "10s", "max": "10m"}});
+    let (status, retried) = call("PUT", "/v1/queues/hooks/retry", &ops, Some(retry)).await;
+    assert_eq!(status, 200, "{retried}");
+    assert_eq!(
+        (&retried["max_attempts"], &retried["backoff"]),
+        (&json!(3), &json!({"base_ms": 10_000, "max_ms": 600_000}))
+    );
+    let (status, answer) = call(
+        "PUT",
+        "/v1/queues/hooks/retry",
+        &ops,
+        Some(json!({"max_attempts": 0})),
+    )
+    .await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (400, Some("invalid_limit"))
+    );
+    let (status, _) = call("PUT", "/v1/queues/hooks/retry", &ops, Some(json!({}))).await;
+    assert_eq!(status, 200);
     let (_, after) = call("GET", "/v1/queues/hooks", &app, None).await;
     assert_eq!(after, set, "refused changes change nothing");
     let (status, cleared) = call("PUT", "/v1/queues/hooks/limits", &ops, Some(json!({}))).await;
@@ -950,7 +971,7 @@ async fn pages_redrive_recurring_schedules_and_the_openapi_routes() {
             routes += 1;
         }
     }
-    assert_eq!(routes, 24, "the routes the document names");
+    assert_eq!(routes, 25, "the routes the document names");
 
     // HTTP/2 (cleartext, with prior knowledge) from curl: the same API on
     // the same port.

@@ -170,7 +170,10 @@ on_both! {
         let seen = receiver.requests();
         let first = seen.iter().find(|r| r["attempt"] == 1).unwrap()["arrived_ms"].as_f64().unwrap();
         let second = seen.iter().find(|r| r["attempt"] == 2).unwrap()["arrived_ms"].as_f64().unwrap();
-        assert!(second - first >= 300.0 + 50.0, "{first} {second}");
+        // Measured at the receiver: the first request arrives a few ms
+        // after its attempt (and its timeout) started, so allow 20 ms of it
+        // (a loaded machine gave 346.5 where 350 was asked).
+        assert!(second - first >= 300.0 + 50.0 - 20.0, "{first} {second}");
         assert!(second - first < 5_000.0, "retried long before the callback_timeout: {first} {second}");
         assert_eq!(store.counts().await.unwrap().running, 0);
         scheduler.shutdown().await.unwrap();

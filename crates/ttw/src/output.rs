@@ -145,6 +145,11 @@ pub(crate) fn queue_settings_json(s: &ttw_durable::QueueSettings) -> Value {
         "paused": s.paused,
         "concurrency": s.limits.concurrency_limit(),
         "per_key_concurrency": s.limits.per_key_limit(),
+        "max_attempts": s.retry.max_attempts_limit(),
+        "backoff": s.retry.backoff_policy().map(|b| json!({
+            "base_ms": b.base_delay().as_millis() as u64,
+            "max_ms": b.max_delay().as_millis() as u64,
+        })),
         "rate": rate.map(|r| json!({
             "count": r.count(),
             "period_ms": r.period().as_millis() as u64,
@@ -172,6 +177,16 @@ pub(crate) fn flow_text(s: &ttw_durable::QueueSettings) -> String {
             r.count(),
             span(r.period()),
             r.burst_size()
+        ));
+    }
+    if let Some(n) = s.retry.max_attempts_limit() {
+        parts.push(format!("{n} attempts"));
+    }
+    if let Some(b) = s.retry.backoff_policy() {
+        parts.push(format!(
+            "backoff {}..{}",
+            span(b.base_delay()),
+            span(b.max_delay())
         ));
     }
     if parts.is_empty() {

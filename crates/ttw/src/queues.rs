@@ -3,7 +3,7 @@
 
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
-use ttw_durable::{QueueLimits, QueueSettings, Rate, Store};
+use ttw_durable::{Backoff, QueueLimits, QueueSettings, Rate, RetryPolicy, Store};
 
 use crate::output::{self, print_json, queue_settings_json as settings_json, table};
 use crate::{fail, parse_duration, Failure, Result};
@@ -23,6 +23,23 @@ pub(crate) enum QueueCommand {
     /// Change the queue's limits across every node; a limit not named is
     /// kept, `none` clears one.
     Limit(LimitArgs),
+    /// Change the queue's retry policy over each node's own; a part not
+    /// named is kept, `none` clears one.
+    Retry(RetryArgs),
+}
+
+/// `ttw queue retry`.
+#[derive(Debug, Args)]
+pub(crate) struct RetryArgs {
+    /// The queue's name.
+    name: String,
+    /// At most this many attempts a task, or `none`.
+    #[arg(long, value_name = "N|none")]
+    max_attempts: Option<String>,
+    /// The backoff before each retry, `BASE..MAX` doubling (`10s..10m`), or
+    /// `none`.
+    #[arg(long, value_name = "BASE..MAX|none")]
+    backoff: Option<String>,
 }
 
 /// A queue, by name.
@@ -121,6 +138,41 @@ pub(crate) async fn queue(store: &Store, command: QueueCommand, json: bool) -> R
                 limits = limits.per_key_concurrency(n);
             }
             store.set_queue_limits(&args.name, limits).await?;
+            show(store, &args.name, json).await
+        }
+        QueueCommand::Retry(args) => {
+            if args.max_attempts.is_none() && args.backoff.is_none() {
+                return fail("queue retry: name --max-attempts or --backoff");
+            }
+            let now = store.queue_settings(&args.name).await?.retry;
+            let max = count_or_none(
+                "--max-attempts",
+                args.max_attempts.as_deref(),
+                now.max_attempts_limit(),
+            )?;
+            let backoff = match args.backoff.as_deref() {
+                None => now.backoff_policy(),
+                Some("none") => None,
+                Some(text) => {
+                    let (base, most) = text.split_once("..").ok_or_else(|| {
+                        Failure(format!(
+                            "--backoff: not BASE..MAX: {text:?} (try 10s..10m, or none)"
+                        ))
+                    })?;
+                    Some(Backoff::exponential(
+                        parse_duration("--backoff", base)?,
+                        parse_duration("--backoff", most)?,
+                    ))
+                }
+            };
+            let mut retry = RetryPolicy::new();
+            if let Some(n) = max {
+                retry = retry.max_attempts(n);
+            }
+            if let Some(b) = backoff {
+                retry = retry.backoff(b);
+            }
+            store.set_queue_retry(&args.name, retry).await?;
             show(store, &args.name, json).await
         }
     }

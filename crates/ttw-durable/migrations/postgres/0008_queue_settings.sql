@@ -3,7 +3,9 @@
 -- most `rate_count` starts every `rate_period` ms with bursts of up to
 -- `rate_burst` (a token bucket: `tokens` as of `refilled_at`, by the
 -- database's clock); at most `key_concurrency` running at once for each
--- partition key (a tenant, a customer), the keys served in turn. A queue
+-- partition key (a tenant, a customer), the keys served in turn; and the
+-- retry policy (`max_attempts`, a backoff from `backoff_base` doubling up
+-- to `backoff_max`, in ms) over each node's own. A queue
 -- without a row, or with none of them set, is claimed as before, in one
 -- statement.
 CREATE TABLE ttw_queues (
@@ -14,6 +16,9 @@ CREATE TABLE ttw_queues (
     rate_period BIGINT,
     rate_burst  BIGINT,
     key_concurrency BIGINT,
+    max_attempts BIGINT,
+    backoff_base BIGINT,
+    backoff_max BIGINT,
     tokens      DOUBLE PRECISION NOT NULL DEFAULT 0,
     refilled_at BIGINT NOT NULL DEFAULT 0,
     updated_at  BIGINT NOT NULL

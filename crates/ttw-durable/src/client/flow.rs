@@ -4,7 +4,7 @@
 
 use crate::client::store::Store;
 use crate::error::Error;
-use crate::model::flow::{QueueLimits, QueueSettings};
+use crate::model::flow::{QueueLimits, QueueSettings, RetryPolicy};
 use crate::model::queue::check_queue;
 use crate::sql::queues;
 
@@ -84,6 +84,40 @@ impl Store {
         queues::set_limits(self.db(), queue, &limits).await
     }
 
+    /// Sets `queue`'s retry policy for every node, replacing the one it had
+    /// ([`RetryPolicy::new`] leaves each node's own): the attempts a task
+    /// gets before it is dead (a task's own limit still comes first), and
+    /// the backoff before each retry. A node reads the backoff when one of
+    /// the queue's attempts fails, at most once a second; the attempt limit
+    /// is read by the statement that records the failure.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// use std::time::Duration;
+    /// use ttw_durable::{Backoff, RetryPolicy};
+    ///
+    /// let store = ttw_durable::Store::sqlite_in_memory().await?;
+    /// let policy = RetryPolicy::new()
+    ///     .max_attempts(3)
+    ///     .backoff(Backoff::exponential(Duration::from_secs(10), Duration::from_secs(600)));
+    /// store.set_queue_retry("partner-api", policy).await?;
+    /// assert_eq!(store.queue_settings("partner-api").await?.retry, policy);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_config`] for an attempt limit of 0 or a backoff under
+    /// 1 ms or over a year, [`Error::is_invalid_queue`],
+    /// [`Error::is_database`].
+    pub async fn set_queue_retry(&self, queue: &str, retry: RetryPolicy) -> Result<(), Error> {
+        check_queue(queue)?;
+        retry.check()?;
+        queues::set_retry(self.db(), queue, &retry).await
+    }
+
     /// The settings of `queue`: not paused and no limits if none were set.
     ///
     /// # Errors
@@ -97,6 +131,7 @@ impl Store {
                 queue: queue.to_string(),
                 paused: false,
                 limits: QueueLimits::new(),
+                retry: RetryPolicy::new(),
             },
         })
     }

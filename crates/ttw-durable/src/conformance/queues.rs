@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::model::flow::{QueueLimits, Rate};
+use crate::model::flow::{QueueLimits, Rate, RetryPolicy};
 use crate::model::lanes::Lanes;
 use crate::sql::claims::{Claims, Due, Success, Wait};
 use crate::sql::queues;
@@ -271,6 +271,53 @@ async fn queues_case(store: &Store) {
             .unwrap()
     });
     assert_eq!(kept.as_deref(), Some("a"));
+
+    // A queue's retry policy: read back; its attempt limit decides dead
+    // over the node's default (10 here), a task's own limit over both.
+    let policy = RetryPolicy::new()
+        .max_attempts(1)
+        .backoff(crate::Backoff::exponential(
+            Duration::from_millis(50),
+            Duration::from_secs(2),
+        ));
+    queues::set_retry(db, "keyed", &policy).await.unwrap();
+    let row = queues::get(db, "keyed").await.unwrap().unwrap().settings();
+    assert_eq!(
+        (row.retry, row.limits.per_key_limit()),
+        (policy, Some(1)),
+        "the limits are kept"
+    );
+    assert_eq!(
+        queues::queue_backoff(db, "keyed").await.unwrap(),
+        Some(crate::Backoff::exponential(
+            Duration::from_millis(50),
+            Duration::from_secs(2)
+        ))
+    );
+    assert_eq!(queues::queue_backoff(db, "conc").await.unwrap(), None);
+    let running = &first.claimed[0].attempt;
+    let failed = keyed_claims
+        .fail(running, "boom", 9_000, 10, false, 3_500)
+        .await
+        .unwrap();
+    assert_eq!(
+        failed,
+        Some(crate::sql::claims::Failed::Dead),
+        "the queue's limit of 1"
+    );
+    queues::set_retry(db, "keyed", &RetryPolicy::new())
+        .await
+        .unwrap();
+    let second = &first.claimed[1].attempt;
+    let failed = keyed_claims
+        .fail(second, "boom", 9_000, 10, false, 3_500)
+        .await
+        .unwrap();
+    assert_eq!(
+        failed,
+        Some(crate::sql::claims::Failed::Retry(9_000)),
+        "the node's again"
+    );
 
     // Limits cleared: the queue is no longer controlled.
     queues::set_limits(db, "conc", &QueueLimits::new())

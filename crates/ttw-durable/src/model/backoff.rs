@@ -41,6 +41,16 @@ impl Backoff {
         }
     }
 
+    /// The delay after the first failure.
+    pub fn base_delay(&self) -> Duration {
+        self.base
+    }
+
+    /// The longest delay.
+    pub fn max_delay(&self) -> Duration {
+        self.max
+    }
+
     /// The delay after failed attempt `attempt` (from 1) of task `id`.
     pub fn delay(&self, attempt: u32, id: u64) -> Duration {
         let shift = attempt.saturating_sub(1).min(32);

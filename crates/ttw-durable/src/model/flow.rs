@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::model::backoff::Backoff;
 
 /// The shortest rate period: 1 ms.
 const MIN_PERIOD: Duration = Duration::from_millis(1);
@@ -187,6 +188,77 @@ impl QueueLimits {
     }
 }
 
+/// A queue's retry policy, over each node's own
+/// ([`SchedulerBuilder::max_attempts`](crate::SchedulerBuilder::max_attempts),
+/// [`SchedulerBuilder::backoff`](crate::SchedulerBuilder::backoff)); a
+/// task's own [`Schedule::max_attempts`](crate::Schedule::max_attempts)
+/// still comes first. Unset, a part does not apply.
+///
+/// ```
+/// use std::time::Duration;
+/// use ttw_durable::{Backoff, RetryPolicy};
+///
+/// let policy = RetryPolicy::new()
+///     .max_attempts(3)
+///     .backoff(Backoff::exponential(Duration::from_secs(10), Duration::from_secs(600)));
+/// assert_eq!(policy.max_attempts_limit(), Some(3));
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetryPolicy {
+    max_attempts: Option<u32>,
+    backoff: Option<Backoff>,
+}
+
+impl RetryPolicy {
+    /// Each node's own.
+    pub fn new() -> RetryPolicy {
+        RetryPolicy::default()
+    }
+
+    /// At most `n` attempts a task (at least 1), then dead.
+    pub fn max_attempts(mut self, n: u32) -> RetryPolicy {
+        self.max_attempts = Some(n);
+        self
+    }
+
+    /// The delay before each retry.
+    pub fn backoff(mut self, backoff: Backoff) -> RetryPolicy {
+        self.backoff = Some(backoff);
+        self
+    }
+
+    /// The attempt limit, if set.
+    pub fn max_attempts_limit(&self) -> Option<u32> {
+        self.max_attempts
+    }
+
+    /// The backoff, if set.
+    pub fn backoff_policy(&self) -> Option<Backoff> {
+        self.backoff
+    }
+
+    /// Checks the policy: [`Error::is_config`] names what is wrong.
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        if let Some(n) = self.max_attempts {
+            if n == 0 || n > MAX_LIMIT {
+                return Err(Error::config(format!(
+                    "a queue's max_attempts must be from 1 to {MAX_LIMIT}, not {n}"
+                )));
+            }
+        }
+        if let Some(b) = self.backoff {
+            if b.base_delay() < MIN_PERIOD || b.max_delay() > MAX_PERIOD {
+                return Err(Error::config(format!(
+                    "a queue's backoff must be from 1 ms to a year, not {:?} to {:?}",
+                    b.base_delay(),
+                    b.max_delay()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A queue's settings as the store holds them (see
 /// [`Store::queue_settings`](crate::Store::queue_settings)).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,6 +269,8 @@ pub struct QueueSettings {
     pub paused: bool,
     /// Its limits.
     pub limits: QueueLimits,
+    /// Its retry policy.
+    pub retry: RetryPolicy,
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! is out of attempts. Both are written under the claim's fence, and both
 //! are reported to the node's [`Events`].
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -21,6 +22,11 @@ use crate::node::events::Events;
 use crate::node::faults::Faults;
 use crate::node::window::Window;
 use crate::sql::claims::{Claims, Due, Failed};
+use crate::sql::queues;
+
+/// How long a node keeps a queue's backoff from `ttw_queues` before it reads
+/// it again (on the next failure).
+const RETRY_POLICY_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Records outcomes for one node: what a handler's supervisor and a
 /// streamed [`Delivery`](crate::Delivery) settle through.
@@ -28,6 +34,9 @@ pub(crate) struct Outcomes {
     claims: Claims,
     window: Arc<Window>,
     backoff: Backoff,
+    /// Each queue's own backoff (`ttw_queues`), as last read, by queue
+    /// index: read again on a failure at most every [`RETRY_POLICY_TTL`].
+    queue_backoffs: std::sync::Mutex<HashMap<usize, (tokio::time::Instant, Option<Backoff>)>>,
     /// The attempt limit of tasks scheduled without their own.
     default_max: i64,
     node_id: String,
@@ -133,6 +142,7 @@ impl Outcomes {
             claims,
             window,
             backoff,
+            queue_backoffs: std::sync::Mutex::new(HashMap::new()),
             default_max: i64::from(max_attempts),
             node_id,
             aborted,
@@ -151,6 +161,37 @@ impl Outcomes {
             return Err(Error::closed());
         }
         Ok(())
+    }
+
+    /// The backoff of `attempt`'s queue: its own in `ttw_queues` if it has
+    /// one (read at most every [`RETRY_POLICY_TTL`]), else the node's. A
+    /// read that fails keeps what was known.
+    async fn backoff_of(&self, attempt: &Attempt) -> Backoff {
+        let index = self.queue_of(attempt);
+        let now = tokio::time::Instant::now();
+        let known = self
+            .queue_backoffs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&index)
+            .copied();
+        let own = match known {
+            Some((at, own)) if now.duration_since(at) < RETRY_POLICY_TTL => own,
+            _ => {
+                let queue = self.window.lanes.queue_of(attempt.lane).clone();
+                match queues::queue_backoff(self.claims.db(), &queue).await {
+                    Ok(own) => {
+                        self.queue_backoffs
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(index, (now, own));
+                        own
+                    }
+                    Err(_) => known.and_then(|(_, own)| own),
+                }
+            }
+        };
+        own.unwrap_or(self.backoff)
     }
 
     /// The index of `attempt`'s queue among the node's queues, as
@@ -188,7 +229,7 @@ impl Outcomes {
         let now = self.clock.now_ms();
         let retry_at = match failure.next_attempt_after() {
             Some(wait) => now.saturating_add(ms(wait)),
-            None => retry_at(&self.backoff, attempt, now),
+            None => retry_at(&self.backoff_of(attempt).await, attempt, now),
         };
         let error = failure.message();
         let failed = self

@@ -95,10 +95,13 @@ fn fenced(id: &str, claim: &str, session: &str, shards: &str) -> String {
     format!("id = {id} AND {}", fence(claim, session, shards))
 }
 
-/// The task has used every attempt it may: its own limit, or
-/// `default_max` when it has none.
+/// The task has used every attempt it may: its own limit, else its
+/// queue's (`ttw_queues`), else `default_max`, the node's.
 fn out_of_attempts(default_max: &str) -> String {
-    format!("attempts >= COALESCE(max_attempts, {default_max})")
+    format!(
+        "attempts >= COALESCE(max_attempts, \
+         (SELECT q.max_attempts FROM ttw_queues q WHERE q.queue = ttw_tasks.queue), {default_max})"
+    )
 }
 
 /// The assignments that end an attempt without success: scheduled again at
@@ -388,6 +391,11 @@ impl Claims {
     /// write transaction wait for the one before it.
     pub(crate) fn on_sqlite(&self) -> bool {
         self.db.is_sqlite()
+    }
+
+    /// The database these statements run on.
+    pub(crate) fn db(&self) -> &Db {
+        &self.db
     }
 
     /// The session these statements are bound to.

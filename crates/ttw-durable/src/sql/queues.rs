@@ -3,12 +3,13 @@
 //! [`claims::limited`](crate::sql::claims).
 
 use crate::error::Error;
-use crate::model::flow::{QueueLimits, QueueSettings, Rate};
+use crate::model::backoff::Backoff;
+use crate::model::flow::{QueueLimits, QueueSettings, Rate, RetryPolicy};
 use crate::sql::db::{with_pool, write_with_pool, Db, Urgency};
 
 /// The columns a [`QueueRow`] is read from.
-const COLUMNS: &str =
-    "queue, paused, concurrency, rate_count, rate_period, rate_burst, key_concurrency";
+const COLUMNS: &str = "queue, paused, concurrency, rate_count, rate_period, rate_burst, \
+                       key_concurrency, max_attempts, backoff_base, backoff_max";
 
 /// A row of `ttw_queues`, as an operator sees it.
 #[derive(Debug, sqlx::FromRow)]
@@ -20,6 +21,9 @@ pub(crate) struct QueueRow {
     rate_period: Option<i64>,
     rate_burst: Option<i64>,
     key_concurrency: Option<i64>,
+    max_attempts: Option<i64>,
+    backoff_base: Option<i64>,
+    backoff_max: Option<i64>,
 }
 
 impl QueueRow {
@@ -39,10 +43,18 @@ impl QueueRow {
             let per = std::time::Duration::from_millis(u64::try_from(per).unwrap_or(0));
             limits = limits.rate(Rate::new(count(n), per).burst(count(burst)));
         }
+        let mut retry = RetryPolicy::new();
+        if let Some(n) = self.max_attempts {
+            retry = retry.max_attempts(count(n));
+        }
+        if let Some(backoff) = backoff(self.backoff_base, self.backoff_max) {
+            retry = retry.backoff(backoff);
+        }
         QueueSettings {
             queue: self.queue,
             paused: self.paused != 0,
             limits,
+            retry,
         }
     }
 }
@@ -121,6 +133,48 @@ pub(crate) async fn set_limits(db: &Db, queue: &str, limits: &QueueLimits) -> Re
             .map(drop)?
     });
     Ok(())
+}
+
+/// A backoff from its columns (ms), if both are set.
+fn backoff(base: Option<i64>, max: Option<i64>) -> Option<Backoff> {
+    let ms = |v: i64| std::time::Duration::from_millis(u64::try_from(v).unwrap_or(0));
+    Some(Backoff::exponential(ms(base?), ms(max?)))
+}
+
+/// Sets `queue`'s retry policy, replacing the one it had.
+pub(crate) async fn set_retry(db: &Db, queue: &str, retry: &RetryPolicy) -> Result<(), Error> {
+    let sql = format!(
+        "INSERT INTO ttw_queues (queue, max_attempts, backoff_base, backoff_max, updated_at) \
+         VALUES ($1, $2, $3, $4, {}) ON CONFLICT (queue) DO UPDATE SET \
+         max_attempts = excluded.max_attempts, backoff_base = excluded.backoff_base, \
+         backoff_max = excluded.backoff_max, updated_at = excluded.updated_at",
+        db.clock_sql()
+    );
+    let ms = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    let backoff = retry.backoff_policy();
+    write_with_pool!(db, Urgency::Ordinary, pool => {
+        sqlx::query(&sql)
+            .bind(queue)
+            .bind(retry.max_attempts_limit().map(i64::from))
+            .bind(backoff.map(|b| ms(b.base_delay())))
+            .bind(backoff.map(|b| ms(b.max_delay())))
+            .execute(pool)
+            .await
+            .map(drop)?
+    });
+    Ok(())
+}
+
+/// The backoff `queue`'s settings give its retries, if any: what a node
+/// reads when one of the queue's attempts fails.
+pub(crate) async fn queue_backoff(db: &Db, queue: &str) -> Result<Option<Backoff>, Error> {
+    let row: Option<(Option<i64>, Option<i64>)> = with_pool!(db, pool => {
+        sqlx::query_as("SELECT backoff_base, backoff_max FROM ttw_queues WHERE queue = $1")
+            .bind(queue)
+            .fetch_optional(pool)
+            .await?
+    });
+    Ok(row.and_then(|(base, max)| backoff(base, max)))
 }
 
 /// The settings of `queue`, if it has a row.

@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use ttw_durable::{QueueLimits, Rate};
+use ttw_durable::{Backoff, QueueLimits, Rate, RetryPolicy};
 
 use super::api::{allow_queue, authorize, body, ApiError, ApiResult, Shared};
 use super::config::Scope;
@@ -170,6 +170,67 @@ pub(crate) async fn put_limits(
     }
     api.store
         .set_queue_limits(&name, limits)
+        .await
+        .map_err(|err| {
+            if err.is_config() {
+                ApiError::bad("invalid_limit", err.to_string())
+            } else {
+                err.into()
+            }
+        })?;
+    Ok(Json(queue_settings_json(
+        &api.store.queue_settings(&name).await?,
+    )))
+}
+
+/// The body of `PUT /v1/queues/{name}/retry`: the retry policy, replacing
+/// the queue's (an absent part is cleared: the nodes' own applies).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetryBody {
+    max_attempts: Option<i64>,
+    backoff: Option<BackoffBody>,
+}
+
+/// A backoff: `base` after the first failure, doubling up to `max`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BackoffBody {
+    base: String,
+    max: String,
+}
+
+/// `PUT /v1/queues/{name}/retry`: sets the queue's retry policy over each
+/// node's own; answers its settings.
+pub(crate) async fn put_retry(
+    State(api): State<Shared>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<Value>> {
+    authorize(&api, &headers, Scope::Admin)?;
+    configured(&api, &name)?;
+    let b: RetryBody = body(bytes)?;
+    let mut retry = RetryPolicy::new();
+    if let Some(n) = b.max_attempts {
+        retry = retry.max_attempts(count("max_attempts", n)?);
+    }
+    if let Some(backoff) = b.backoff {
+        let parse = |what: &str, text: &str| {
+            humantime::parse_duration(text).map_err(|err| {
+                ApiError::bad(
+                    "invalid_limit",
+                    format!("backoff.{what} {text:?} is not a duration ({err}; try 10s, 10m)"),
+                )
+            })
+        };
+        retry = retry.backoff(Backoff::exponential(
+            parse("base", &backoff.base)?,
+            parse("max", &backoff.max)?,
+        ));
+    }
+    api.store
+        .set_queue_retry(&name, retry)
         .await
         .map_err(|err| {
             if err.is_config() {

@@ -41,6 +41,7 @@ pub(crate) const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/queues/{name}/pause"),
     ("POST", "/v1/queues/{name}/resume"),
     ("PUT", "/v1/queues/{name}/limits"),
+    ("PUT", "/v1/queues/{name}/retry"),
 ];
 
 /// The handler of one entry of [`ROUTES`].
@@ -70,6 +71,7 @@ fn handler(method: &str, path: &str) -> MethodRouter<Shared> {
         ("POST", "/v1/queues/{name}/pause") => post(queues::pause),
         ("POST", "/v1/queues/{name}/resume") => post(queues::resume),
         ("PUT", "/v1/queues/{name}/limits") => put(queues::put_limits),
+        ("PUT", "/v1/queues/{name}/retry") => put(queues::put_retry),
         _ => unreachable!("a route of ROUTES without a handler: {method} {path}"),
     }
 }
