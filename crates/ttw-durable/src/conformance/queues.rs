@@ -263,13 +263,9 @@ async fn queues_case(store: &Store) {
     assert!(tasks::cancel(db, tasks::Which::Id(fired[1].id), 4_000)
         .await
         .unwrap());
-    let kept: Option<String> = with_pool!(db, pool => {
-        sqlx::query_scalar("SELECT partition_key FROM ttw_history WHERE id = $1")
-            .bind(fired[1].id)
-            .fetch_one(pool)
-            .await
-            .unwrap()
-    });
+    let kept = queues::history_partition_key(db, fired[1].id)
+        .await
+        .unwrap();
     assert_eq!(kept.as_deref(), Some("a"));
 
     // A queue's retry policy: read back; its attempt limit decides dead

@@ -16,6 +16,7 @@ pub(crate) mod lease;
 pub(crate) mod outcome;
 pub(crate) mod poll;
 pub(crate) mod process;
+pub(crate) mod ready;
 pub(crate) mod report;
 pub(crate) mod scheduler;
 pub(crate) mod shards;

@@ -207,3 +207,16 @@ pub(crate) async fn bucket(db: &Db, queue: &str) -> Result<Option<(f64, i64)>, E
     });
     Ok(row)
 }
+
+/// The partition key a finished task keeps in `ttw_history` (for the
+/// conformance suite).
+#[cfg(test)]
+pub(crate) async fn history_partition_key(db: &Db, id: i64) -> Result<Option<String>, Error> {
+    let key = with_pool!(db, pool => {
+        sqlx::query_scalar("SELECT partition_key FROM ttw_history WHERE id = $1")
+            .bind(id)
+            .fetch_one(pool)
+            .await?
+    });
+    Ok(key)
+}

@@ -118,6 +118,16 @@ struct RateBody {
     burst: Option<i64>,
 }
 
+/// A setting the store refused: 400 `invalid_limit` when it is out of
+/// range, as any other store error otherwise.
+fn refused_setting(err: ttw_durable::Error) -> ApiError {
+    if err.is_config() {
+        ApiError::bad("invalid_limit", err.to_string())
+    } else {
+        err.into()
+    }
+}
+
 /// A count from the body: 400 `invalid_limit` when it is out of range.
 fn count(what: &str, n: i64) -> ApiResult<u32> {
     u32::try_from(n)
@@ -171,13 +181,7 @@ pub(crate) async fn put_limits(
     api.store
         .set_queue_limits(&name, limits)
         .await
-        .map_err(|err| {
-            if err.is_config() {
-                ApiError::bad("invalid_limit", err.to_string())
-            } else {
-                err.into()
-            }
-        })?;
+        .map_err(refused_setting)?;
     Ok(Json(queue_settings_json(
         &api.store.queue_settings(&name).await?,
     )))
@@ -232,13 +236,7 @@ pub(crate) async fn put_retry(
     api.store
         .set_queue_retry(&name, retry)
         .await
-        .map_err(|err| {
-            if err.is_config() {
-                ApiError::bad("invalid_limit", err.to_string())
-            } else {
-                err.into()
-            }
-        })?;
+        .map_err(refused_setting)?;
     Ok(Json(queue_settings_json(
         &api.store.queue_settings(&name).await?,
     )))
