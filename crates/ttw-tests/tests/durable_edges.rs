@@ -546,6 +546,40 @@ on_both! {
 }
 
 on_both! {
+    /// A batch without keys (one statement: on PostgreSQL a column's values
+    /// travel as one array, and no transaction is opened around it) stores
+    /// every task with its own time, payload, queue, priority and attempt
+    /// limit, and answers in the order given.
+    async fn a_keyless_batch_stores_every_column_as_given(db: Db) {
+        let store = db.open().await;
+        let base = SystemTime::now() + Duration::from_secs(3600);
+        let tasks: Vec<NewTask> = (0..1_000u64)
+            .map(|i| {
+                let task = NewTask::new(format!("task {i}"))
+                    .at(base + Duration::from_millis(i * 7))
+                    .queue(format!("q{}", i % 3))
+                    .priority(i as i16 % 5 - 2);
+                if i % 2 == 0 { task.max_attempts(1 + (i % 9) as u32) } else { task }
+            })
+            .collect();
+        let out = store.schedule_batch(tasks).await.unwrap();
+        assert_eq!(out.len(), 1_000);
+        for (i, scheduled) in out.iter().enumerate() {
+            let i = i as u64;
+            assert!(scheduled.is_created(), "task {i}: {scheduled:?}");
+            let info = store.get(scheduled.id()).await.unwrap().unwrap();
+            assert_eq!(info.payload, format!("task {i}").into_bytes(), "task {i}");
+            assert_eq!(info.queue, format!("q{}", i % 3), "task {i}");
+            assert_eq!(info.priority, i as i16 % 5 - 2, "task {i}");
+            assert_eq!(info.max_attempts, (i % 2 == 0).then(|| 1 + (i % 9) as u32), "task {i}");
+            let want = base + Duration::from_millis(i * 7);
+            let off = info.run_at.duration_since(want).unwrap_or_else(|e| e.duration());
+            assert!(off < Duration::from_millis(1), "task {i}: {:?} for {want:?}", info.run_at);
+        }
+    }
+}
+
+on_both! {
     /// One task that could not be scheduled alone refuses the whole batch
     /// before anything is written, and the error says which and why.
     async fn a_batch_with_one_bad_task_stores_nothing(db: Db) {

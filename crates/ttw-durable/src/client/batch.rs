@@ -79,11 +79,39 @@ impl Store {
         let turn = db.write_turn(Urgency::Ordinary).await;
         let (outcomes, created) = with_pool!(db, pool => {
             let mut conn = pool.acquire().await?;
-            self.insert_rows(Conn::from(&mut *conn), &rows).await?
+            if rows.len() <= ROWS_PER_STATEMENT && rows.iter().all(|r| r.idempotency_key.is_none()) {
+                self.insert_keyless(Conn::from(&mut *conn), &rows).await?
+            } else {
+                self.insert_rows(Conn::from(&mut *conn), &rows).await?
+            }
         });
         drop(turn);
         self.notifier().committed(created, Made::Created);
         Ok(outcomes)
+    }
+
+    /// Inserts at most [`ROWS_PER_STATEMENT`] rows without a key on `conn`,
+    /// outside a transaction: one statement is atomic by itself, and with
+    /// no key there is nothing to look up, so the `BEGIN` and `COMMIT` of
+    /// [`insert_rows`](Self::insert_rows) would be two round trips (on
+    /// PostgreSQL) for nothing. What [`insert_rows`](Self::insert_rows)
+    /// returns for the same rows.
+    async fn insert_keyless(
+        &self,
+        conn: Conn<'_>,
+        rows: &[NewRow],
+    ) -> Result<(Vec<Scheduled>, Vec<Announced>), Error> {
+        let params: Vec<TaskParams<'_>> = rows.iter().map(TaskParams::from).collect();
+        let returned = tasks::insert(conn, self.names(), &params, self.clock().now_ms()).await?;
+        let created = match_rows(rows, returned)?
+            .into_iter()
+            .map(|task| task.ok_or_else(|| Error::internal("a task without a key was not created")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let outcomes = created
+            .iter()
+            .map(|task| Scheduled::Created(TaskId(task.id)))
+            .collect();
+        Ok((outcomes, created))
     }
 
     /// Inserts `rows` on `conn`, a statement per thousand, and looks up
