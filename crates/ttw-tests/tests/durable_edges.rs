@@ -70,6 +70,85 @@ async fn a_schedule_that_waited_for_the_write_lock_is_found_by_the_poll() {
     scheduler.shutdown().await.unwrap();
 }
 
+/// PostgreSQL: a statement's announcements travel in notifications of a
+/// payload's worth of tasks each (a notification a task cost a tenth of an
+/// insert's time). A batch of 1,000 tasks with the longest partition keys
+/// and queue name fills many notifications, none over PostgreSQL's 8,000
+/// bytes; a scheduler that hears of them only by `NOTIFY` (its catch-up
+/// poll an hour apart, its window loaded every twenty minutes, started
+/// before the batch) delivers every one, once, none early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(ttw_no_postgres, ignore = "needs DATABASE_URL when built")]
+async fn a_batch_s_announcements_fill_notifications_that_each_fit() {
+    let db = Db::new(Backend::Postgres, "notify_parts");
+    let store = db.open().await;
+    let (url, schema) = db.postgres_parts().unwrap();
+    let mut listener = sqlx::postgres::PgListener::connect(url).await.unwrap();
+    listener
+        .listen(&format!("ttw_tasks_{schema}"))
+        .await
+        .unwrap();
+    let log = Log::default();
+    let queue = "q".repeat(ttw_durable::MAX_QUEUE_NAME);
+    let recorder = log.clone();
+    let builder = fast(&store)
+        .window(Duration::from_secs(1200))
+        .catch_up_interval(Duration::from_secs(3600))
+        .lease_ttl(Duration::from_secs(30))
+        .heartbeat(Duration::from_secs(5))
+        .handle(queue.clone(), move |task| {
+            let recorder = recorder.clone();
+            async move {
+                recorder.record(&task);
+                Ok::<_, String>(())
+            }
+        });
+    let scheduler = start_logging(builder, &log).await;
+    // The scheduler's LISTEN connection opens (and loads the window) first.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let other = db.open().await;
+    let out = other
+        .schedule_batch((0..1_000u64).map(|i| {
+            let key = format!("{i:04}{}", "k".repeat(ttw_durable::MAX_PARTITION_KEY - 4));
+            NewTask::new(format!("{i}"))
+                .queue(queue.clone())
+                .partition_key(key)
+                .delay(Duration::from_millis(1_000 + i))
+        }))
+        .await
+        .unwrap();
+    let (mut notifications, mut entries) = (0, 0);
+    while entries < 1_000 {
+        let heard = tokio::time::timeout(Duration::from_secs(10), listener.recv())
+            .await
+            .expect("the batch's notifications")
+            .unwrap();
+        let payload = heard.payload();
+        assert!(
+            payload.len() <= 8_000,
+            "a payload of {} bytes",
+            payload.len()
+        );
+        notifications += 1;
+        entries += payload
+            .split(',')
+            .filter(|e| e.ends_with(queue.as_str()))
+            .count();
+    }
+    assert_eq!(entries, 1_000);
+    assert!(
+        notifications > 1 && notifications < 100,
+        "{notifications} notifications"
+    );
+    log.wait_for(1_000, Duration::from_secs(30)).await;
+    let per_task = log.per_task();
+    for scheduled in &out {
+        assert_eq!(per_task.get(&scheduled.id()), Some(&1), "{scheduled:?}");
+    }
+    log.assert_never_early();
+    scheduler.shutdown().await.unwrap();
+}
+
 /// PostgreSQL: while its `LISTEN` connection is up a scheduler's catch-up
 /// poll rests, so a connection cut by the server must be noticed and
 /// opened again, and the window loaded, or a change whose notification was

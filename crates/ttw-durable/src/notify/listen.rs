@@ -1,6 +1,8 @@
 //! The hearing side, one per scheduler: the in-process broadcast, and on
 //! PostgreSQL a `LISTEN` connection, opened again when it is lost.
 
+#[cfg(feature = "postgres")]
+use std::collections::VecDeque;
 use std::sync::atomic::AtomicBool;
 #[cfg(feature = "postgres")]
 use std::sync::atomic::Ordering;
@@ -58,6 +60,10 @@ pub(crate) struct Listener {
     /// poll, which rests while it is.
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     listening: Arc<AtomicBool>,
+    /// The tasks of a notification not yet returned (one notification
+    /// announces a statement's tasks, up to a payload's worth).
+    #[cfg(feature = "postgres")]
+    heard: VecDeque<Announced>,
 }
 
 impl Listener {
@@ -76,6 +82,8 @@ impl Listener {
             #[cfg(feature = "postgres")]
             retry_at: None,
             listening,
+            #[cfg(feature = "postgres")]
+            heard: VecDeque::new(),
         }
     }
 
@@ -98,6 +106,9 @@ impl Listener {
     #[cfg(feature = "postgres")]
     pub(crate) async fn next(&mut self) -> Heard {
         loop {
+            if let Some(due) = self.heard.pop_front() {
+                return Heard::Due(due);
+            }
             if let Some(opened) = self.reopen().await {
                 return opened;
             }
@@ -116,8 +127,8 @@ impl Listener {
                 heard = self.local.recv() => return heard_locally(heard),
                 heard = remote => match heard {
                     Some(Ok(Some(notification))) => {
-                        if let Some(due) = parse(notification.payload()) {
-                            return Heard::Due(due);
+                        if parse(notification.payload(), &mut self.heard) > 0 {
+                            continue;
                         }
                         if notification.payload() == RECURRING {
                             return Heard::Recurring;

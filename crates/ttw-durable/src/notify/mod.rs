@@ -35,28 +35,48 @@ pub(crate) type ListenOptions = sqlx::postgres::PgConnectOptions;
 #[cfg(not(feature = "postgres"))]
 pub(crate) type ListenOptions = std::convert::Infallible;
 
-/// A `NOTIFY` payload, `<id>:<run_at>:<priority>:<n>:<key><queue>`: the
-/// partition key is its first `n` bytes after the fourth `:` (none if 0),
-/// the queue the rest (a queue's name may hold `:`, a key anything).
+/// A `NOTIFY` payload: entries `<id>:<run_at>:<priority>:<n>:<key><queue>`
+/// separated by commas, one a task. An entry's partition key is its first
+/// `n` bytes after the fourth `:` (none if 0), its queue what follows, to
+/// the next comma or the end (a queue's name may hold `:` but no comma, a
+/// key anything). Appends each task to `out` and returns how many; an entry
+/// that does not parse ends the reading (what follows could be misread).
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-pub(super) fn parse(payload: &str) -> Option<Announced> {
+pub(super) fn parse(payload: &str, out: &mut std::collections::VecDeque<Announced>) -> usize {
+    let mut rest = payload;
+    let mut read = 0;
+    while !rest.is_empty() {
+        let Some((task, after)) = parse_entry(rest) else {
+            break;
+        };
+        out.push_back(task);
+        read += 1;
+        rest = after;
+    }
+    read
+}
+
+/// The first entry of `payload` and what follows its comma.
+fn parse_entry(payload: &str) -> Option<(Announced, &str)> {
     let mut parts = payload.splitn(5, ':');
     let id = parts.next()?.parse().ok()?;
     let run_at = parts.next()?.parse().ok()?;
     let priority = parts.next()?.parse().ok()?;
     let key_len: usize = parts.next()?.parse().ok()?;
     let rest = parts.next()?;
-    let (key, queue) = (rest.get(..key_len)?, rest.get(key_len..)?);
+    let (key, after) = (rest.get(..key_len)?, rest.get(key_len..)?);
+    let (queue, next) = after.split_once(',').unwrap_or((after, ""));
     if queue.is_empty() {
         return None;
     }
-    Some(Announced {
+    let task = Announced {
         id,
         run_at,
         priority,
         queue: Arc::from(queue),
         key: key_hash((key_len > 0).then_some(key)),
-    })
+    };
+    Some((task, next))
 }
 
 #[cfg(test)]
@@ -64,10 +84,17 @@ mod tests {
     use super::*;
     use crate::sql::announce::RECURRING;
 
+    fn parse_one(payload: &str) -> Option<Announced> {
+        let mut out = std::collections::VecDeque::new();
+        (parse(payload, &mut out) == 1)
+            .then(|| out.pop_front())
+            .flatten()
+    }
+
     #[test]
     fn payloads_parse_or_are_ignored() {
         assert_eq!(
-            parse("7:1000:-3:0:tenant:42"),
+            parse_one("7:1000:-3:0:tenant:42"),
             Some(Announced {
                 id: 7,
                 run_at: 1000,
@@ -76,21 +103,46 @@ mod tests {
                 key: 0,
             })
         );
-        let keyed = parse("7:1000:0:9:acme:co:1default").unwrap();
+        let keyed = parse_one("7:1000:0:9:acme:co:1default").unwrap();
         assert_eq!(
             (&*keyed.queue, keyed.key),
             ("default", key_hash(Some("acme:co:1")))
         );
         assert_ne!(keyed.key, 0);
         assert_eq!(
-            parse("7:1000:0:99:short"),
+            parse_one("7:1000:0:99:short"),
             None,
             "a key longer than the rest"
         );
-        assert_eq!(parse("7:1000:0:5:abcde"), None, "no queue after the key");
-        assert_eq!(parse("7:1000"), None);
-        assert_eq!(parse("7"), None);
-        assert_eq!(parse("x:1:0:default"), None);
-        assert_eq!(parse(RECURRING), None);
+        assert_eq!(
+            parse_one("7:1000:0:5:abcde"),
+            None,
+            "no queue after the key"
+        );
+        assert_eq!(parse_one("7:1000"), None);
+        assert_eq!(parse_one("7"), None);
+        assert_eq!(parse_one("x:1:0:default"), None);
+        assert_eq!(parse_one(RECURRING), None);
+    }
+
+    #[test]
+    fn a_payload_of_many_tasks_is_read_entry_by_entry() {
+        let mut out = std::collections::VecDeque::new();
+        // A key may hold commas; a queue may hold colons.
+        let read = parse(
+            "1:10:0:0:default,2:20:-1:5:a,b:cq:1,3:30:2:0:last",
+            &mut out,
+        );
+        assert_eq!(read, 3);
+        let got: Vec<(i64, i64, &str)> = out.iter().map(|t| (t.id, t.run_at, &*t.queue)).collect();
+        assert_eq!(got, [(1, 10, "default"), (2, 20, "q:1"), (3, 30, "last")]);
+        assert_eq!(out[1].key, key_hash(Some("a,b:c")));
+        // A bad entry ends the reading; what came before it stands.
+        out.clear();
+        assert_eq!(parse("1:10:0:0:default,2:x:0:0:q,3:30:0:0:q", &mut out), 1);
+        assert_eq!(out.len(), 1);
+        // An empty entry (a trailing comma) is not a task.
+        out.clear();
+        assert_eq!(parse("1:10:0:0:default,", &mut out), 1);
     }
 }

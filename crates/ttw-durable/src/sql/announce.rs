@@ -73,21 +73,43 @@ pub(crate) fn channel(schema: Option<&str>) -> String {
     }
 }
 
+/// The bytes of `NOTIFY` payload past which a statement's announcements go
+/// in another notification: with one entry at most 64 + 128 + 64 bytes
+/// (numbers, a partition key of [`MAX_PARTITION_KEY`](crate::MAX_PARTITION_KEY),
+/// a queue name of [`MAX_QUEUE_NAME`](crate::MAX_QUEUE_NAME)), a payload
+/// stays under PostgreSQL's 8,000.
+pub(crate) const NOTIFY_PART: usize = 7000;
+
+/// The announcements of the rows of `changed`, a notification on `channel`
+/// for each [`NOTIFY_PART`] bytes of entries (`id:run_at:priority:n:<key><queue>`,
+/// comma-separated: a queue's name holds no comma, and the key's length
+/// comes before it), evaluated by the statement's final `SELECT`.
+fn notified(channel: &str) -> String {
+    // The channel is letters, digits and '_' (see `channel`), safe to
+    // write as a literal.
+    format!(
+        "notified AS (SELECT pg_notify('{channel}', string_agg(entry, ',' ORDER BY n)) FROM \
+         (SELECT entry, n, sum(octet_length(entry)) OVER (ORDER BY n) / {NOTIFY_PART} AS part FROM \
+         (SELECT row_number() OVER () AS n, changed.id || ':' || changed.run_at || ':' || changed.priority \
+         || ':' || COALESCE(octet_length(changed.partition_key), 0) || ':' \
+         || COALESCE(changed.partition_key, '') || changed.queue AS entry FROM changed) AS entries) AS parts \
+         GROUP BY part)"
+    )
+}
+
 /// `change`, a statement that makes tasks due and ends in `RETURNING`
 /// [`ANNOUNCED`] (and any other columns), made to announce them on
-/// `channel` (PostgreSQL): a `NOTIFY` per row it returns, in its own
-/// transaction, with no round trip of its own. Without a channel (SQLite)
-/// it is `change` itself; other processes' schedulers find the change by
-/// their catch-up poll.
+/// `channel` (PostgreSQL): in its own transaction, with no round trip of
+/// its own, a `NOTIFY` for each [`NOTIFY_PART`] bytes of announcements
+/// (one for each task cost a tenth of an insert's time). Without a channel
+/// (SQLite) it is `change` itself; other processes' schedulers find the
+/// change by their catch-up poll.
 pub(crate) fn announcing(channel: Option<&str>, change: &str) -> String {
     match channel {
-        // The channel is letters, digits and '_' (see `channel`), safe to
-        // write as a literal.
         Some(channel) => format!(
-            "WITH changed AS ({change}) SELECT changed.* FROM changed, \
-             pg_notify('{channel}', changed.id || ':' || changed.run_at || ':' || changed.priority \
-             || ':' || COALESCE(octet_length(changed.partition_key), 0) || ':' \
-             || COALESCE(changed.partition_key, '') || changed.queue)"
+            "WITH changed AS ({change}), {} SELECT changed.* FROM changed, \
+             (SELECT count(*) FROM notified) AS sent",
+            notified(channel)
         ),
         None => change.to_string(),
     }
@@ -100,10 +122,9 @@ pub(crate) fn announcing(channel: Option<&str>, change: &str) -> String {
 pub(crate) fn announcing_after(channel: Option<&str>, ctes: &str, change: &str) -> String {
     match channel {
         Some(channel) => format!(
-            "WITH {ctes}, changed AS ({change}) SELECT changed.* FROM changed, \
-             pg_notify('{channel}', changed.id || ':' || changed.run_at || ':' || changed.priority \
-             || ':' || COALESCE(octet_length(changed.partition_key), 0) || ':' \
-             || COALESCE(changed.partition_key, '') || changed.queue)"
+            "WITH {ctes}, changed AS ({change}), {} SELECT changed.* FROM changed, \
+             (SELECT count(*) FROM notified) AS sent",
+            notified(channel)
         ),
         None => format!("WITH {ctes} {change}"),
     }
