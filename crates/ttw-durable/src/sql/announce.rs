@@ -74,10 +74,12 @@ pub(crate) fn channel(schema: Option<&str>) -> String {
 }
 
 /// The bytes of `NOTIFY` payload past which a statement's announcements go
-/// in another notification: with one entry at most 64 + 128 + 64 bytes
-/// (numbers, a partition key of [`MAX_PARTITION_KEY`](crate::MAX_PARTITION_KEY),
-/// a queue name of [`MAX_QUEUE_NAME`](crate::MAX_QUEUE_NAME)), a payload
-/// stays under PostgreSQL's 8,000.
+/// in another notification. An entry, with its comma, is at most 64 + 128 +
+/// 64 bytes (numbers, a partition key of
+/// [`MAX_PARTITION_KEY`](crate::MAX_PARTITION_KEY), a queue name of
+/// [`MAX_QUEUE_NAME`](crate::MAX_QUEUE_NAME)), and a notification holds the
+/// entries whose running total (commas counted) falls in one span of this
+/// size, so less than this and one entry more: under PostgreSQL's 8,000.
 pub(crate) const NOTIFY_PART: usize = 7000;
 
 /// The announcements of the rows of `changed`, a notification on `channel`
@@ -89,7 +91,7 @@ fn notified(channel: &str) -> String {
     // write as a literal.
     format!(
         "notified AS (SELECT pg_notify('{channel}', string_agg(entry, ',' ORDER BY n)) FROM \
-         (SELECT entry, n, sum(octet_length(entry)) OVER (ORDER BY n) / {NOTIFY_PART} AS part FROM \
+         (SELECT entry, n, sum(octet_length(entry) + 1) OVER (ORDER BY n) / {NOTIFY_PART} AS part FROM \
          (SELECT row_number() OVER () AS n, changed.id || ':' || changed.run_at || ':' || changed.priority \
          || ':' || COALESCE(octet_length(changed.partition_key), 0) || ':' \
          || COALESCE(changed.partition_key, '') || changed.queue AS entry FROM changed) AS entries) AS parts \
