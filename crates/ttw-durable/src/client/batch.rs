@@ -11,9 +11,23 @@ use crate::model::clock::Clock;
 use crate::model::new_task::{NewRow, NewTask};
 use crate::model::task::TaskId;
 use crate::notify::{Announced, Made};
+#[cfg(feature = "postgres")]
+use crate::sql::copy::COPY_FROM;
 use crate::sql::db::{with_conn, with_pool, Conn, Urgency};
 use crate::sql::keys;
 use crate::sql::tasks::{self, Inserted, TaskParams, ROWS_PER_STATEMENT};
+
+/// Whether `rows` keyless rows go by PostgreSQL's `COPY` (`sql::copy`).
+#[cfg(feature = "postgres")]
+fn goes_by_copy(db: &crate::sql::db::Db, rows: usize) -> bool {
+    !db.is_sqlite() && rows >= COPY_FROM
+}
+
+/// Without PostgreSQL, no rows go by `COPY`.
+#[cfg(not(feature = "postgres"))]
+fn goes_by_copy(_db: &crate::sql::db::Db, _rows: usize) -> bool {
+    false
+}
 
 impl Store {
     /// Stores many tasks at once: all of them or none, in one transaction
@@ -75,11 +89,13 @@ impl Store {
             return Ok(Vec::new());
         }
         let db = self.db();
+        let keyless = rows.iter().all(|r| r.idempotency_key.is_none());
+        let bulk = goes_by_copy(db, rows.len());
         // On SQLite the whole transaction is this process's one write.
         let turn = db.write_turn(Urgency::Ordinary).await;
         let (outcomes, created) = with_pool!(db, pool => {
             let mut conn = pool.acquire().await?;
-            if rows.len() <= ROWS_PER_STATEMENT && rows.iter().all(|r| r.idempotency_key.is_none()) {
+            if keyless && (bulk || rows.len() <= ROWS_PER_STATEMENT) {
                 self.insert_keyless(Conn::from(&mut *conn), &rows).await?
             } else {
                 self.insert_rows(Conn::from(&mut *conn), &rows).await?
@@ -90,19 +106,27 @@ impl Store {
         Ok(outcomes)
     }
 
-    /// Inserts at most [`ROWS_PER_STATEMENT`] rows without a key on `conn`,
-    /// outside a transaction: one statement is atomic by itself, and with
-    /// no key there is nothing to look up, so the `BEGIN` and `COMMIT` of
-    /// [`insert_rows`](Self::insert_rows) would be two round trips (on
-    /// PostgreSQL) for nothing. What [`insert_rows`](Self::insert_rows)
-    /// returns for the same rows.
+    /// Inserts rows without a key on `conn`, what
+    /// [`insert_rows`](Self::insert_rows) returns for the same rows. On
+    /// PostgreSQL from [`COPY_FROM`] rows on, by `COPY` (`sql::copy`), in a
+    /// transaction of its own. Otherwise at most [`ROWS_PER_STATEMENT`], as
+    /// one statement outside a transaction: it is atomic by itself, and
+    /// with no key there is nothing to look up, so a `BEGIN` and `COMMIT`
+    /// would be two round trips (on PostgreSQL) for nothing.
     async fn insert_keyless(
         &self,
         conn: Conn<'_>,
         rows: &[NewRow],
     ) -> Result<(Vec<Scheduled>, Vec<Announced>), Error> {
         let params: Vec<TaskParams<'_>> = rows.iter().map(TaskParams::from).collect();
-        let returned = tasks::insert(conn, self.names(), &params, self.clock().now_ms()).await?;
+        let now = self.clock().now_ms();
+        let returned = match conn {
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(c) if rows.len() >= COPY_FROM => {
+                crate::sql::copy::insert_keyless(c, self.names(), &params, now).await?
+            }
+            conn => tasks::insert(conn, self.names(), &params, now).await?,
+        };
         let created = match_rows(rows, returned)?
             .into_iter()
             .map(|task| task.ok_or_else(|| Error::internal("a task without a key was not created")))

@@ -23,6 +23,8 @@ pub(crate) mod announce;
 #[cfg(feature = "sqlite")]
 pub(crate) mod checkpoint;
 pub(crate) mod claims;
+#[cfg(feature = "postgres")]
+pub(crate) mod copy;
 pub(crate) mod db;
 pub(crate) mod history;
 pub(crate) mod keys;
