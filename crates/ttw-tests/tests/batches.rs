@@ -67,19 +67,22 @@ on_both! {
 }
 
 on_both! {
-    /// A batch without keys (one statement: on PostgreSQL a column's values
-    /// travel as one array, and no transaction is opened around it) stores
-    /// every task with its own time, payload, queue, priority and attempt
-    /// limit, and answers in the order given.
+    /// A batch without keys (on PostgreSQL it goes by `COPY`, in its text
+    /// format, with ids drawn first; on SQLite one statement) stores every
+    /// task with its own time, payload (every byte value), queue, priority,
+    /// attempt limit and partition key (tabs, backslashes, line ends and
+    /// non-ASCII in it), and answers in the order given.
     async fn a_keyless_batch_stores_every_column_as_given(db: Db) {
         let store = db.open().await;
         let base = SystemTime::now() + Duration::from_secs(3600);
         let tasks: Vec<NewTask> = (0..1_000u64)
             .map(|i| {
-                let task = NewTask::new(format!("task {i}"))
+                let payload = if i == 0 { (0..=255u8).collect() } else { format!("task {i}").into_bytes() };
+                let task = NewTask::new(payload)
                     .at(base + Duration::from_millis(i * 7))
                     .queue(format!("q{}", i % 3))
                     .priority(i as i16 % 5 - 2);
+                let task = if i.is_multiple_of(5) { task.partition_key(format!("key\t{i}\\\n é")) } else { task };
                 if i.is_multiple_of(2) { task.max_attempts(1 + (i % 9) as u32) } else { task }
             })
             .collect();
@@ -89,7 +92,8 @@ on_both! {
             let i = i as u64;
             assert!(scheduled.is_created(), "task {i}: {scheduled:?}");
             let info = store.get(scheduled.id()).await.unwrap().unwrap();
-            assert_eq!(info.payload, format!("task {i}").into_bytes(), "task {i}");
+            let payload: Vec<u8> = if i == 0 { (0..=255u8).collect() } else { format!("task {i}").into_bytes() };
+            assert_eq!(info.payload, payload, "task {i}");
             assert_eq!(info.queue, format!("q{}", i % 3), "task {i}");
             assert_eq!(info.priority, i as i16 % 5 - 2, "task {i}");
             assert_eq!(info.max_attempts, i.is_multiple_of(2).then(|| 1 + (i % 9) as u32), "task {i}");
@@ -97,6 +101,9 @@ on_both! {
             let off = info.run_at.duration_since(want).unwrap_or_else(|e| e.duration());
             assert!(off < Duration::from_millis(1), "task {i}: {:?} for {want:?}", info.run_at);
         }
+        assert_eq!(db.query_i64("SELECT COUNT(*) FROM ttw_tasks WHERE partition_key IS NOT NULL").await, 200);
+        let one = db.query_i64("SELECT COUNT(*) FROM ttw_tasks WHERE partition_key = 'key\t5\\\n é'").await;
+        assert_eq!(one, 1, "task 5's partition key, as given");
     }
 }
 
