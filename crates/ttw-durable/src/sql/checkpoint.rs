@@ -50,7 +50,7 @@
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -89,6 +89,12 @@ const BESIDE: usize = 3;
 pub(crate) struct Checkpointer {
     writes: Arc<WriteCount>,
     task: JoinHandle<()>,
+    /// What a write needs to finish a checkpoint after a full disk itself
+    /// ([`before_write`](Self::before_write)).
+    pool: SqlitePool,
+    db: PathBuf,
+    wal: PathBuf,
+    reserve: Reserve,
 }
 
 /// The writes counted, and the checkpointer's wake-up at a write.
@@ -96,6 +102,13 @@ pub(crate) struct Checkpointer {
 struct WriteCount {
     count: AtomicU64,
     wrote: Notify,
+    /// Whether a checkpoint met a full disk and waits for room
+    /// ([`after_full_disk`]); a write that finds the room first finishes it
+    /// ([`Checkpointer::before_write`]).
+    recovering: AtomicBool,
+    /// The space free when a write's try at that checkpoint failed: the
+    /// next write tries only with more.
+    write_failed_at: AtomicU64,
     /// Checkpoints still to fail by fault injection (feature
     /// `test-faults`).
     #[cfg(feature = "test-faults")]
@@ -143,8 +156,63 @@ impl Checkpointer {
         reserve.take();
         let writes = Arc::new(WriteCount::default());
         let wal = beside(path, "-wal");
-        let task = tokio::spawn(run(pool, wal, writes.clone(), turn, restart_past, reserve));
-        Checkpointer { writes, task }
+        let task = tokio::spawn(run(
+            pool.clone(),
+            wal.clone(),
+            writes.clone(),
+            turn,
+            restart_past,
+            reserve.clone(),
+        ));
+        Checkpointer {
+            writes,
+            task,
+            pool,
+            db: path.to_path_buf(),
+            wal,
+            reserve,
+        }
+    }
+
+    /// Called by a write in its turn, before it writes: after a checkpoint
+    /// met a full disk, if the room that checkpoint needs is there now,
+    /// finishes it here (a `TRUNCATE`, the reserve given up if its room is
+    /// needed), so that this write, and the backlog behind it, do not take
+    /// the room first. Nothing otherwise, and at once while the disk is
+    /// fine.
+    ///
+    /// The checkpointer looks for the room every 5 ms, and that was not
+    /// always first: one run in a few, a scheduler process's backlog of
+    /// claims and outcomes grew the WAL into the space freed before its
+    /// next look, and delivery stalled with the room gone for good.
+    pub(crate) async fn before_write(&self) {
+        if !self.writes.recovering.load(Ordering::Acquire) {
+            return;
+        }
+        let free = self.reserve.free();
+        let reserve = if self.reserve.held() {
+            self.reserve.size()
+        } else {
+            0
+        };
+        let Some(need) = growth(&self.db, &self.wal) else {
+            return;
+        };
+        if need > free.saturating_add(reserve)
+            || free <= self.writes.write_failed_at.load(Ordering::Acquire)
+        {
+            return;
+        }
+        if need > free {
+            self.reserve.give_up();
+        }
+        match truncate(&self.pool, &self.writes).await {
+            Ok(true) => self.writes.recovering.store(false, Ordering::Release),
+            Ok(false) | Err(_) => self
+                .writes
+                .write_failed_at
+                .store(self.reserve.free(), Ordering::Release),
+        }
     }
 
     /// One more write ended (committed, or tried).
@@ -264,8 +332,15 @@ async fn after_full_disk(
     let mut failed_at_free: Option<u64> = None;
     let with_reserve =
         |free: u64| free.saturating_add(if reserve.held() { reserve.size() } else { 0 });
+    writes.write_failed_at.store(0, Ordering::Release);
+    writes.recovering.store(true, Ordering::Release);
+    let _recovered = Recovering(writes);
     loop {
         tokio::time::sleep(ROOM_EVERY).await;
+        // A write found the room first and finished the checkpoint.
+        if !writes.recovering.load(Ordering::Acquire) {
+            return;
+        }
         let free = reserve.free();
         let fits = growth().is_some_and(|need| need <= with_reserve(free))
             && failed_at_free.is_none_or(|before| free > before);
@@ -274,6 +349,9 @@ async fn after_full_disk(
         }
         last_try = tokio::time::Instant::now();
         let _turn = turn.lock().await;
+        if !writes.recovering.load(Ordering::Acquire) {
+            return;
+        }
         // Looked at again in the turn: no write of this process runs now.
         if growth()
             .is_some_and(|need| need > reserve.free() && need <= with_reserve(reserve.free()))
@@ -297,6 +375,15 @@ async fn after_full_disk(
                 return;
             }
         }
+    }
+}
+
+/// Marks the end of [`after_full_disk`] however it ends.
+struct Recovering<'a>(&'a WriteCount);
+
+impl Drop for Recovering<'_> {
+    fn drop(&mut self) {
+        self.0.recovering.store(false, Ordering::Release);
     }
 }
 

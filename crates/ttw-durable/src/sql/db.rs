@@ -296,6 +296,12 @@ impl Db {
             Urgency::Ordinary => Some(writes.lobby.clone().lock_owned().await),
         };
         let turn = writes.turn.clone().lock_owned().await;
+        // After a full disk, the room for the checkpoint that waits for it
+        // may be back: take it before this write does.
+        #[cfg(feature = "sqlite")]
+        if let Some(checkpoints) = &writes.checkpoints {
+            checkpoints.before_write().await;
+        }
         Some(WriteTurn {
             _turn: turn,
             _lobby: lobby,

@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 const DEFAULT_MOST: u64 = 16 << 20;
 
 /// A reserve file, or none (size 0, or an in-memory database).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Reserve {
     path: PathBuf,
     size: u64,
