@@ -497,13 +497,7 @@ async fn admin_case(store: &Store) {
         .map(|i| i.task.id)
         .collect();
     assert!(tasks::cancel(db, Which::Id(ids[0]), 100).await.unwrap());
-    with_pool!(db, pool => {
-        sqlx::query("UPDATE ttw_tasks SET state = 'dead', finished_at = 200 WHERE id = $1")
-            .bind(ids[3])
-            .execute(pool)
-            .await
-            .unwrap();
-    });
+    tasks::mark_dead(db, ids[3], 200).await.unwrap();
 
     let mut counts = admin::state_counts(db).await.unwrap();
     counts.sort();

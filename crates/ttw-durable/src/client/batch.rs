@@ -11,23 +11,9 @@ use crate::model::clock::Clock;
 use crate::model::new_task::{NewRow, NewTask};
 use crate::model::task::TaskId;
 use crate::notify::{Announced, Made};
-#[cfg(feature = "postgres")]
-use crate::sql::copy::COPY_FROM;
 use crate::sql::db::{with_conn, with_pool, Conn, Urgency};
 use crate::sql::keys;
-use crate::sql::tasks::{self, Inserted, TaskParams, ROWS_PER_STATEMENT};
-
-/// Whether `rows` keyless rows go by PostgreSQL's `COPY` (`sql::copy`).
-#[cfg(feature = "postgres")]
-fn goes_by_copy(db: &crate::sql::db::Db, rows: usize) -> bool {
-    !db.is_sqlite() && rows >= COPY_FROM
-}
-
-/// Without PostgreSQL, no rows go by `COPY`.
-#[cfg(not(feature = "postgres"))]
-fn goes_by_copy(_db: &crate::sql::db::Db, _rows: usize) -> bool {
-    false
-}
+use crate::sql::tasks::{self, Inserted, TaskParams, COPY_FROM, ROWS_PER_STATEMENT};
 
 impl Store {
     /// Stores many tasks at once: all of them or none, in one transaction
@@ -90,7 +76,7 @@ impl Store {
         }
         let db = self.db();
         let keyless = rows.iter().all(|r| r.idempotency_key.is_none());
-        let bulk = goes_by_copy(db, rows.len());
+        let bulk = !db.is_sqlite() && rows.len() >= COPY_FROM;
         // On SQLite the whole transaction is this process's one write.
         let turn = db.write_turn(Urgency::Ordinary).await;
         let (outcomes, created) = with_pool!(db, pool => {

@@ -46,9 +46,8 @@
 //!
 //! The WAL's size is read from the WAL file's own frame headers, never from
 //! the `-shm` file: closing a descriptor of a file drops every POSIX lock
-//! the process holds on it, SQLite's among them (see `wal_bytes`).
+//! the process holds on it, SQLite's among them (see `sql::wal`).
 
-use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -59,6 +58,7 @@ use tokio::sync::{Mutex, Notify};
 use tokio::task::JoinHandle;
 
 use crate::sql::reserve::Reserve;
+use crate::sql::wal::{beside, growth, wal_bytes};
 
 /// How long after a write the checkpointer looks, and how often while
 /// writes go on.
@@ -106,9 +106,12 @@ struct WriteCount {
     /// ([`after_full_disk`]); a write that finds the room first finishes it
     /// ([`Checkpointer::before_write`]).
     recovering: AtomicBool,
-    /// The space free when a write's try at that checkpoint failed: the
-    /// next write tries only with more.
-    write_failed_at: AtomicU64,
+    /// The space free when a try at that checkpoint that looked as if it
+    /// fitted failed ([`NEVER`] before one did): the next try waits for
+    /// more, or (the checkpointer's) for [`FULL_TRY_EVERY`]; on a file
+    /// system whose estimate is off, copy-on-write ones, a try every 5 ms
+    /// would hold the write turn nearly all the time.
+    failed_at_free: AtomicU64,
     /// Checkpoints still to fail by fault injection (feature
     /// `test-faults`).
     #[cfg(feature = "test-faults")]
@@ -189,29 +192,9 @@ impl Checkpointer {
         if !self.writes.recovering.load(Ordering::Acquire) {
             return;
         }
-        let free = self.reserve.free();
-        let reserve = if self.reserve.held() {
-            self.reserve.size()
-        } else {
-            0
-        };
-        let Some(need) = growth(&self.db, &self.wal) else {
-            return;
-        };
-        if need > free.saturating_add(reserve)
-            || free <= self.writes.write_failed_at.load(Ordering::Acquire)
-        {
-            return;
-        }
-        if need > free {
-            self.reserve.give_up();
-        }
-        match truncate(&self.pool, &self.writes).await {
-            Ok(true) => self.writes.recovering.store(false, Ordering::Release),
-            Ok(false) | Err(_) => self
-                .writes
-                .write_failed_at
-                .store(self.reserve.free(), Ordering::Release),
+        let need = growth(&self.db, &self.wal);
+        if room_now(&self.reserve, need, &self.writes) {
+            let _ = truncate_in_turn(&self.pool, &self.writes, &self.reserve, need).await;
         }
     }
 
@@ -316,7 +299,9 @@ const FULL_TRY_EVERY: Duration = Duration::from_secs(1);
 /// milliseconds, before the next look of the checkpointer, and the
 /// checkpoint that would start the WAL over never had room again. Writes
 /// while the disk is full are few (a failed claim is tried again 500 ms
-/// later), so a look every 5 ms comes first.
+/// later), so a look every 5 ms mostly comes first; and each write of this
+/// process looks too, in its turn, before it writes
+/// ([`Checkpointer::before_write`]), so none takes the room first.
 async fn after_full_disk(
     pool: &SqlitePool,
     turn: &Mutex<()>,
@@ -325,14 +310,7 @@ async fn after_full_disk(
     growth: impl Fn() -> Option<u64>,
 ) {
     let mut last_try = tokio::time::Instant::now();
-    // The space free when a try that looked as if it fitted failed: the
-    // next try waits for more, or for `FULL_TRY_EVERY` (on a file system
-    // whose estimate is off, copy-on-write ones, a try every 5 ms would
-    // hold the write turn nearly all the time).
-    let mut failed_at_free: Option<u64> = None;
-    let with_reserve =
-        |free: u64| free.saturating_add(if reserve.held() { reserve.size() } else { 0 });
-    writes.write_failed_at.store(0, Ordering::Release);
+    writes.failed_at_free.store(NEVER, Ordering::Release);
     writes.recovering.store(true, Ordering::Release);
     let _recovered = Recovering(writes);
     loop {
@@ -341,10 +319,7 @@ async fn after_full_disk(
         if !writes.recovering.load(Ordering::Acquire) {
             return;
         }
-        let free = reserve.free();
-        let fits = growth().is_some_and(|need| need <= with_reserve(free))
-            && failed_at_free.is_none_or(|before| free > before);
-        if !fits && last_try.elapsed() < FULL_TRY_EVERY {
+        if !room_now(reserve, growth(), writes) && last_try.elapsed() < FULL_TRY_EVERY {
             continue;
         }
         last_try = tokio::time::Instant::now();
@@ -353,22 +328,15 @@ async fn after_full_disk(
             return;
         }
         // Looked at again in the turn: no write of this process runs now.
-        if growth()
-            .is_some_and(|need| need > reserve.free() && need <= with_reserve(reserve.free()))
-        {
-            reserve.give_up();
-        }
-        match truncate(pool, writes).await {
+        match truncate_in_turn(pool, writes, reserve, growth()).await {
             Ok(true) => return,
             // A reader kept it from finishing: the WAL did not start over,
             // so keep watching (its next writes would take the room).
             Ok(false) => {
                 tracing::debug!("WAL checkpoint on a full disk kept from finishing by a reader");
-                failed_at_free = Some(reserve.free());
             }
             Err(err) if crate::error::disk_full(&err) => {
                 tracing::debug!(error = %err, "WAL checkpoint on a full disk failed");
-                failed_at_free = Some(reserve.free());
             }
             Err(err) => {
                 tracing::debug!(error = %err, "WAL checkpoint failed");
@@ -378,6 +346,50 @@ async fn after_full_disk(
     }
 }
 
+/// No try at the checkpoint after a full disk has failed yet.
+const NEVER: u64 = u64::MAX;
+
+/// Whether the room that checkpoint needs (`need` bytes) is there now,
+/// counting the reserve's, and more space than at the last try that failed.
+fn room_now(reserve: &Reserve, need: Option<u64>, writes: &WriteCount) -> bool {
+    let free = reserve.free();
+    let held = if reserve.held() { reserve.size() } else { 0 };
+    let failed = writes.failed_at_free.load(Ordering::Acquire);
+    need.is_some_and(|need| need <= free.saturating_add(held)) && (failed == NEVER || free > failed)
+}
+
+/// In this process's write turn: gives the reserve up if its room is what
+/// the checkpoint needs (`need` bytes), and copies the whole WAL into the
+/// database file, cutting the WAL's file to nothing. Done, the wait for
+/// room is over; not done, the space free is kept for [`room_now`].
+async fn truncate_in_turn(
+    pool: &SqlitePool,
+    writes: &WriteCount,
+    reserve: &Reserve,
+    need: Option<u64>,
+) -> Result<bool, sqlx::Error> {
+    let free = reserve.free();
+    if reserve.held()
+        && need.is_some_and(|need| need > free && need <= free.saturating_add(reserve.size()))
+    {
+        reserve.give_up();
+    }
+    let done = truncate(pool, writes).await;
+    match &done {
+        Ok(true) => writes.recovering.store(false, Ordering::Release),
+        Ok(false) => writes
+            .failed_at_free
+            .store(reserve.free(), Ordering::Release),
+        Err(err) if crate::error::disk_full(err) => {
+            writes
+                .failed_at_free
+                .store(reserve.free(), Ordering::Release);
+        }
+        Err(_) => {}
+    }
+    done
+}
+
 /// Marks the end of [`after_full_disk`] however it ends.
 struct Recovering<'a>(&'a WriteCount);
 
@@ -385,117 +397,6 @@ impl Drop for Recovering<'_> {
     fn drop(&mut self) {
         self.0.recovering.store(false, Ordering::Release);
     }
-}
-
-/// How many bytes the database file at `db` must grow by to take in the
-/// WAL at `wal`: the size its last commit gives the database, less the
-/// file's size now. `None` if either cannot be read.
-fn growth(db: &Path, wal: &Path) -> Option<u64> {
-    let mut file = std::fs::File::open(wal).ok()?;
-    let len = file.metadata().ok()?.len();
-    let frames = wal_frames(&mut file, len)?;
-    let pages = frames.db_pages?;
-    let now = std::fs::metadata(db).ok()?.len();
-    Some(pages.saturating_mul(frames.page).saturating_sub(now))
-}
-
-/// `path` with `suffix` after its file name (`-wal`, `-shm`).
-fn beside(path: &Path, suffix: &str) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(suffix);
-    name.into()
-}
-
-/// The bytes of the WAL's content now, without a statement: its valid
-/// frames times their size, read from the WAL file itself (SQLite's
-/// "WAL-mode File Format"). The size of the file does not tell: it keeps
-/// its size when the WAL starts over, and the frames written since are a
-/// prefix of it, each with the salts of the WAL's header; frames left from
-/// before carry older salts. So a binary search on the salts finds the end
-/// (a dozen reads of 24 bytes for a 64 MiB file).
-///
-/// The `-shm` file's header says the same (`mxFrame`), but reading it
-/// meant opening and closing that file, and closing any descriptor of a
-/// file drops every POSIX lock the process holds on it, SQLite's own among
-/// them: another process then took the wal-index for unused and cut it
-/// back while this one had it mapped (SIGBUS in `walFindFrame`), and its
-/// readers' locks no longer kept the WAL from starting over under them.
-/// SQLite takes no locks on the WAL file.
-fn wal_bytes(wal: &Path) -> u64 {
-    let Ok(mut file) = std::fs::File::open(wal) else {
-        return 0;
-    };
-    let Ok(len) = file.metadata().map(|m| m.len()) else {
-        return 0;
-    };
-    wal_frames(&mut file, len).map_or(0, |w| w.frames.saturating_mul(w.frame()))
-}
-
-/// What the frame headers of a WAL file say.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct WalFrames {
-    /// The valid frames.
-    frames: u64,
-    /// The database's page size.
-    page: u64,
-    /// The database's size in pages after the last commit among them.
-    db_pages: Option<u64>,
-}
-
-impl WalFrames {
-    /// Bytes in a frame: its header and a page.
-    fn frame(&self) -> u64 {
-        FRAME_HEADER + self.page
-    }
-}
-
-/// Bytes in the WAL's header and in a frame's.
-const WAL_HEADER: u64 = 32;
-const FRAME_HEADER: u64 = 24;
-
-/// The valid frames of the WAL in `file` (`len` bytes long); `None` if it
-/// has no header.
-fn wal_frames(file: &mut (impl Read + Seek), len: u64) -> Option<WalFrames> {
-    let mut header = [0u8; WAL_HEADER as usize];
-    file.seek(SeekFrom::Start(0)).ok()?;
-    file.read_exact(&mut header).ok()?;
-    let word = |b: &[u8], at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
-    // The magic number, either byte order of the checksums.
-    if word(&header, 0) & !1 != 0x377f_0682 {
-        return None;
-    }
-    let page = u64::from(word(&header, 8));
-    let page = if page == 1 { 65536 } else { page };
-    let frame = FRAME_HEADER + page;
-    let salts: [u8; 8] = header[16..24].try_into().ok()?;
-    // The header of frame `i`, if it carries the WAL's salts.
-    let mut valid = |i: u64| -> Option<[u8; FRAME_HEADER as usize]> {
-        let mut head = [0u8; FRAME_HEADER as usize];
-        file.seek(SeekFrom::Start(WAL_HEADER + i * frame)).ok()?;
-        file.read_exact(&mut head).ok()?;
-        (head[8..16] == salts).then_some(head)
-    };
-    // Frames `..lo` are valid, frames `hi..` are not.
-    let (mut lo, mut hi) = (0, len.saturating_sub(WAL_HEADER) / frame);
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        if valid(mid).is_some() {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    // The last commit frame: its header gives the database's size.
-    let db_pages = (0..lo)
-        .rev()
-        .take(4096)
-        .filter_map(|i| valid(i).map(|h| u64::from(word(&h, 4))))
-        .find(|&pages| pages > 0);
-    Some(WalFrames {
-        frames: lo,
-        page,
-        db_pages,
-    })
 }
 
 /// Copies the WAL into the database file beside the writes; if it holds

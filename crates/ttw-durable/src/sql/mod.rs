@@ -36,3 +36,5 @@ pub(crate) mod recurring;
 pub(crate) mod reserve;
 pub(crate) mod schema;
 pub(crate) mod tasks;
+#[cfg(feature = "sqlite")]
+pub(crate) mod wal;

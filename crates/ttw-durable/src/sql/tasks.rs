@@ -16,6 +16,11 @@ use crate::sql::names::Names;
 /// each, far below its 32,766; on PostgreSQL nine arrays of as many.
 pub(crate) const ROWS_PER_STATEMENT: usize = 1000;
 
+/// The fewest tasks without keys that PostgreSQL takes by `COPY`
+/// (`sql::copy`): it costs four round trips (ids, `COPY`, announcements,
+/// commit) where an insert costs one.
+pub(crate) const COPY_FROM: usize = 200;
+
 /// One task to insert, checked already ([`NewRow::check`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TaskParams<'a> {
@@ -367,4 +372,19 @@ pub(crate) async fn make_due(
         changed
     });
     Ok(changed)
+}
+
+/// Makes task `id` dead, finished at `finished_at`, as a last failed
+/// attempt leaves it: the conformance suite's way to a dead task without
+/// running one.
+#[cfg(test)]
+pub(crate) async fn mark_dead(db: &Db, id: i64, finished_at: i64) -> Result<(), Error> {
+    with_pool!(db, pool => {
+        sqlx::query("UPDATE ttw_tasks SET state = 'dead', finished_at = $1 WHERE id = $2")
+            .bind(finished_at)
+            .bind(id)
+            .execute(pool)
+            .await?;
+    });
+    Ok(())
 }
