@@ -46,6 +46,8 @@ enum Kind {
     InvalidKey(&'static str),
     InvalidSchedule(String),
     InvalidQueue(String),
+    /// A time written as text was not RFC 3339.
+    InvalidTime(String),
     Lost,
     Closed,
 }
@@ -90,6 +92,10 @@ impl Error {
 
     pub(crate) fn invalid_queue(why: impl Into<String>) -> Self {
         Self::from_kind(Kind::InvalidQueue(why.into()))
+    }
+
+    pub(crate) fn invalid_time(why: impl Into<String>) -> Self {
+        Self::from_kind(Kind::InvalidTime(why.into()))
     }
 
     pub(crate) fn invalid_key(why: &'static str) -> Self {
@@ -239,6 +245,12 @@ impl Error {
         matches!(self.kind, Kind::InvalidQueue(_))
     }
 
+    /// A time given as text ([`parse_time`](crate::parse_time)) was not an
+    /// RFC 3339 date and time with an offset.
+    pub fn is_invalid_time(&self) -> bool {
+        matches!(self.kind, Kind::InvalidTime(_))
+    }
+
     /// An `ack` or `nack` came too late: the attempt no longer belongs to
     /// this delivery (its deadline passed and it was counted as failed, or
     /// this node lost the task's shard). The task will be, or was, delivered
@@ -335,6 +347,7 @@ impl fmt::Display for Error {
             Kind::InvalidKey(why) => write!(f, "invalid idempotency key: {why}"),
             Kind::InvalidSchedule(why) => write!(f, "invalid recurring schedule: {why}"),
             Kind::InvalidQueue(why) => write!(f, "invalid queue name: {why}"),
+            Kind::InvalidTime(why) => write!(f, "invalid time: {why}"),
             Kind::Lost => f.write_str("the delivery no longer holds its task"),
             Kind::Closed => f.write_str("the scheduler was shut down"),
         }

@@ -203,6 +203,7 @@ pub use model::limits::{MAX_IDEMPOTENCY_KEY, MAX_PARTITION_KEY, MAX_PAYLOAD, MAX
 pub use model::new_task::NewTask;
 pub use model::queue::{DEFAULT_QUEUE, MAX_QUEUE_NAME};
 pub use model::task::{StateCounts, TaskId, TaskInfo, TaskState};
+pub use model::time::parse_time;
 pub use node::delivery::{Deliveries, Delivery};
 pub use node::events::SchedulerStats;
 pub use node::scheduler::{Scheduler, SchedulerBuilder};

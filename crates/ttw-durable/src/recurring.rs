@@ -487,6 +487,12 @@ impl Store {
     /// # }
     /// ```
     pub async fn register_recurring(&self, schedule: Recurring) -> Result<Registered, Error> {
+        self.to_completion(move |store| async move { store.register_here(schedule).await })
+            .await
+    }
+
+    /// [`register_recurring`](Self::register_recurring) on this task.
+    async fn register_here(&self, schedule: Recurring) -> Result<Registered, Error> {
         let rule = schedule.check()?;
         let now = self.clock().now_ms();
         let next_at = rule.first(now)?;
@@ -544,9 +550,13 @@ impl Store {
         let rule = schedule.check()?;
         let now = self.clock().now_ms();
         let next_at = rule.first(now)?;
-        let def = self.definition(&schedule, next_at);
-        self.change_recurring(&schedule.name, Change::Define(def), true)
-            .await
+        self.to_completion(move |store| async move {
+            let def = store.definition(&schedule, next_at);
+            store
+                .change_recurring(&schedule.name, Change::Define(def), true)
+                .await
+        })
+        .await
     }
 
     /// Pauses a schedule: no more of its occurrences become tasks, and
@@ -577,7 +587,11 @@ impl Store {
     /// # }
     /// ```
     pub async fn pause_recurring(&self, name: &str) -> Result<bool, Error> {
-        self.change_recurring(name, Change::Pause, false).await
+        let name = name.to_owned();
+        self.to_completion(move |store| async move {
+            store.change_recurring(&name, Change::Pause, false).await
+        })
+        .await
     }
 
     /// Resumes a paused schedule. Returns whether it was paused.
@@ -586,7 +600,11 @@ impl Store {
     ///
     /// [`Error::is_database`].
     pub async fn resume_recurring(&self, name: &str) -> Result<bool, Error> {
-        self.change_recurring(name, Change::Resume, true).await
+        let name = name.to_owned();
+        self.to_completion(move |store| async move {
+            store.change_recurring(&name, Change::Resume, true).await
+        })
+        .await
     }
 
     /// Deletes a schedule, and its occurrences made tasks and not yet
@@ -613,7 +631,11 @@ impl Store {
     /// # }
     /// ```
     pub async fn delete_recurring(&self, name: &str) -> Result<bool, Error> {
-        self.change_recurring(name, Change::Delete, false).await
+        let name = name.to_owned();
+        self.to_completion(move |store| async move {
+            store.change_recurring(&name, Change::Delete, false).await
+        })
+        .await
     }
 
     /// Every recurring schedule, by name, with its next occurrence not yet

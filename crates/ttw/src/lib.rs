@@ -365,11 +365,8 @@ pub(crate) fn parse_duration(what: &str, text: &str) -> Result<Duration> {
     })
 }
 
-/// A time as the command line writes it: RFC 3339.
+/// A time as the command line writes it: RFC 3339, with any offset (the
+/// library's one parser, [`ttw_durable::parse_time`]).
 pub(crate) fn parse_time(what: &str, text: &str) -> Result<std::time::SystemTime> {
-    humantime::parse_rfc3339_weak(text).map_err(|err| {
-        Failure(format!(
-            "{what}: not a time: {text:?} ({err}; try 2026-11-25T10:00:00Z)"
-        ))
-    })
+    ttw_durable::parse_time(text).map_err(|err| Failure(format!("{what}: {err}")))
 }

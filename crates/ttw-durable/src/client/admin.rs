@@ -440,6 +440,13 @@ impl Store {
         if let Some(queue) = &redrive.queue {
             check_queue(queue)?;
         }
+        let redrive = redrive.clone();
+        self.to_completion(move |store| async move { store.redrive_here(&redrive).await })
+            .await
+    }
+
+    /// [`redrive_many`](Self::redrive_many), checked, on this task.
+    async fn redrive_here(&self, redrive: &Redrive) -> Result<u64, Error> {
         let filter = Filter {
             state: Some(redrive.state),
             queue: redrive.queue.as_deref(),

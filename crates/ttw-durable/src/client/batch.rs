@@ -11,7 +11,7 @@ use crate::model::clock::Clock;
 use crate::model::new_task::{NewRow, NewTask};
 use crate::model::task::TaskId;
 use crate::notify::{Announced, Made};
-use crate::sql::db::{with_conn, with_pool, Conn, Urgency};
+use crate::sql::db::{in_doubt, with_conn, with_pool, Conn, Urgency};
 use crate::sql::keys;
 use crate::sql::tasks::{self, Inserted, TaskParams, COPY_FROM, ROWS_PER_STATEMENT};
 
@@ -65,11 +65,15 @@ impl Store {
         tasks: impl IntoIterator<Item = NewTask>,
     ) -> Result<Vec<Scheduled>, Error> {
         let rows = NewRow::check_batch(tasks, self.clock())?;
-        self.insert_checked(rows).await
+        self.to_completion(move |store| async move { store.insert_checked(rows).await })
+            .await
     }
 
     /// Inserts rows already checked, in one transaction, and announces the
-    /// tasks created once it has committed.
+    /// tasks created once it has committed. Dropped part-way, it may leave
+    /// its connection mid-transaction: callers run it to its end
+    /// ([`Store::to_completion`]). A connection whose transaction failed is
+    /// closed, not pooled.
     pub(crate) async fn insert_checked(&self, rows: Vec<NewRow>) -> Result<Vec<Scheduled>, Error> {
         if rows.is_empty() {
             return Ok(Vec::new());
@@ -81,11 +85,15 @@ impl Store {
         let turn = db.write_turn(Urgency::Ordinary).await;
         let (outcomes, created) = with_pool!(db, pool => {
             let mut conn = pool.acquire().await?;
-            if keyless && (bulk || rows.len() <= ROWS_PER_STATEMENT) {
-                self.insert_keyless(Conn::from(&mut *conn), &rows).await?
+            let done = if keyless && (bulk || rows.len() <= ROWS_PER_STATEMENT) {
+                self.insert_keyless(Conn::from(&mut *conn), &rows).await
             } else {
-                self.insert_rows(Conn::from(&mut *conn), &rows).await?
+                self.insert_rows(Conn::from(&mut *conn), &rows).await
+            };
+            if done.is_err() {
+                in_doubt(&mut conn);
             }
+            done?
         });
         drop(turn);
         self.notifier().committed(created, Made::Created);

@@ -33,7 +33,11 @@ impl Store {
     /// [`Error::is_invalid_queue`] for a bad name, [`Error::is_database`].
     pub async fn pause_queue(&self, queue: &str) -> Result<(), Error> {
         check_queue(queue)?;
-        queues::set_paused(self.db(), queue, true).await
+        let queue = queue.to_owned();
+        self.to_completion(move |store| async move {
+            queues::set_paused(store.db(), &queue, true).await
+        })
+        .await
     }
 
     /// Resumes a paused `queue`: its due tasks start again, on the nodes
@@ -44,7 +48,11 @@ impl Store {
     /// As [`pause_queue`](Self::pause_queue).
     pub async fn resume_queue(&self, queue: &str) -> Result<(), Error> {
         check_queue(queue)?;
-        queues::set_paused(self.db(), queue, false).await
+        let queue = queue.to_owned();
+        self.to_completion(move |store| async move {
+            queues::set_paused(store.db(), &queue, false).await
+        })
+        .await
     }
 
     /// Sets `queue`'s limits across every node, replacing the ones it had
@@ -81,7 +89,11 @@ impl Store {
     pub async fn set_queue_limits(&self, queue: &str, limits: QueueLimits) -> Result<(), Error> {
         check_queue(queue)?;
         limits.check()?;
-        queues::set_limits(self.db(), queue, &limits).await
+        let queue = queue.to_owned();
+        self.to_completion(move |store| async move {
+            queues::set_limits(store.db(), &queue, &limits).await
+        })
+        .await
     }
 
     /// Sets `queue`'s retry policy for every node, replacing the one it had
@@ -115,7 +127,11 @@ impl Store {
     pub async fn set_queue_retry(&self, queue: &str, retry: RetryPolicy) -> Result<(), Error> {
         check_queue(queue)?;
         retry.check()?;
-        queues::set_retry(self.db(), queue, &retry).await
+        let queue = queue.to_owned();
+        self.to_completion(move |store| async move {
+            queues::set_retry(store.db(), &queue, &retry).await
+        })
+        .await
     }
 
     /// The settings of `queue`: not paused and no limits if none were set.

@@ -18,7 +18,7 @@ use crate::model::new_task::{NewRow, NewTask};
 use crate::model::task::{TaskId, TaskInfo, TaskState};
 use crate::model::time::to_ms;
 use crate::notify::{Announced, Made};
-use crate::sql::db::{with_conn, Conn, Urgency};
+use crate::sql::db::{in_doubt, with_conn, Conn, Urgency};
 use crate::sql::keys::{self, Replacement};
 use crate::sql::tasks::{self, MakeDue, TaskParams};
 
@@ -132,12 +132,20 @@ impl Store {
             #[cfg(feature = "sqlite")]
             crate::sql::db::Db::Sqlite(pool, _) => {
                 let mut conn = pool.acquire().await?;
-                self.upsert_on(Conn::from(&mut *conn), &row).await?
+                let done = self.upsert_on(Conn::from(&mut *conn), &row).await;
+                if done.is_err() {
+                    in_doubt(&mut conn);
+                }
+                done?
             }
             #[cfg(feature = "postgres")]
             crate::sql::db::Db::Postgres(pool) => {
                 let mut conn = pool.acquire().await?;
-                self.upsert_on(Conn::from(&mut *conn), &row).await?
+                let done = self.upsert_on(Conn::from(&mut *conn), &row).await;
+                if done.is_err() {
+                    in_doubt(&mut conn);
+                }
+                done?
             }
         };
         drop(turn);

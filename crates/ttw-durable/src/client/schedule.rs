@@ -284,11 +284,18 @@ impl Schedule<'_> {
                 "max_wait is a debounce's: it needs replace_pending",
             ));
         }
-        if self.replace {
-            self.store.upsert(self.task).await
-        } else {
-            self.store.insert(self.task).await
-        }
+        // Run to its end even if this future is dropped (see
+        // `Store::to_completion`).
+        let (task, replace) = (self.task, self.replace);
+        self.store
+            .to_completion(move |store| async move {
+                if replace {
+                    store.upsert(task).await
+                } else {
+                    store.insert(task).await
+                }
+            })
+            .await
     }
 }
 

@@ -28,6 +28,17 @@ use crate::sql::tasks::{self, MakeDue};
 /// processes through PostgreSQL `LISTEN/NOTIFY`, and every scheduler's
 /// catch-up poll finds what a notification missed.
 ///
+/// # Cancel safety
+///
+/// Every write on the store's own pool (schedule, batch, cancel, move,
+/// redrive, queue settings, recurring schedules) runs to its end in a task
+/// of its own once it has started: dropping its future (a client that hung
+/// up, a timeout) leaves the write to commit or roll back, and the
+/// connection it used goes back to the pool clean. Whether a dropped write
+/// happened is unknown to the caller, as after a lost connection: schedule
+/// again with the same idempotency key. A write on a caller's connection
+/// (`schedule_in`, `schedule_batch_in`) is the caller's transaction's.
+///
 /// # Examples
 ///
 /// ```
@@ -382,6 +393,35 @@ impl Store {
         0
     }
 
+    /// Runs the write `work` to its end in a task of its own, and waits for
+    /// it. Dropping the returned future (a client that hung up, a timeout
+    /// that fired) leaves the write running: its transaction commits or
+    /// rolls back, its `COPY` finishes, its connection goes back to the
+    /// pool clean and the schedulers hear of what it created. Dropped half
+    /// way instead, a transaction or a `COPY` would leave its connection
+    /// mid-protocol, and the pool would hand that connection to the next
+    /// statement (the node's own among them).
+    ///
+    /// A panic in `work` is the caller's panic; a runtime shutting down
+    /// before the write ended is [`Error::is_internal`]: its outcome is
+    /// unknown, as for a lost connection.
+    pub(crate) async fn to_completion<T, F>(
+        &self,
+        work: impl FnOnce(Store) -> F,
+    ) -> Result<T, Error>
+    where
+        F: std::future::Future<Output = Result<T, Error>> + Send + 'static,
+        T: Send + 'static,
+    {
+        match tokio::spawn(work(self.clone())).await {
+            Ok(result) => result,
+            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            Err(_) => Err(Error::internal(
+                "the runtime shut down before a write ended: its outcome is unknown",
+            )),
+        }
+    }
+
     pub(crate) fn db(&self) -> &Db {
         &self.inner.db
     }
@@ -418,7 +458,11 @@ impl Store {
     /// to `ttw_history` (see [`history`](crate::sql::history)); returns
     /// whether it was.
     pub(crate) async fn cancel_where(&self, which: Which<'_>) -> Result<bool, Error> {
-        tasks::cancel(self.db(), which, self.clock().now_ms()).await
+        let which = which.to_owned_which();
+        self.to_completion(move |store| async move {
+            tasks::cancel(store.db(), which.as_which(), store.clock().now_ms()).await
+        })
+        .await
     }
 
     /// Moves a task that is still scheduled to a new time. Returns whether it
@@ -457,10 +501,26 @@ impl Store {
     /// Makes a task scheduled and due again (see [`MakeDue`]) and
     /// announces it. Returns whether it was in the state asked.
     pub(crate) async fn make_due(&self, change: MakeDue<'_>) -> Result<bool, Error> {
-        let changed = tasks::make_due(self.db(), self.names(), change).await?;
-        let any = !changed.is_empty();
-        self.inner.notifier.committed(changed, Made::Moved);
-        Ok(any)
+        let MakeDue {
+            which,
+            from,
+            run_at,
+            restart,
+        } = change;
+        let which = which.to_owned_which();
+        self.to_completion(move |store| async move {
+            let change = MakeDue {
+                which: which.as_which(),
+                from,
+                run_at,
+                restart,
+            };
+            let changed = tasks::make_due(store.db(), store.names(), change).await?;
+            let any = !changed.is_empty();
+            store.notifier().committed(changed, Made::Moved);
+            Ok(any)
+        })
+        .await
     }
 
     /// A task's state, attempts, last error and payload, or `None` if there

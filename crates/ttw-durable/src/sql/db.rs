@@ -124,6 +124,18 @@ macro_rules! with_conn {
 }
 pub(crate) use with_conn;
 
+/// Marks a pooled connection whose write failed part-way as in doubt: on
+/// PostgreSQL it is closed when dropped, not pooled, since a transaction or
+/// a `COPY` that ended in an error may have left it mid-protocol. An SQLite
+/// connection goes back to the pool (its driver rolls back on the worker
+/// thread that owns it, and a full disk must not cost the pool its
+/// connections).
+pub(crate) fn in_doubt<DB: sqlx::Database>(conn: &mut sqlx::pool::PoolConnection<DB>) {
+    if DB::NAME == "PostgreSQL" {
+        conn.close_on_drop();
+    }
+}
+
 /// The pool of one backend; on SQLite, with the turns its writes take.
 #[derive(Clone)]
 pub(crate) enum Db {

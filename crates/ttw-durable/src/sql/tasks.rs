@@ -215,7 +215,33 @@ pub(crate) enum Which<'a> {
     Key(&'a str),
 }
 
+/// A [`Which`] that owns its key: for a write that runs in a task of its
+/// own ([`Store::to_completion`](crate::Store)).
+#[derive(Debug, Clone)]
+pub(crate) enum OwnedWhich {
+    Id(i64),
+    Key(String),
+}
+
+impl OwnedWhich {
+    /// The task this names, borrowed.
+    pub(crate) fn as_which(&self) -> Which<'_> {
+        match self {
+            OwnedWhich::Id(id) => Which::Id(*id),
+            OwnedWhich::Key(key) => Which::Key(key),
+        }
+    }
+}
+
 impl Which<'_> {
+    /// The same task, named by an owned value.
+    pub(crate) fn to_owned_which(self) -> OwnedWhich {
+        match self {
+            Which::Id(id) => OwnedWhich::Id(id),
+            Which::Key(key) => OwnedWhich::Key(key.to_owned()),
+        }
+    }
+
     /// The column that names the task.
     fn column(self) -> &'static str {
         match self {

@@ -24,6 +24,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use base64::Engine;
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
 use ttw_durable::{NewTask, Scheduled, Store, TaskId, TaskInfo, TaskState};
@@ -182,8 +183,8 @@ pub(crate) fn body<T: for<'de> Deserialize<'de>>(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NewTaskBody {
-    /// Any JSON value: stored as its JSON text.
-    payload: Option<Value>,
+    /// Any JSON value: stored as its JSON text, byte for byte as sent.
+    payload: Option<Box<RawValue>>,
     /// Or bytes, in standard base64.
     payload_base64: Option<String>,
     /// RFC 3339.
@@ -209,14 +210,9 @@ fn due_time(run_at: &Option<String>, delay: &Option<String>) -> ApiResult<Option
             "invalid_request",
             "give run_at or delay, not both",
         )),
-        (Some(text), None) => humantime::parse_rfc3339_weak(text)
+        (Some(text), None) => ttw_durable::parse_time(text)
             .map(Some)
-            .map_err(|err| {
-                ApiError::bad(
-                    "invalid_time",
-                    format!("run_at {text:?} is not an RFC 3339 time ({err})"),
-                )
-            }),
+            .map_err(|err| ApiError::bad("invalid_time", format!("run_at: {err}"))),
         (None, Some(text)) => {
             let delay = humantime::parse_duration(text).map_err(|err| {
                 ApiError::bad(
@@ -297,9 +293,13 @@ impl Checked {
     }
 }
 
-/// A payload given as JSON (stored as its text) or as base64 bytes, not
-/// both; none is empty.
-pub(crate) fn decode_payload(json: Option<Value>, base64: Option<String>) -> ApiResult<Vec<u8>> {
+/// A payload given as JSON (stored as its text, byte for byte as the
+/// request wrote it: key order, spacing and number forms kept) or as
+/// base64 bytes, not both; none is empty.
+pub(crate) fn decode_payload(
+    json: Option<Box<RawValue>>,
+    base64: Option<String>,
+) -> ApiResult<Vec<u8>> {
     Ok(match (json, base64) {
         (Some(_), Some(_)) => {
             return Err(ApiError::bad(
@@ -307,7 +307,7 @@ pub(crate) fn decode_payload(json: Option<Value>, base64: Option<String>) -> Api
                 "give payload or payload_base64, not both",
             ))
         }
-        (Some(value), None) => serde_json::to_vec(&value).unwrap_or_default(),
+        (Some(text), None) => text.get().as_bytes().to_vec(),
         (None, Some(text)) => base64::engine::general_purpose::STANDARD
             .decode(text.as_bytes())
             .map_err(|err| {

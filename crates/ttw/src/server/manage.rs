@@ -47,12 +47,8 @@ fn parse_state(text: &str) -> ApiResult<TaskState> {
 
 /// An RFC 3339 time of a query.
 fn parse_time(field: &str, text: &str) -> ApiResult<SystemTime> {
-    humantime::parse_rfc3339_weak(text).map_err(|err| {
-        ApiError::bad(
-            "invalid_time",
-            format!("{field} {text:?} is not an RFC 3339 time ({err})"),
-        )
-    })
+    ttw_durable::parse_time(text)
+        .map_err(|err| ApiError::bad("invalid_time", format!("{field}: {err}")))
 }
 
 /// The query of `GET /v1/tasks`.
@@ -248,7 +244,7 @@ struct RecurringBody {
     time_zone: Option<String>,
     /// Or an interval (`"30s"`, `"1h"`).
     every: Option<String>,
-    payload: Option<Value>,
+    payload: Option<Box<serde_json::value::RawValue>>,
     payload_base64: Option<String>,
     queue: Option<String>,
     priority: Option<i16>,
