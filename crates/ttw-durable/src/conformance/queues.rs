@@ -242,7 +242,8 @@ async fn queues_case(store: &Store) {
         ids(&[0, 2, 5]),
         "the first of a, the first of b, the keyless one"
     );
-    assert_eq!(first.held, ids(&[1, 3, 4]));
+    // Held in turns: a's second, b's second, a's third.
+    assert_eq!(first.held, ids(&[1, 4, 3]));
     assert_eq!(
         first.wait,
         Wait::No,
@@ -267,6 +268,35 @@ async fn queues_case(store: &Store) {
         .await
         .unwrap();
     assert_eq!(kept.as_deref(), Some("a"));
+
+    // Without a per-key cap, free places still go to keys in turn: with a
+    // and b running one each, a place goes to c's task, due last, before
+    // a's or b's waiting tasks, due first.
+    let late = crate::sql::tasks::TaskParams {
+        partition_key: Some("c"),
+        ..task(1_010, None, "keyed")
+    };
+    on_conn!(store, c => tasks::insert(c, names, &[late], 1).await.unwrap());
+    queues::set_limits(db, "keyed", &QueueLimits::new().concurrency(4))
+        .await
+        .unwrap();
+    let mut waiting = keyed_claims.due_before(5_000).await.unwrap();
+    waiting.sort_unstable_by_key(|d| d.id);
+    assert_eq!(waiting.len(), 3, "a's third, b's second, c's first");
+    let turn = keyed_claims
+        .claim_limited("keyed", &waiting, 3_000, 100_000)
+        .await
+        .unwrap();
+    let taken: Vec<i64> = turn.claimed.iter().map(|c| c.attempt.id).collect();
+    assert_eq!(
+        taken,
+        vec![waiting[2].id],
+        "c's task takes the one free place"
+    );
+    assert_eq!(turn.held, vec![waiting[0].id, waiting[1].id]);
+    queues::set_limits(db, "keyed", &QueueLimits::new().per_key_concurrency(1))
+        .await
+        .unwrap();
 
     // A queue's retry policy: read back; its attempt limit decides dead
     // over the node's default (10 here), a task's own limit over both.

@@ -530,10 +530,16 @@ mod tests {
             Reserve::beside(&path, Some(0)),
         );
         let (mut written, mut largest) = (0u64, 0u64);
-        // 40 MiB of frames, or as much as 30 s allows on a slow machine.
-        let until = tokio::time::Instant::now() + Duration::from_secs(30);
+        // 40 MiB of frames, or as much as 30 s allows on a slow machine, at
+        // most 20 MiB a second: the rate of a busy store (1,100 tasks a
+        // second wrote 40 MB of frames a second). Unpaced, a fast disk took
+        // 80 MiB a second, 8 MiB between two of the checkpointer's looks.
+        let started = tokio::time::Instant::now();
+        let until = started + Duration::from_secs(30);
         let mut id = 0i64;
         while written < 40 * PAST && tokio::time::Instant::now() < until {
+            let due = started + Duration::from_secs_f64(written as f64 / (20 * PAST) as f64);
+            tokio::time::sleep_until(due).await;
             let _turn = turn.lock().await;
             // Four pages a commit, over and over the same rows.
             id = (id + 1) % 64;

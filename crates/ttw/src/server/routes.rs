@@ -171,6 +171,136 @@ mod tests {
         );
     }
 
+    /// Regression: the document said `idempotency_key` had at most 255
+    /// characters; the server took 1,024. Every bound the document states
+    /// for a task (its `NewTask` schema: lengths, minimum and maximum) and
+    /// for a batch (`maxItems`) is the server's: a request at each bound is
+    /// taken, one just past it is refused with 400.
+    #[tokio::test]
+    async fn every_bound_the_document_states_is_the_one_the_server_enforces() {
+        let (router, dir) = router("bounds").await;
+        let doc: Value = serde_json::from_str(OPENAPI).unwrap();
+        let task = &doc["components"]["schemas"]["NewTask"]["properties"];
+        let mut checked = 0;
+        for (name, schema) in task.as_object().unwrap() {
+            let mut cases: Vec<(Value, bool)> = Vec::new();
+            let ascii = |n: u64| Value::from("k".repeat(n as usize));
+            if let Some(max) = schema["maxLength"].as_u64() {
+                cases.push((ascii(max), true));
+                cases.push((ascii(max + 1), false));
+            }
+            if let Some(min) = schema["minLength"].as_u64() {
+                cases.push((ascii(min), true));
+                if min > 0 {
+                    cases.push((ascii(min - 1), false));
+                }
+            }
+            if let Some(max) = schema["maximum"].as_i64() {
+                cases.push((Value::from(max), true));
+                cases.push((Value::from(max + 1), false));
+            }
+            if let Some(min) = schema["minimum"].as_i64() {
+                cases.push((Value::from(min), true));
+                cases.push((Value::from(min - 1), false));
+            }
+            for (value, taken) in cases {
+                let mut body = serde_json::json!({"delay": "1h", "payload": 1});
+                body[name.as_str()] = value.clone();
+                if name == "max_wait" {
+                    body["replace_pending"] = true.into();
+                    body["idempotency_key"] = "debounce".into();
+                }
+                let (status, answer) = send(&router, "/v1/tasks", &body).await;
+                assert_eq!(
+                    status.is_success(),
+                    taken,
+                    "{name} = {value}: the document says {}, the server answered {status} {answer}",
+                    if taken { "taken" } else { "refused" }
+                );
+                if !taken {
+                    assert_eq!(
+                        status,
+                        StatusCode::BAD_REQUEST,
+                        "{name} = {value}: {answer}"
+                    );
+                }
+                checked += 1;
+            }
+        }
+        // idempotency_key, partition_key (each 4), priority (4), max_attempts (2).
+        assert!(checked >= 14, "only {checked} bounds found in the document");
+
+        let batch = &doc["paths"]["/v1/tasks/batch"]["post"]["requestBody"]["content"]
+            ["application/json"]["schema"]["properties"]["tasks"];
+        let max = batch["maxItems"].as_u64().expect("the batch's maxItems") as usize;
+        for (n, taken) in [(max, true), (max + 1, false)] {
+            let tasks = vec![serde_json::json!({"delay": "1h"}); n];
+            let (status, answer) = send(
+                &router,
+                "/v1/tasks/batch",
+                &serde_json::json!({ "tasks": tasks }),
+            )
+            .await;
+            assert_eq!(
+                status.is_success(),
+                taken,
+                "a batch of {n}: {status} {answer}"
+            );
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// A router on a fresh SQLite file, with one admin token ([`TOKEN`]).
+    async fn router(name: &str) -> (Router, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("ttw-routes-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("ttw.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "database = \"{}\"\nmax_body_bytes = 4194304\n[[queues]]\nname = \"default\"\n[[tokens]]\nname = \"t\"\nsecret_env = \"T\"\nscopes = [\"admin\"]\n",
+                dir.join("tasks.db").display()
+            ),
+        )
+        .unwrap();
+        let settings = super::super::config::load(&path, |_| Some(TOKEN.into()))
+            .expect("the configuration loads");
+        let store = crate::open(&settings.database, None, true).await.unwrap();
+        let api = Arc::new(Api {
+            grouper: Grouper::start(store.clone()),
+            store,
+            settings,
+        });
+        (routes(api), dir)
+    }
+
+    const TOKEN: &str = "a-token-long-enough-0123456789";
+
+    /// `POST path` with `body` and the token: the status and the answer.
+    async fn send(router: &Router, path: &str, body: &Value) -> (StatusCode, Value) {
+        let answer = router
+            .clone()
+            .oneshot(
+                Request::builder()
+                    .method("POST")
+                    .uri(path)
+                    .header("authorization", format!("Bearer {TOKEN}"))
+                    .header("content-type", "application/json")
+                    .body(Body::from(body.to_string()))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let status = answer.status();
+        let bytes = axum::body::to_bytes(answer.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
     /// Every route of the table is answered by its handler (without a
     /// token: 401, or the open routes' 200), never by the fallback's
     /// `no such route` or a 405; and a route outside it is.

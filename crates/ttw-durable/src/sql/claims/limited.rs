@@ -8,10 +8,13 @@
 //! the queue running now are counted (`running` with a lock that has not
 //! run out: a dead node's tasks stop counting when their locks run out);
 //! and of the fired tasks still claimable, as many as both limits allow are
-//! claimed, most urgent first (priority, then due time, then id), and paid
-//! for from the bucket. With a per-key concurrency, the running tasks of
-//! each partition key are counted too, and a task whose key is at its cap
-//! is left behind while others of other keys are claimed.
+//! claimed and paid for from the bucket. The places go to partition keys in
+//! turn: within a priority, a task's turn is the number of its key's tasks
+//! running now plus those before it in due order, so a key with a backlog
+//! due first takes one place, then every other key with a task waiting
+//! takes one, and so on (tasks without a key are one key); due time, then
+//! id, decide within a turn. With a per-key concurrency, a task whose key
+//! is at its cap is left behind while others of other keys are claimed.
 
 use std::collections::HashMap;
 
@@ -68,11 +71,32 @@ impl Bucket {
     }
 }
 
-/// A claimable task: its id and partition key.
+/// A claimable task: its id, priority and partition key.
 #[derive(Debug, sqlx::FromRow)]
 struct Eligible {
     id: i64,
+    priority: i64,
     partition_key: Option<String>,
+}
+
+/// Orders `eligible` (in due order within each priority) so that keys take
+/// turns: by priority, then by turn (the key's tasks running now, in
+/// `running_by_key`, plus its tasks before this one), then due order.
+fn in_turns(eligible: &mut [Eligible], running_by_key: &HashMap<String, i64>) {
+    let mut seen: HashMap<Option<&str>, i64> = HashMap::new();
+    let mut turns: HashMap<i64, i64> = HashMap::with_capacity(eligible.len());
+    for task in eligible.iter() {
+        let key = task.partition_key.as_deref();
+        let before = seen.entry(key).or_insert(0);
+        let running = key
+            .and_then(|k| running_by_key.get(k))
+            .copied()
+            .unwrap_or(0);
+        turns.insert(task.id, running + *before);
+        *before += 1;
+    }
+    // Stable: due order stays within a turn.
+    eligible.sort_by_key(|task| (task.priority, turns[&task.id]));
 }
 
 impl Claims {
@@ -103,7 +127,8 @@ impl Claims {
                        AND state = 'running' AND locked_until > $2 AND partition_key IS NOT NULL \
                        GROUP BY partition_key";
         let eligible = format!(
-            "SELECT id, partition_key FROM ttw_tasks WHERE {} AND {} ORDER BY priority, run_at, id",
+            "SELECT id, CAST(priority AS BIGINT) AS priority, partition_key FROM ttw_tasks \
+             WHERE {} AND {} ORDER BY priority, run_at, id",
             self.ids_are(4, fired.len()),
             checked(&format!(
                 "state = 'scheduled' AND run_at <= $3 AND {}",
@@ -117,7 +142,7 @@ impl Claims {
                 .bind(queue)
                 .fetch_optional(&mut *tx)
                 .await?;
-            let eligible: Vec<Eligible> = {
+            let mut eligible: Vec<Eligible> = {
                 let query = sqlx::query_as(&eligible)
                     .bind(&self.session)
                     .bind(self.shards)
@@ -157,17 +182,19 @@ impl Claims {
                     (room, wait)
                 }
             };
-            // Of the claimable tasks in claim order, the first `room` whose
-            // key is under its cap; the rest are held.
+            // Of the claimable tasks in turns by key, the first `room`
+            // whose key is under its cap; the rest are held.
             let mut running_by_key: HashMap<String, i64> = HashMap::new();
             let key_cap = bucket.as_ref().and_then(|b| b.key_concurrency).filter(|_| room > 0);
-            if key_cap.is_some() {
+            let keyed = eligible.iter().any(|task| task.partition_key.is_some());
+            if room > 0 && keyed {
                 let rows: Vec<(String, i64)> = sqlx::query_as(per_key)
                     .bind(queue)
                     .bind(now)
                     .fetch_all(&mut *tx)
                     .await?;
                 running_by_key.extend(rows);
+                in_turns(&mut eligible, &running_by_key);
             }
             let mut take: Vec<Due> = Vec::with_capacity(room);
             let mut held = Vec::new();
