@@ -294,6 +294,48 @@ async fn queues_case(store: &Store) {
         "c's task takes the one free place"
     );
     assert_eq!(turn.held, vec![waiting[0].id, waiting[1].id]);
+    // This node waits for places for a and b: the other nodes read it.
+    assert_eq!(
+        queues::key_waits(db, "keyed").await.unwrap(),
+        [
+            ("a".to_string(), "n1/a".to_string()),
+            ("b".to_string(), "n1/a".to_string())
+        ]
+    );
+
+    // Across nodes: key z waits on another node, with nothing running.
+    // Of two free places, one is left to z (its turn comes first), the
+    // other goes to a's task; b's waits, and this node says so.
+    queues::set_limits(db, "keyed", &QueueLimits::new().concurrency(6))
+        .await
+        .unwrap();
+    queues::note_key_wait(db, "keyed", "z", "n9/z", 3_500)
+        .await
+        .unwrap();
+    let shared = keyed_claims
+        .claim_limited("keyed", &waiting[..2], 3_000, 100_000)
+        .await
+        .unwrap();
+    let taken: Vec<i64> = shared.claimed.iter().map(|c| c.attempt.id).collect();
+    assert_eq!(taken, vec![waiting[0].id], "one place left to z, one to a");
+    assert_eq!(
+        (shared.held.clone(), shared.wait),
+        (vec![waiting[1].id], Wait::Full)
+    );
+    assert_eq!(
+        queues::key_waits(db, "keyed").await.unwrap(),
+        [
+            ("b".to_string(), "n1/a".to_string()),
+            ("z".to_string(), "n9/z".to_string())
+        ]
+    );
+    // Once z's wait is over (its node no longer asks), b takes the place.
+    let later = keyed_claims
+        .claim_limited("keyed", &waiting[1..2], 3_600, 100_000)
+        .await
+        .unwrap();
+    assert_eq!(later.claimed.len(), 1, "{later:?}");
+    assert_eq!(queues::key_waits(db, "keyed").await.unwrap(), []);
     queues::set_limits(db, "keyed", &QueueLimits::new().per_key_concurrency(1))
         .await
         .unwrap();

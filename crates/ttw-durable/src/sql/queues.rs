@@ -220,3 +220,44 @@ pub(crate) async fn history_partition_key(db: &Db, id: i64) -> Result<Option<Str
     });
     Ok(key)
 }
+
+/// Notes that `session` waits for a place for `key`'s tasks of `queue`
+/// until `until` (for the conformance suite: as another node's limited
+/// claim would).
+#[cfg(test)]
+pub(crate) async fn note_key_wait(
+    db: &Db,
+    queue: &str,
+    key: &str,
+    session: &str,
+    until: i64,
+) -> Result<(), Error> {
+    with_pool!(db, pool => {
+        sqlx::query(
+            "INSERT INTO ttw_key_waits (queue, partition_key, session, wait_until) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(queue)
+        .bind(key)
+        .bind(session)
+        .bind(until)
+        .execute(pool)
+        .await?;
+    });
+    Ok(())
+}
+
+/// The keys of `queue` waiting for a place, as (key, session), in order
+/// (for the conformance suite).
+#[cfg(test)]
+pub(crate) async fn key_waits(db: &Db, queue: &str) -> Result<Vec<(String, String)>, Error> {
+    let rows = with_pool!(db, pool => {
+        sqlx::query_as(
+            "SELECT partition_key, session FROM ttw_key_waits WHERE queue = $1 \
+             ORDER BY partition_key, session",
+        )
+        .bind(queue)
+        .fetch_all(pool)
+        .await?
+    });
+    Ok(rows)
+}

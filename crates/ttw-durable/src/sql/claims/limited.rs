@@ -79,24 +79,65 @@ struct Eligible {
     partition_key: Option<String>,
 }
 
-/// Orders `eligible` (in due order within each priority) so that keys take
-/// turns: by priority, then by turn (the key's tasks running now, in
-/// `running_by_key`, plus its tasks before this one), then due order.
-fn in_turns(eligible: &mut [Eligible], running_by_key: &HashMap<String, i64>) {
-    let mut seen: HashMap<Option<&str>, i64> = HashMap::new();
-    let mut turns: HashMap<i64, i64> = HashMap::with_capacity(eligible.len());
-    for task in eligible.iter() {
-        let key = task.partition_key.as_deref();
+/// How long a node's wait for a place, by key, holds places on other nodes
+/// (`ttw_key_waits`): a waiting node asks again every few tens of ms, so a
+/// row it no longer renews is soon forgotten.
+const KEY_WAIT: i64 = 1_000;
+
+/// The key a task takes turns under: its partition key, or `""` for the
+/// tasks without one (a partition key has at least one byte).
+fn turn_key(task: &Eligible) -> &str {
+    task.partition_key.as_deref().unwrap_or("")
+}
+
+/// One place in the order of a limited claim: a task of this node's, or a
+/// key waiting on another node, which the place is left to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Turn {
+    priority: i64,
+    /// The key's tasks running now plus its tasks before this one.
+    turn: i64,
+    /// This node's task first at a tie: a place is not left idle for a
+    /// node that may be slow to come for it.
+    theirs: bool,
+    /// Due order within a turn (the index in `eligible`), or the waiting
+    /// key's index.
+    index: usize,
+}
+
+/// The order in which a limited claim hands out its places: `eligible`
+/// (in due order within each priority) and the keys waiting on other
+/// nodes (`theirs`, at the default priority), by priority, then by turn,
+/// so that the keys take turns across nodes.
+fn in_turns(
+    eligible: &[Eligible],
+    theirs: &[String],
+    running_by_key: &HashMap<String, i64>,
+) -> Vec<Turn> {
+    let running = |key: &str| running_by_key.get(key).copied().unwrap_or(0);
+    let mut seen: HashMap<&str, i64> = HashMap::new();
+    let mut order = Vec::with_capacity(eligible.len() + theirs.len());
+    for (index, task) in eligible.iter().enumerate() {
+        let key = turn_key(task);
         let before = seen.entry(key).or_insert(0);
-        let running = key
-            .and_then(|k| running_by_key.get(k))
-            .copied()
-            .unwrap_or(0);
-        turns.insert(task.id, running + *before);
+        order.push(Turn {
+            priority: task.priority,
+            turn: running(key) + *before,
+            theirs: false,
+            index,
+        });
         *before += 1;
     }
-    // Stable: due order stays within a turn.
-    eligible.sort_by_key(|task| (task.priority, turns[&task.id]));
+    for (index, key) in theirs.iter().enumerate() {
+        order.push(Turn {
+            priority: 0,
+            turn: running(key),
+            theirs: true,
+            index,
+        });
+    }
+    order.sort_unstable();
+    order
 }
 
 impl Claims {
@@ -123,9 +164,15 @@ impl Claims {
         );
         let running = "SELECT COUNT(*) FROM ttw_tasks \
                        WHERE queue = $1 AND state = 'running' AND locked_until > $2";
-        let per_key = "SELECT partition_key, COUNT(*) FROM ttw_tasks WHERE queue = $1 \
-                       AND state = 'running' AND locked_until > $2 AND partition_key IS NOT NULL \
-                       GROUP BY partition_key";
+        let per_key = "SELECT COALESCE(partition_key, ''), COUNT(*) FROM ttw_tasks \
+                       WHERE queue = $1 AND state = 'running' AND locked_until > $2 \
+                       GROUP BY COALESCE(partition_key, '')";
+        let waiting = "SELECT DISTINCT partition_key FROM ttw_key_waits \
+                       WHERE queue = $1 AND session <> $2 AND wait_until > $3";
+        let forget =
+            "DELETE FROM ttw_key_waits WHERE queue = $1 AND (session = $2 OR wait_until <= $3)";
+        let wait = "INSERT INTO ttw_key_waits (queue, partition_key, session, wait_until) \
+                    VALUES ($1, $2, $3, $4)";
         let eligible = format!(
             "SELECT id, CAST(priority AS BIGINT) AS priority, partition_key FROM ttw_tasks \
              WHERE {} AND {} ORDER BY priority, run_at, id",
@@ -142,7 +189,7 @@ impl Claims {
                 .bind(queue)
                 .fetch_optional(&mut *tx)
                 .await?;
-            let mut eligible: Vec<Eligible> = {
+            let eligible: Vec<Eligible> = {
                 let query = sqlx::query_as(&eligible)
                     .bind(&self.session)
                     .bind(self.shards)
@@ -182,24 +229,53 @@ impl Claims {
                     (room, wait)
                 }
             };
-            // Of the claimable tasks in turns by key, the first `room`
-            // whose key is under its cap; the rest are held.
+            // The keys whose tasks wait for a place on other nodes (but for
+            // those this node serves itself).
+            let paused = bucket.as_ref().is_some_and(|b| b.paused != 0);
+            let theirs: Vec<String> = if paused || eligible.is_empty() {
+                Vec::new()
+            } else {
+                let keys: Vec<String> = sqlx::query_scalar(waiting)
+                    .bind(queue)
+                    .bind(&self.session)
+                    .bind(now)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                keys.into_iter()
+                    .filter(|key| !eligible.iter().any(|t| turn_key(t) == key))
+                    .collect()
+            };
+            // The places in turns by key, across nodes: each goes to the
+            // next of this node's tasks whose key is under its cap, or is
+            // left to a key waiting on another node; the rest are held.
             let mut running_by_key: HashMap<String, i64> = HashMap::new();
             let key_cap = bucket.as_ref().and_then(|b| b.key_concurrency).filter(|_| room > 0);
-            let keyed = eligible.iter().any(|task| task.partition_key.is_some());
-            if room > 0 && keyed {
+            let keyed = !theirs.is_empty() || eligible.iter().any(|task| task.partition_key.is_some());
+            let order = if room > 0 && keyed {
                 let rows: Vec<(String, i64)> = sqlx::query_as(per_key)
                     .bind(queue)
                     .bind(now)
                     .fetch_all(&mut *tx)
                     .await?;
                 running_by_key.extend(rows);
-                in_turns(&mut eligible, &running_by_key);
-            }
+                in_turns(&eligible, &theirs, &running_by_key)
+            } else {
+                in_turns(&eligible, &[], &HashMap::new())
+            };
             let mut take: Vec<Due> = Vec::with_capacity(room);
             let mut held = Vec::new();
             let mut full_keys = Vec::new();
-            for task in &eligible {
+            let mut left_to_others = 0;
+            let mut waits: Vec<&str> = Vec::new();
+            for turn in order {
+                if turn.theirs {
+                    if take.len() + left_to_others < room {
+                        left_to_others += 1;
+                    }
+                    continue;
+                }
+                let task = &eligible[turn.index];
+                let has_room = take.len() + left_to_others < room;
                 let capped = match (&task.partition_key, key_cap) {
                     (Some(key), Some(cap)) => {
                         let running = running_by_key.entry(key.clone()).or_insert(0);
@@ -210,7 +286,7 @@ impl Claims {
                             }
                             true
                         } else {
-                            if take.len() < room {
+                            if has_room {
                                 *running += 1;
                             }
                             false
@@ -219,8 +295,31 @@ impl Claims {
                     _ => false,
                 };
                 match fired.binary_search_by_key(&task.id, |d| d.id) {
-                    Ok(at) if !capped && take.len() < room => take.push(fired[at]),
-                    _ => held.push(task.id),
+                    Ok(at) if !capped && has_room => take.push(fired[at]),
+                    _ => {
+                        held.push(task.id);
+                        // Waiting for a place, not for its own key's cap.
+                        if !capped && !paused && !waits.contains(&turn_key(task)) {
+                            waits.push(turn_key(task));
+                        }
+                    }
+                }
+            }
+            if keyed {
+                sqlx::query(forget)
+                    .bind(queue)
+                    .bind(&self.session)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                for key in &waits {
+                    sqlx::query(wait)
+                        .bind(queue)
+                        .bind(*key)
+                        .bind(&self.session)
+                        .bind(now + KEY_WAIT)
+                        .execute(&mut *tx)
+                        .await?;
                 }
             }
             take.sort_unstable_by_key(|d| d.id);
@@ -249,7 +348,13 @@ impl Claims {
             // The queue waits only if its own limits left tasks behind, not
             // only full keys.
             let left_by_queue = eligible.len() - take.len() > held_by_keys(&eligible, &take, &full_keys);
-            let wait = if left_by_queue { wait_for } else { Wait::No };
+            let wait = match (left_by_queue, wait_for) {
+                (false, _) => Wait::No,
+                // Places left to keys waiting on other nodes: look again
+                // as when the queue is full.
+                (true, Wait::No) if left_to_others > 0 => Wait::Full,
+                (true, wait) => wait,
+            };
             LimitedClaim {
                 claimed,
                 held,
