@@ -324,6 +324,73 @@ on_both! {
 }
 
 on_both! {
+    /// Regression: without a per-key cap, a queue's limited claim gave
+    /// free places to the earliest due tasks, so key B's tasks waited
+    /// behind key A's whole backlog (up to 1,560 of A's started ahead of
+    /// one of B's, across three nodes). Free places now go to keys in turn
+    /// across nodes: once one of B's tasks is due, only the A tasks already
+    /// on their way to a place start before it (counted, not timed).
+    async fn keys_take_turns_across_nodes_without_a_cap(db: Db) {
+        let stores = three(&db).await;
+        stores[0]
+            .set_queue_limits("tenants", QueueLimits::new().concurrency(4))
+            .await
+            .unwrap();
+        type Run = (String, Instant, std::time::SystemTime, std::time::SystemTime);
+        let runs: Arc<Mutex<Vec<Run>>> = Arc::default();
+        let mut nodes = Vec::new();
+        for (i, store) in stores.iter().enumerate() {
+            let runs = runs.clone();
+            nodes.push(
+                fast(store)
+                    .node_id(format!("n{i}"))
+                    .handle("tenants", move |task| {
+                        let runs = runs.clone();
+                        async move {
+                            let who = String::from_utf8_lossy(task.payload()).to_string();
+                            runs.lock().unwrap().push((who, Instant::now(), std::time::SystemTime::now(), task.run_at()));
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            Ok::<_, String>(())
+                        }
+                    })
+                    .start_queues()
+                    .await
+                    .unwrap(),
+            );
+        }
+        stores[0]
+            .schedule_batch((0..400).map(|_| NewTask::new("A").queue("tenants").partition_key("A")))
+            .await
+            .unwrap();
+        stores[0]
+            .schedule_batch((0..5).map(|i| {
+                NewTask::new("B").queue("tenants").partition_key("B").delay(Duration::from_millis(500 + 300 * i))
+            }))
+            .await
+            .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while runs.lock().unwrap().iter().filter(|r| r.0 == "B").count() < 5 {
+            assert!(tokio::time::Instant::now() < deadline, "B's tasks did not all run");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for node in nodes {
+            node.shutdown().await.unwrap();
+        }
+        let runs = runs.lock().unwrap().clone();
+        // For each of B's tasks: A's starts after it was due, before it ran.
+        let ahead: Vec<usize> = runs
+            .iter()
+            .filter(|b| b.0 == "B")
+            .map(|b| runs.iter().filter(|a| a.0 == "A" && a.2 >= b.3 && a.1 < b.1).count())
+            .collect();
+        let a_done = runs.iter().filter(|r| r.0 == "A").count();
+        println!("keys in turn: A's starts ahead of each of B's {ahead:?}; {a_done} of A's 400 ran meanwhile");
+        assert!(a_done < 400, "A's backlog drained first");
+        assert!(ahead.iter().all(|&n| n <= 12), "A's tasks went ahead of B's: {ahead:?}");
+    }
+}
+
+on_both! {
     /// Fairness by key over two nodes: key A's 600 tasks are due at once,
     /// key B's 10 come due over 2 s; with 4 at once in the queue and 2 at
     /// once per key, 50 ms handlers, B's tasks start within 500 ms of their

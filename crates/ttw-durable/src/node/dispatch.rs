@@ -64,7 +64,11 @@ pub(crate) async fn dispatch(node: Arc<Node>, expirations: Expirations<i64, Due>
         tokio::select! {
             biased;
             _ = node.stopping.notified() => break,
-            _ = node.room.notified() => {}
+            _ = node.room.notified() => {
+                if node.room_elsewhere.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                    ready.place_left_here();
+                }
+            }
             Some(ended) = running.join_next(), if !running.is_empty() => {
                 if let Ok(ended) = ended {
                     ready.delivery_ended(ended);

@@ -59,6 +59,10 @@ pub(crate) struct Node {
     /// A place was given back before its task's outcome was written:
     /// dispatch looks for room again.
     pub(crate) room: Notify,
+    /// Another node left a place to a key waiting here: the queues waiting
+    /// for a place look again (see
+    /// [`Ready::place_left_here`](crate::node::ready::Ready::place_left_here)).
+    pub(crate) room_elsewhere: std::sync::atomic::AtomicBool,
     /// One permit per delivery in flight in each queue with a limit of its
     /// own, by queue index (see [`Lanes`](crate::model::lanes::Lanes)).
     pub(crate) queue_limits: Vec<Option<Arc<Semaphore>>>,
@@ -126,6 +130,7 @@ impl Node {
             semaphore: Arc::new(Semaphore::new(config.max_concurrency)),
             settling: Arc::new(Semaphore::new(config.max_concurrency.saturating_mul(2))),
             room: Notify::new(),
+            room_elsewhere: std::sync::atomic::AtomicBool::new(false),
             queue_limits,
             node_id,
             config,

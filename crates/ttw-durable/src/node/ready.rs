@@ -222,6 +222,17 @@ impl Ready {
         self.queues[ended.queue].unpark_key(ended.key);
     }
 
+    /// Another node's limited claim left a place to a key waiting here:
+    /// every queue waiting for a place is tried again.
+    pub(crate) fn place_left_here(&mut self) {
+        for control in &mut self.control {
+            if control.full {
+                control.blocked_until = None;
+                control.full = false;
+            }
+        }
+    }
+
     /// What a limited claim of queue `index` said: `wait` for what it left
     /// behind, `limited` whether the queue has flow control still.
     pub(crate) fn limited_claim(

@@ -450,7 +450,7 @@ impl SchedulerBuilder {
             config,
             node_id,
             Arc::new(Window::new(wheel, lanes.clone(), clock)),
-            Claims::new(db, lanes, shards, session),
+            Claims::new(db, lanes, shards, session).announcing_on(store.names().channel.clone()),
             leases,
             store.clone(),
         ));

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use super::parse;
 use super::{Announced, ListenOptions};
 #[cfg(feature = "postgres")]
-use crate::sql::announce::RECURRING;
+use crate::sql::announce::{RECURRING, ROOM};
 
 /// How long a `LISTEN` connection that could not be opened waits before
 /// the next try.
@@ -39,6 +39,9 @@ pub(crate) enum Heard {
     /// process.
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     Recurring,
+    /// Another node's limited claim left a place to a key waiting here.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    Room,
     /// The store is gone: nothing more will be heard.
     Closed,
 }
@@ -132,6 +135,9 @@ impl Listener {
                         }
                         if notification.payload() == RECURRING {
                             return Heard::Recurring;
+                        }
+                        if notification.payload() == ROOM {
+                            return Heard::Room;
                         }
                     }
                     // The connection was lost, and with it what was sent

@@ -58,6 +58,11 @@ pub(crate) const PG_IDENTIFIER: usize = 63;
 /// The `NOTIFY` payload that says a recurring schedule changed.
 pub(crate) const RECURRING: &str = "recurring";
 
+/// The `NOTIFY` payload that says a limited claim left a place to a key
+/// waiting on another node: the nodes whose queues wait for a place look
+/// again at once, not at their next retry.
+pub(crate) const ROOM: &str = "room";
+
 /// The notification channel of a schema: `ttw_tasks`, or `ttw_tasks_<schema>`
 /// (hashed when that is longer than PostgreSQL allows; every process
 /// derives the same name).

@@ -335,6 +335,9 @@ pub(crate) struct Claims {
     shards: i64,
     session: String,
     lanes: Arc<Lanes>,
+    /// On PostgreSQL, the channel a limited claim announces a place left
+    /// to another node on (see [`ROOM`](crate::sql::announce::ROOM)).
+    channel: Option<String>,
 }
 
 impl Claims {
@@ -345,7 +348,15 @@ impl Claims {
             shards: i64::from(shards),
             session,
             lanes,
+            channel: None,
         }
+    }
+
+    /// The same, announcing on `channel` (PostgreSQL's) when a limited
+    /// claim leaves a place to a node waiting for it.
+    pub(crate) fn announcing_on(mut self, channel: Option<String>) -> Claims {
+        self.channel = channel;
+        self
     }
 
     /// A task read back as due, if its queue is one this node serves.

@@ -17,6 +17,11 @@ pub(crate) async fn run(node: Arc<Node>, mut listener: Listener) {
                 node.recurring_wake.notify_one();
             }
             Heard::Recurring => node.recurring_wake.notify_one(),
+            Heard::Room => {
+                node.room_elsewhere
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                node.room.notify_one();
+            }
             Heard::Closed => return,
         }
     }

@@ -305,6 +305,15 @@ impl Claims {
                     }
                 }
             }
+            if left_to_others > 0 {
+                if let Some(channel) = &self.channel {
+                    sqlx::query("SELECT pg_notify($1, $2)")
+                        .bind(channel)
+                        .bind(crate::sql::announce::ROOM)
+                        .fetch_all(&mut *tx)
+                        .await?;
+                }
+            }
             if keyed {
                 sqlx::query(forget)
                     .bind(queue)
