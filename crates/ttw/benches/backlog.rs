@@ -1,0 +1,304 @@
+//! A large backlog through `ttw server`'s batches, and what it costs: the
+//! server (the `ttw` binary as a child process, its scheduler on) gets
+//! `POST /v1/tasks/batch` of 1,000 keyless tasks due 1 to 30 days out from
+//! 4 keep-alive connections until `TTW_BACKLOG_TASKS` are pending (default
+//! 10 million); the insert rate of each million, then the bytes a pending
+//! task takes in the database, the server's memory, and the lateness of
+//! tasks due now (1,000 a second for 10 s, due 2 s after they are sent,
+//! taken by a webhook receiver in this process) with the backlog there.
+//! SQLite, or PostgreSQL when `DATABASE_URL` is set.
+//!
+//! `cargo bench -p ttw --bench backlog` (`TTW_BACKLOG_TASKS`).
+
+use std::io::BufRead;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::Router;
+
+const TOKEN: &str = "bench-token-0123456789";
+const BATCH: usize = 1_000;
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// The resident memory of process `pid`, in bytes, from /proc.
+fn rss(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn percentile(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// Eight batch bodies whose tasks are due 1 to 30 days out, spread.
+fn backlog_bodies() -> Vec<bytes::Bytes> {
+    (0..8u64)
+        .map(|b| {
+            let tasks: Vec<String> = (0..BATCH as u64)
+                .map(|i| {
+                    let secs = 86_400 + (b * 7_919 + i * 2_591) % (29 * 86_400);
+                    format!(r#"{{"queue":"hooks","delay":"{secs}s","payload":{{"order":{i}}}}}"#)
+                })
+                .collect();
+            bytes::Bytes::from(format!(r#"{{"tasks":[{}]}}"#, tasks.join(",")))
+        })
+        .collect()
+}
+
+fn main() {
+    let total: usize = std::env::var("TTW_BACKLOG_TASKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000_000);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+
+    // The receiver: each webhook's lateness, in ms.
+    let seen: Arc<Mutex<Vec<i64>>> = Arc::default();
+    let receiver = {
+        let seen = seen.clone();
+        let app = Router::new().route(
+            "/hook",
+            post(move |headers: HeaderMap| {
+                let seen = seen.clone();
+                async move {
+                    let arrived = now_ms();
+                    if let Some(run_at) = headers
+                        .get("ttw-run-at")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.parse::<i64>().ok())
+                    {
+                        seen.lock().unwrap().push(arrived - run_at);
+                    }
+                    StatusCode::NO_CONTENT
+                }
+            }),
+        );
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        runtime.spawn(async move { axum::serve(listener, app).await });
+        format!("http://{addr}/hook")
+    };
+
+    let dir = std::env::temp_dir().join(format!("ttw_backlog_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (database, backend) = match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => (url, "PostgreSQL"),
+        _ => (dir.join("tasks.db").display().to_string(), "SQLite"),
+    };
+    let schema = format!("ttw_backlog_{}", std::process::id());
+    let config = dir.join("ttw.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:0\"\ndatabase = \"{database}\"\n{}\n\n[[queues]]\nname = \"hooks\"\nwebhook = {{ url = \"{receiver}\", secret_env = \"TTW_HOOK_SECRET\", max_in_flight = 256 }}\n\n[[tokens]]\nname = \"bench\"\nsecret_env = \"TTW_BENCH_TOKEN\"\nscopes = [\"schedule\"]\n",
+            if backend == "PostgreSQL" { format!("schema = \"{schema}\"") } else { String::new() }
+        ),
+    )
+    .unwrap();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_ttw"))
+        .args(["server", "--config"])
+        .arg(&config)
+        .env("TTW_BENCH_TOKEN", TOKEN)
+        .env("TTW_HOOK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the ttw binary starts");
+    let pid = server.id();
+    let mut first = String::new();
+    std::io::BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let base = first
+        .trim()
+        .strip_prefix("ttw server: listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
+        .to_string();
+    let addr = base.strip_prefix("http://").unwrap().to_string();
+
+    // The backlog, a million at a time.
+    let bodies = backlog_bodies();
+    let batches = total / BATCH;
+    let done = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    runtime.block_on(async {
+        let monitor = {
+            let done = done.clone();
+            tokio::spawn(async move {
+                let (mut million, mut at) = (1usize, Instant::now());
+                while million * 1_000_000 <= batches * BATCH {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    if done.load(Ordering::Relaxed) * BATCH >= million * 1_000_000 {
+                        println!(
+                            "backlog {backend}: million {million}: {:.0} tasks/s",
+                            1_000_000.0 / at.elapsed().as_secs_f64()
+                        );
+                        (million, at) = (million + 1, Instant::now());
+                    }
+                }
+            })
+        };
+        load(&addr, 4, batches, &bodies, &done).await;
+        let _ = monitor.await;
+    });
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "backlog {backend}: {} tasks in {secs:.0} s: {:.0} tasks/s over all; server memory {} MB",
+        batches * BATCH,
+        (batches * BATCH) as f64 / secs,
+        rss(pid) / 1_000_000
+    );
+
+    // The bytes a pending task takes.
+    let bytes = runtime.block_on(database_bytes(backend, &database, &schema, &dir));
+    println!(
+        "backlog {backend}: {} MB of database, {:.0} B a pending task",
+        bytes / 1_000_000,
+        bytes as f64 / (batches * BATCH) as f64
+    );
+
+    // Tasks due now, with the backlog there: 1,000 a second for 10 s.
+    let sent = runtime.block_on(async {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        let done = Arc::new(AtomicUsize::new(0));
+        for _ in 0..100 {
+            tick.tick().await;
+            let run_at = humantime::format_rfc3339_millis(
+                UNIX_EPOCH + Duration::from_millis((now_ms() + 2_000) as u64),
+            );
+            let tasks: Vec<String> = (0..100)
+                .map(|i| format!(r#"{{"queue":"hooks","run_at":"{run_at}","payload":{i}}}"#))
+                .collect();
+            let body = bytes::Bytes::from(format!(r#"{{"tasks":[{}]}}"#, tasks.join(",")));
+            let (addr, done) = (addr.clone(), done.clone());
+            tokio::spawn(async move { load(&addr, 1, 1, &[body], &done).await });
+        }
+        100 * 100
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen.lock().unwrap().len() < sent && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut lateness = seen.lock().unwrap().clone();
+    lateness.sort_unstable();
+    println!(
+        "backlog {backend}: {} of {sent} due now delivered with the backlog pending: lateness p50 {} ms, p99 {} ms, max {} ms; server memory {} MB",
+        lateness.len(),
+        percentile(&lateness, 0.5),
+        percentile(&lateness, 0.99),
+        lateness.last().copied().unwrap_or(0),
+        rss(pid) / 1_000_000
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+    if backend == "PostgreSQL" {
+        runtime.block_on(async {
+            if let Ok(mut conn) = <sqlx::PgConnection as sqlx::Connection>::connect(&database).await
+            {
+                let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                    .execute(&mut conn)
+                    .await;
+            }
+        });
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The bytes the store takes: the SQLite file and its WAL, or the tasks
+/// table with its indexes and TOAST on PostgreSQL.
+async fn database_bytes(backend: &str, database: &str, schema: &str, dir: &std::path::Path) -> u64 {
+    if backend == "PostgreSQL" {
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(database)
+            .await
+            .unwrap();
+        let bytes: i64 = sqlx::query_scalar(&format!(
+            "SELECT pg_total_relation_size('{schema}.ttw_tasks')"
+        ))
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        return bytes as u64;
+    }
+    ["tasks.db", "tasks.db-wal"]
+        .iter()
+        .map(|f| std::fs::metadata(dir.join(f)).map_or(0, |m| m.len()))
+        .sum()
+}
+
+/// Sends `requests` batches (the bodies in turn) to `/v1/tasks/batch` from
+/// `connections` keep-alive HTTP/1.1 connections, counting each in `done`;
+/// every answer must be 200.
+async fn load(
+    addr: &str,
+    connections: usize,
+    requests: usize,
+    bodies: &[bytes::Bytes],
+    done: &Arc<AtomicUsize>,
+) {
+    let next = Arc::new(AtomicUsize::new(0));
+    let auth = hyper::header::HeaderValue::from_str(&format!("Bearer {TOKEN}")).unwrap();
+    let workers: Vec<_> = (0..connections)
+        .map(|_| {
+            let (next, addr, bodies, auth, done) = (
+                next.clone(),
+                addr.to_string(),
+                bodies.to_vec(),
+                auth.clone(),
+                done.clone(),
+            );
+            tokio::spawn(async move {
+                let stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+                stream.set_nodelay(true).unwrap();
+                let (mut sender, conn) =
+                    hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                        .await
+                        .unwrap();
+                tokio::spawn(conn);
+                loop {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    if n >= requests {
+                        break;
+                    }
+                    let request = hyper::Request::post("/v1/tasks/batch")
+                        .header("host", addr.as_str())
+                        .header("authorization", auth.clone())
+                        .header("content-type", "application/json")
+                        .body(http_body_util::Full::new(bodies[n % bodies.len()].clone()))
+                        .unwrap();
+                    let answer = sender.send_request(request).await.unwrap();
+                    assert_eq!(answer.status().as_u16(), 200);
+                    http_body_util::BodyExt::collect(answer.into_body())
+                        .await
+                        .unwrap();
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.await.unwrap();
+    }
+}
