@@ -11,7 +11,7 @@
 //             from the due time to the handler's start
 //   idle      the server and a waiting worker, nothing due: CPU over 30 s
 //
-//   node run.mjs [--only bullmq,beanstalkd] [--scenarios singles,batches,lateness,idle]
+//   node run.mjs [--only bullmq,beanstalkd,ttw] [--scenarios singles,batches,lateness,idle]
 //                [--persistence recommended|always|none] [--rounds N] [--idle-secs S]
 //
 // Each run starts its own server (redis-server, beanstalkd) on a free port
@@ -24,7 +24,8 @@
 // memory only.
 
 import { spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import http from "node:http";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -180,7 +181,80 @@ const beanstalkd = {
   },
 };
 
-const CONTENDERS = { bullmq, beanstalkd };
+// `ttw server` itself, in the same runner and from the same Node client
+// machinery as its peers: the release binary (`TTW_BIN`, default the
+// workspace's target/release/ttw; `cargo build --release -p ttw` first),
+// scheduler off as in `cargo bench -p ttw --bench http_rate`, on SQLite
+// or, with DATABASE_URL, on PostgreSQL. Its durability is its own
+// (`--persistence` does not change it): SQLite's WAL with `synchronous =
+// NORMAL`, or whatever the PostgreSQL server has. It takes part in the
+// scheduling scenarios only: its deliveries are webhooks, which the
+// worker process here does not serve.
+const TTW_TOKEN = "peer-token-0123456789";
+
+async function startTtw() {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "peer-ttw-"));
+  const url = process.env.DATABASE_URL;
+  const schema = `peer_ttw_${process.pid}_${Date.now()}`;
+  const database = url ? `database = "${url}"\nschema = "${schema}"` : `database = "${dir}/tasks.db"`;
+  const config = path.join(dir, "ttw.toml");
+  writeFileSync(config, `listen = "127.0.0.1:0"\n${database}\n\n[scheduler]\nenabled = false\n\n` +
+    `[[tokens]]\nname = "bench"\nsecret_env = "TTW_PEER_TOKEN"\nscopes = ["schedule"]\n`);
+  const bin = process.env.TTW_BIN ?? path.join(path.dirname(HERE), "../../target/release/ttw");
+  const child = spawn(bin, ["server", "--config", config],
+    { env: { ...process.env, TTW_PEER_TOKEN: TTW_TOKEN }, stdio: ["ignore", "pipe", "inherit"] });
+  const first = await new Promise((resolve, reject) => {
+    let buffered = "";
+    child.stdout.on("data", (d) => {
+      buffered += d;
+      if (buffered.includes("\n")) resolve(buffered.slice(0, buffered.indexOf("\n")));
+    });
+    child.once("exit", () => reject(new Error(`${bin} exited before listening`)));
+  });
+  const port = Number(first.slice(first.lastIndexOf(":") + 1));
+  return {
+    port,
+    pid: child.pid,
+    async stop() {
+      const gone = new Promise((resolve) => child.once("exit", resolve));
+      child.kill("SIGTERM");
+      await gone;
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+const ttw = {
+  name: "ttw",
+  server: () => startTtw(),
+  async producer(port) {
+    // Node's own HTTP client on keep-alive connections, one per request in
+    // flight (its `fetch` took most of a core at 3,400 requests a second).
+    const agent = new http.Agent({ keepAlive: true, maxSockets: IN_FLIGHT });
+    const post = (route, body, status) => new Promise((resolve, reject) => {
+      const request = http.request({
+        host: "127.0.0.1", port, path: route, method: "POST", agent,
+        headers: { authorization: `Bearer ${TTW_TOKEN}`, "content-type": "application/json",
+          "content-length": Buffer.byteLength(body) },
+      }, (answer) => {
+        answer.resume();
+        answer.on("end", () => (answer.statusCode === status
+          ? resolve() : reject(new Error(`${route} answered ${answer.statusCode}`))));
+      });
+      request.on("error", reject);
+      request.end(body);
+    });
+    const task = (delayMs, data) => ({ payload: data, delay: `${delayMs}ms` });
+    return {
+      one: (delayMs, data) => post("/v1/tasks", JSON.stringify(task(delayMs, data)), 201),
+      batch: (delayMs, list) =>
+        post("/v1/tasks/batch", JSON.stringify({ tasks: list.map((data) => task(delayMs, data)) }), 200),
+      close: async () => agent.destroy(),
+    };
+  },
+};
+
+const CONTENDERS = { bullmq, beanstalkd, ttw };
 
 // ---------------------------------------------------------------- scenarios
 
@@ -352,6 +426,8 @@ async function main() {
     for (const name of opts.only) {
       for (const scenario of opts.scenarios) {
         const c = CONTENDERS[name];
+        // A contender without a worker here takes part in scheduling only.
+        if (!c.worker && (scenario === "lateness" || scenario === "idle")) continue;
         const server = await c.server(opts.persistence);
         try {
           const result = await SCENARIOS[scenario](c, server, opts);
