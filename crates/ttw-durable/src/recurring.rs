@@ -487,15 +487,25 @@ impl Store {
     /// # }
     /// ```
     pub async fn register_recurring(&self, schedule: Recurring) -> Result<Registered, Error> {
-        self.to_completion(move |store| async move { store.register_here(schedule).await })
-            .await
-    }
-
-    /// [`register_recurring`](Self::register_recurring) on this task.
-    async fn register_here(&self, schedule: Recurring) -> Result<Registered, Error> {
+        // Checked, and its first occurrence counted from now, before the
+        // write goes to a task of its own.
         let rule = schedule.check()?;
         let now = self.clock().now_ms();
         let next_at = rule.first(now)?;
+        self.to_completion(
+            move |store| async move { store.register_here(schedule, now, next_at).await },
+        )
+        .await
+    }
+
+    /// [`register_recurring`](Self::register_recurring) on this task, the
+    /// schedule checked at `now` and first due at `next_at`.
+    async fn register_here(
+        &self,
+        schedule: Recurring,
+        now: i64,
+        next_at: i64,
+    ) -> Result<Registered, Error> {
         let found = sql::register(
             self.db(),
             self.names(),
