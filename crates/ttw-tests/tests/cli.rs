@@ -82,7 +82,7 @@ on_both! {
     /// one at a time and in bulk.
     async fn a_session_with_the_tool(db: Db) {
         let migrated = ttw(&db, &["--json", "migrate"]).await.json();
-        assert_eq!(migrated["schema_version"], 8);
+        assert_eq!(migrated["schema_version"], 9);
 
         let mut emails = Vec::new();
         for i in 0..5 {
@@ -339,7 +339,7 @@ async fn errors_are_one_line_and_a_non_zero_exit() {
         .refused("--in: not a duration");
     ttw(&db, &["schedule", "x", "--at", "tomorrow"])
         .await
-        .refused("--at: not a time");
+        .refused("--at: invalid time: \"tomorrow\" is not an RFC 3339 time");
     ttw(&db, &["list", "--limit", "0"])
         .await
         .refused("a page holds 1 to 1000 tasks");

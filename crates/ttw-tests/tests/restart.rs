@@ -1,6 +1,7 @@
-//! A `ttw server` process delivering by webhook, `SIGKILL`ed mid-stream and
-//! started again on the same SQLite file: what the crash cut short is
-//! delivered again, and nothing else is delivered twice.
+//! A process delivering by webhook (`ttw server`, or the library's
+//! scheduler at its default settings), `SIGKILL`ed mid-stream and started
+//! again on the same SQLite file: what the crash cut short is delivered
+//! again, and nothing else is delivered twice.
 #![cfg(target_os = "linux")]
 
 #[path = "support/receiver.rs"]
@@ -14,7 +15,7 @@ use std::time::Duration;
 use receiver::{Receiver, SECRET};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
-use ttw_durable::{NewTask, Store};
+use ttw_durable::{NewTask, Scheduler, Store, Webhook};
 
 const TOKEN: &str = "app-token-0123456789";
 const TASKS: usize = 1_000;
@@ -46,6 +47,54 @@ scopes = ["schedule", "read"]
     path
 }
 
+/// The library's scheduler at its default settings, delivering queue
+/// `hooks` by webhook, as a process of its own: this test binary started
+/// again to run [`child_scheduler`] alone. Run on its own (no
+/// `TTW_RESTART_CHILD`), it does nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the scheduler process the restart test starts and kills; does nothing on its own"]
+async fn child_scheduler() {
+    let (Some(path), Some(url)) = (
+        std::env::var_os("TTW_RESTART_CHILD"),
+        std::env::var_os("TTW_RESTART_HOOK"),
+    ) else {
+        return;
+    };
+    let store = Store::sqlite(path).await.unwrap();
+    let webhook = Webhook::builder(url.to_str().unwrap()).secret(SECRET).build().unwrap();
+    let _scheduler = Scheduler::builder(store)
+        .deliver("hooks", webhook)
+        .start_queues()
+        .await
+        .expect("the child's scheduler starts");
+    println!("ttw server: listening on (a library scheduler)");
+    std::future::pending::<()>().await;
+}
+
+/// The library's scheduler as a child process on the SQLite file `db`.
+async fn library_scheduler(db: &Path, hook: &str) -> Child {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["child_scheduler", "--exact", "--ignored", "--nocapture"])
+        .env("TTW_RESTART_CHILD", db)
+        .env("TTW_RESTART_HOOK", hook)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the child starts");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    while let Some(line) = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .expect("the child says it started")
+        .unwrap()
+    {
+        if line.starts_with("ttw server: listening on") {
+            break;
+        }
+    }
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    child
+}
+
 /// `ttw server` as a child process, once it says where it listens.
 async fn server(config: &Path) -> Child {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ttw-under-test"))
@@ -75,9 +124,9 @@ async fn server(config: &Path) -> Child {
 /// kill whose request had not left yet. At least once allows a second
 /// delivery only of a delivery the crash cut short, so after the restart
 /// each task is delivered at most once.
-async fn a_restart_delivers_nothing_twice(node_id: Option<&str>) {
+async fn a_restart_delivers_nothing_twice(node_id: Option<&str>, library: bool) {
     let dir = std::env::temp_dir().join(format!(
-        "ttw_restart_{}_{}",
+        "ttw_restart_{}_{library}_{}",
         node_id.unwrap_or("random"),
         std::process::id()
     ));
@@ -95,7 +144,15 @@ async fn a_restart_delivers_nothing_twice(node_id: Option<&str>) {
         .collect();
     drop(store);
 
-    let mut first = server(&config).await;
+    let hook = receiver.url("/hook");
+    let start = || async {
+        if library {
+            library_scheduler(&dir.join("tasks.db"), &hook).await
+        } else {
+            server(&config).await
+        }
+    };
+    let mut first = start().await;
     receiver
         .wait_until(Duration::from_secs(60), |seen| seen.len() >= 320)
         .await;
@@ -105,7 +162,7 @@ async fn a_restart_delivers_nothing_twice(node_id: Option<&str>) {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let before = receiver.requests().len();
 
-    let _second = server(&config).await;
+    let _second = start().await;
     receiver
         .wait_until(Duration::from_secs(120), |seen| {
             let tasks: BTreeSet<i64> = seen.iter().map(|r| r["task"].as_i64().unwrap()).collect();
@@ -141,10 +198,15 @@ async fn a_restart_delivers_nothing_twice(node_id: Option<&str>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_under_the_same_node_id_delivers_nothing_twice() {
-    a_restart_delivers_nothing_twice(Some("ttw-restart")).await;
+    a_restart_delivers_nothing_twice(Some("ttw-restart"), false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_under_a_new_node_id_delivers_nothing_twice() {
-    a_restart_delivers_nothing_twice(None).await;
+    a_restart_delivers_nothing_twice(None, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_library_scheduler_restarted_delivers_nothing_twice() {
+    a_restart_delivers_nothing_twice(None, true).await;
 }

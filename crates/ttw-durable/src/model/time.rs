@@ -6,8 +6,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::error::Error;
 use crate::model::limits::MAX_RUN_AT;
 
-/// A time as milliseconds since the Unix epoch, or an error outside
-/// `UNIX_EPOCH..=UNIX_EPOCH + MAX_RUN_AT`.
+/// A time as milliseconds since the Unix epoch, rounded up (a task asked
+/// for at 10.4 ms is due at 11 ms, never at 10: never early), or an error
+/// outside `UNIX_EPOCH..=UNIX_EPOCH + MAX_RUN_AT`.
 pub(crate) fn to_ms(at: SystemTime) -> Result<i64, Error> {
     let since = at
         .duration_since(UNIX_EPOCH)
@@ -15,8 +16,9 @@ pub(crate) fn to_ms(at: SystemTime) -> Result<i64, Error> {
     if since > MAX_RUN_AT {
         return Err(Error::out_of_range("a time after MAX_RUN_AT"));
     }
-    // MAX_RUN_AT fits in an i64 of milliseconds.
-    Ok(since.as_millis() as i64)
+    let part = u128::from(since.subsec_nanos() % 1_000_000 != 0);
+    // MAX_RUN_AT is a whole millisecond, and fits in an i64 of them.
+    Ok((since.as_millis() + part) as i64)
 }
 
 /// Reads a time written as RFC 3339 (§5.6): a date, `T` (or `t`, or a
@@ -139,6 +141,20 @@ mod tests {
         assert!(parse_time("1969-12-31T23:59:59Z")
             .unwrap_err()
             .is_out_of_range());
+    }
+
+    /// Regression: a time between two milliseconds was stored as the
+    /// earlier one, so a task could be delivered up to a millisecond before
+    /// the time it was asked for (seen as `durable.rs`'s
+    /// `cancel_and_reschedule` failing now and then).
+    #[test]
+    fn a_time_between_two_milliseconds_is_stored_as_the_later() {
+        let at = |nanos| UNIX_EPOCH + Duration::from_nanos(nanos);
+        assert_eq!(to_ms(at(10_000_000)).unwrap(), 10);
+        assert_eq!(to_ms(at(10_000_001)).unwrap(), 11);
+        assert_eq!(to_ms(at(10_999_999)).unwrap(), 11);
+        assert_eq!(to_ms(UNIX_EPOCH + MAX_RUN_AT).unwrap(), MAX_RUN_AT.as_millis() as i64);
+        assert!(to_ms(UNIX_EPOCH + MAX_RUN_AT + Duration::from_nanos(1)).is_err());
     }
 
     proptest! {
