@@ -61,7 +61,10 @@ async fn child_scheduler() {
         return;
     };
     let store = Store::sqlite(path).await.unwrap();
-    let webhook = Webhook::builder(url.to_str().unwrap()).secret(SECRET).build().unwrap();
+    let webhook = Webhook::builder(url.to_str().unwrap())
+        .secret(SECRET)
+        .build()
+        .unwrap();
     let _scheduler = Scheduler::builder(store)
         .deliver("hooks", webhook)
         .start_queues()

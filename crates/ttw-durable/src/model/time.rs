@@ -153,7 +153,10 @@ mod tests {
         assert_eq!(to_ms(at(10_000_000)).unwrap(), 10);
         assert_eq!(to_ms(at(10_000_001)).unwrap(), 11);
         assert_eq!(to_ms(at(10_999_999)).unwrap(), 11);
-        assert_eq!(to_ms(UNIX_EPOCH + MAX_RUN_AT).unwrap(), MAX_RUN_AT.as_millis() as i64);
+        assert_eq!(
+            to_ms(UNIX_EPOCH + MAX_RUN_AT).unwrap(),
+            MAX_RUN_AT.as_millis() as i64
+        );
         assert!(to_ms(UNIX_EPOCH + MAX_RUN_AT + Duration::from_nanos(1)).is_err());
     }
 
