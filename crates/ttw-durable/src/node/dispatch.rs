@@ -78,7 +78,7 @@ pub(crate) async fn dispatch(node: Arc<Node>, expirations: Expirations<i64, Due>
             chunk = fired.next() => match chunk {
                 Some(chunk) => {
                     for expired in chunk {
-                        ready.push(&node, expired.into_parts().1);
+                        ready.push_fired(&node, expired.into_parts().1);
                     }
                 }
                 None => break,

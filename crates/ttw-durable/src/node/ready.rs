@@ -76,6 +76,11 @@ impl Keyed {
         self.len == 0
     }
 
+    /// Whether a task of `key` waits here already.
+    fn has_key(&self, key: u64) -> bool {
+        self.heaps.get(&key).is_some_and(|heap| !heap.is_empty())
+    }
+
     fn push(&mut self, due: Due) {
         let heap = self.heaps.entry(due.key).or_default();
         if heap.is_empty() && !self.parked.contains_key(&due.key) {
@@ -257,6 +262,21 @@ impl Ready {
                 false,
             ),
         };
+    }
+
+    /// A task the wheel fired. A key new to a queue waiting for a place
+    /// asks at once rather than at the queue's next look: its claim notes
+    /// the key as waiting, so the other nodes leave it the next place freed
+    /// (see `sql::claims::limited`). (Tasks a claim held back come back by
+    /// [`push`](Self::push), which leaves the queue waiting.)
+    pub(crate) fn push_fired(&mut self, node: &Node, due: Due) {
+        let index = node.window.lanes.index_of(due.lane);
+        let control = &mut self.control[index];
+        if control.full && !self.ids.contains(&due.id) && !self.queues[index].has_key(due.key) {
+            control.blocked_until = None;
+            control.full = false;
+        }
+        self.push(node, due);
     }
 
     pub(crate) fn push(&mut self, node: &Node, due: Due) {
