@@ -11,17 +11,19 @@ mod backends;
 #[path = "support/receiver.rs"]
 mod receiver;
 
+#[path = "support/ttw_server.rs"]
+mod ttw_server;
+
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
 use backends::{Backend, Db};
 use receiver::{Receiver, SECRET};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 const TOKEN: &str = "ops-token-0123456789";
 
@@ -66,29 +68,11 @@ scopes = ["schedule", "read", "admin"]
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ttw-under-test"))
-        .args(["server", "--config"])
-        .arg(&config)
-        .env("TTW_TOKEN_OPS", TOKEN)
-        .env("TTW_HOOK_SECRET", SECRET)
-        .env_remove("DATABASE_URL")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the server starts");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-        .await
-        .expect("the server says where it listens")
-        .unwrap()
-        .expect("a line");
-    let addr = first
-        .strip_prefix("ttw server: listening on http://")
-        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
-        .trim_end_matches('/')
-        .to_string();
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (child, addr)
+    ttw_server::start(
+        &config,
+        &[("TTW_TOKEN_OPS", TOKEN), ("TTW_HOOK_SECRET", SECRET)],
+    )
+    .await
 }
 
 /// One HTTP/1.1 request as bytes.

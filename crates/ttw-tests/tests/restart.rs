@@ -7,6 +7,9 @@
 #[path = "support/receiver.rs"]
 mod receiver;
 
+#[path = "support/ttw_server.rs"]
+mod ttw_server;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -100,25 +103,12 @@ async fn library_scheduler(db: &Path, hook: &str) -> Child {
 
 /// `ttw server` as a child process, once it says where it listens.
 async fn server(config: &Path) -> Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ttw-under-test"))
-        .args(["server", "--config"])
-        .arg(config)
-        .env("TTW_TOKEN_APP", TOKEN)
-        .env("TTW_HOOK_SECRET", SECRET)
-        .env_remove("DATABASE_URL")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the server starts");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-        .await
-        .expect("the server says where it listens")
-        .unwrap()
-        .expect("a line");
-    assert!(first.starts_with("ttw server: listening on "), "{first}");
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    child
+    ttw_server::start(
+        config,
+        &[("TTW_TOKEN_APP", TOKEN), ("TTW_HOOK_SECRET", SECRET)],
+    )
+    .await
+    .0
 }
 
 /// Regression: a scheduler process SIGKILLed mid-stream (1,000 tasks, 20 or

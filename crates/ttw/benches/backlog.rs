@@ -10,25 +10,16 @@
 //!
 //! `cargo bench -p ttw --bench backlog` (`TTW_BACKLOG_TASKS`).
 
-use std::io::BufRead;
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+mod support;
 
-use axum::http::{HeaderMap, StatusCode};
-use axum::routing::post;
-use axum::Router;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use support::{now_ms, percentile, Server};
 
 const TOKEN: &str = "bench-token-0123456789";
 const BATCH: usize = 1_000;
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
 
 /// The resident memory of process `pid`, in bytes, from /proc.
 fn rss(pid: u32) -> u64 {
@@ -38,13 +29,6 @@ fn rss(pid: u32) -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map_or(0, |kb| kb * 1024)
-}
-
-fn percentile(sorted: &[i64], p: f64) -> i64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
 /// Eight batch bodies whose tasks are due 1 to 30 days out, spread.
@@ -74,33 +58,7 @@ fn main() {
         .unwrap();
 
     // The receiver: each webhook's lateness, in ms.
-    let seen: Arc<Mutex<Vec<i64>>> = Arc::default();
-    let receiver = {
-        let seen = seen.clone();
-        let app = Router::new().route(
-            "/hook",
-            post(move |headers: HeaderMap| {
-                let seen = seen.clone();
-                async move {
-                    let arrived = now_ms();
-                    if let Some(run_at) = headers
-                        .get("ttw-run-at")
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.parse::<i64>().ok())
-                    {
-                        seen.lock().unwrap().push(arrived - run_at);
-                    }
-                    StatusCode::NO_CONTENT
-                }
-            }),
-        );
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let addr = listener.local_addr().unwrap();
-        runtime.spawn(async move { axum::serve(listener, app).await });
-        format!("http://{addr}/hook")
-    };
+    let (receiver, seen) = support::receiver(&runtime);
 
     let dir = std::env::temp_dir().join(format!("ttw_backlog_{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -119,25 +77,14 @@ fn main() {
         ),
     )
     .unwrap();
-    let mut server = Command::new(env!("CARGO_BIN_EXE_ttw"))
-        .args(["server", "--config"])
-        .arg(&config)
-        .env("TTW_BENCH_TOKEN", TOKEN)
-        .env("TTW_HOOK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("the ttw binary starts");
-    let pid = server.id();
-    let mut first = String::new();
-    std::io::BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let base = first
-        .trim()
-        .strip_prefix("ttw server: listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
-        .to_string();
-    let addr = base.strip_prefix("http://").unwrap().to_string();
+    let server = Server::start(
+        &config,
+        &[
+            ("TTW_BENCH_TOKEN", TOKEN),
+            ("TTW_HOOK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+        ],
+    );
+    let (pid, addr) = (server.pid(), server.addr());
 
     // The backlog, a million at a time.
     let bodies = backlog_bodies();
@@ -212,8 +159,7 @@ fn main() {
         lateness.last().copied().unwrap_or(0),
         rss(pid) / 1_000_000
     );
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     if backend == "PostgreSQL" {
         runtime.block_on(async {
             if let Ok(mut conn) = <sqlx::PgConnection as sqlx::Connection>::connect(&database).await

@@ -10,14 +10,11 @@
 //! a second, default 1000; `TTW_LATENESS_SECONDS`, default 20;
 //! `TTW_IDLE_SECONDS`, default 30).
 
-use std::io::BufRead;
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+mod support;
 
-use axum::http::{HeaderMap, StatusCode};
-use axum::routing::post;
-use axum::Router;
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use support::{now_ms, percentile, Server};
 
 const TOKEN: &str = "bench-token-0123456789";
 
@@ -26,13 +23,6 @@ fn setting(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 /// The CPU time (user and system) process `pid` has used, from /proc.
@@ -47,14 +37,6 @@ fn cpu_time(pid: u32) -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
-fn percentile(sorted: &[i64], p: f64) -> i64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
-}
-
 fn main() {
     let rate = setting("TTW_LATENESS_RATE", 1000);
     let seconds = setting("TTW_LATENESS_SECONDS", 20);
@@ -67,33 +49,7 @@ fn main() {
         .unwrap();
 
     // The receiver: each webhook's lateness, in ms.
-    let seen: Arc<Mutex<Vec<i64>>> = Arc::default();
-    let receiver = {
-        let seen = seen.clone();
-        let app = Router::new().route(
-            "/hook",
-            post(move |headers: HeaderMap| {
-                let seen = seen.clone();
-                async move {
-                    let arrived = now_ms();
-                    if let Some(run_at) = headers
-                        .get("ttw-run-at")
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.parse::<i64>().ok())
-                    {
-                        seen.lock().unwrap().push(arrived - run_at);
-                    }
-                    StatusCode::NO_CONTENT
-                }
-            }),
-        );
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let addr = listener.local_addr().unwrap();
-        runtime.spawn(async move { axum::serve(listener, app).await });
-        format!("http://{addr}/hook")
-    };
+    let (receiver, seen) = support::receiver(&runtime);
 
     let dir = std::env::temp_dir().join(format!("ttw_http_lateness_{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -112,24 +68,14 @@ fn main() {
         ),
     )
     .unwrap();
-    let mut server = Command::new(env!("CARGO_BIN_EXE_ttw"))
-        .args(["server", "--config"])
-        .arg(&config)
-        .env("TTW_BENCH_TOKEN", TOKEN)
-        .env("TTW_HOOK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("the ttw binary starts");
-    let pid = server.id();
-    let mut first = String::new();
-    std::io::BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let base = first
-        .trim()
-        .strip_prefix("ttw server: listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
-        .to_string();
+    let server = Server::start(
+        &config,
+        &[
+            ("TTW_BENCH_TOKEN", TOKEN),
+            ("TTW_HOOK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+        ],
+    );
+    let (pid, base) = (server.pid(), server.base.clone());
 
     // Idle: the server with its node, nothing scheduled.
     std::thread::sleep(Duration::from_secs(2));
@@ -201,7 +147,6 @@ fn main() {
         percentile(&lateness, 0.999),
         lateness.last().copied().unwrap_or(0)
     );
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -7,11 +7,13 @@
 //! `cargo bench -p ttw --bench http_rate` (`TTW_HTTP_SINGLES`,
 //! `TTW_HTTP_CONNECTIONS`, `TTW_HTTP_BATCHES` change the sizes).
 
-use std::io::BufRead;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
+
+mod support;
+
+use support::Server;
 
 const TOKEN: &str = "bench-token-0123456789";
 
@@ -43,22 +45,8 @@ fn main() {
         ),
     )
     .unwrap();
-    let mut server = Command::new(env!("CARGO_BIN_EXE_ttw"))
-        .args(["server", "--config"])
-        .arg(&config)
-        .env("TTW_BENCH_TOKEN", TOKEN)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("the ttw binary starts");
-    let mut first = String::new();
-    std::io::BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let base = first
-        .trim()
-        .strip_prefix("ttw server: listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
-        .to_string();
+    let server = Server::start(&config, &[("TTW_BENCH_TOKEN", TOKEN)]);
+    let base = server.base.clone();
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -88,8 +76,7 @@ fn main() {
             (batches * 1000) as f64 / secs
         );
     });
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -1,0 +1,42 @@
+//! `ttw server` as a child process: started on a configuration file with
+//! the environment it names, and handed back once it says where it
+//! listens; its later output is read and dropped.
+
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// Starts `ttw server --config config` with `env` (and no `DATABASE_URL`):
+/// the process, killed when dropped, and the address it listens on
+/// (`host:port`).
+pub async fn start(config: &Path, env: &[(&str, &str)]) -> (Child, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ttw-under-test"));
+    command
+        .args(["server", "--config"])
+        .arg(config)
+        .env_remove("DATABASE_URL")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true);
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let mut child = command.spawn().expect("the server starts");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .expect("the server says where it listens")
+        .unwrap()
+        .expect("a line");
+    let addr = first
+        .strip_prefix("ttw server: listening on http://")
+        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
+        .trim_end_matches('/')
+        .to_string();
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, addr)
+}
