@@ -204,12 +204,7 @@ async fn a_silent_node_s_shards_are_taken_over_after_the_ttl() {
         .unwrap();
     let id = store.schedule("held by a").await.unwrap();
     assert_eq!(got_a.recv().await, Some(id), "a delivers it first");
-    let Db::Sqlite(pool, _) = store.db() else {
-        unreachable!("an SQLite store")
-    };
-    let locked_until: i64 = sqlx::query_scalar("SELECT locked_until FROM ttw_tasks WHERE id = $1")
-        .bind(id.get())
-        .fetch_one(pool)
+    let locked_until = crate::sql::tasks::locked_until(store.db(), id.get())
         .await
         .unwrap();
     a.node.faults.pause_heartbeat(true);

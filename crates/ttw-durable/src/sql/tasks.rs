@@ -414,3 +414,15 @@ pub(crate) async fn mark_dead(db: &Db, id: i64, finished_at: i64) -> Result<(), 
     });
     Ok(())
 }
+
+/// Until when a running task is locked (for the node's tests).
+#[cfg(test)]
+pub(crate) async fn locked_until(db: &Db, id: i64) -> Result<i64, Error> {
+    let until = with_pool!(db, pool => {
+        sqlx::query_scalar("SELECT locked_until FROM ttw_tasks WHERE id = $1")
+            .bind(id)
+            .fetch_one(pool)
+            .await?
+    });
+    Ok(until)
+}
