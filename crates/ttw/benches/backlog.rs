@@ -16,9 +16,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-use support::{now_ms, percentile, Server};
+use support::{now_ms, percentile, Server, TOKEN};
 
-const TOKEN: &str = "bench-token-0123456789";
 const BATCH: usize = 1_000;
 
 /// The resident memory of process `pid`, in bytes, from /proc.
@@ -108,7 +107,7 @@ fn main() {
                 }
             })
         };
-        load(&addr, 4, batches, &bodies, &done).await;
+        support::load(&addr, 4, batches, "/v1/tasks/batch", &bodies, 200, &done).await;
         let _ = monitor.await;
     });
     let secs = started.elapsed().as_secs_f64();
@@ -141,7 +140,9 @@ fn main() {
                 .collect();
             let body = bytes::Bytes::from(format!(r#"{{"tasks":[{}]}}"#, tasks.join(",")));
             let (addr, done) = (addr.clone(), done.clone());
-            tokio::spawn(async move { load(&addr, 1, 1, &[body], &done).await });
+            tokio::spawn(async move {
+                support::load(&addr, 1, 1, "/v1/tasks/batch", &[body], 200, &done).await
+            });
         }
         100 * 100
     });
@@ -192,59 +193,4 @@ async fn database_bytes(backend: &str, database: &str, schema: &str, dir: &std::
         .iter()
         .map(|f| std::fs::metadata(dir.join(f)).map_or(0, |m| m.len()))
         .sum()
-}
-
-/// Sends `requests` batches (the bodies in turn) to `/v1/tasks/batch` from
-/// `connections` keep-alive HTTP/1.1 connections, counting each in `done`;
-/// every answer must be 200.
-async fn load(
-    addr: &str,
-    connections: usize,
-    requests: usize,
-    bodies: &[bytes::Bytes],
-    done: &Arc<AtomicUsize>,
-) {
-    let next = Arc::new(AtomicUsize::new(0));
-    let auth = hyper::header::HeaderValue::from_str(&format!("Bearer {TOKEN}")).unwrap();
-    let workers: Vec<_> = (0..connections)
-        .map(|_| {
-            let (next, addr, bodies, auth, done) = (
-                next.clone(),
-                addr.to_string(),
-                bodies.to_vec(),
-                auth.clone(),
-                done.clone(),
-            );
-            tokio::spawn(async move {
-                let stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
-                stream.set_nodelay(true).unwrap();
-                let (mut sender, conn) =
-                    hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                        .await
-                        .unwrap();
-                tokio::spawn(conn);
-                loop {
-                    let n = next.fetch_add(1, Ordering::Relaxed);
-                    if n >= requests {
-                        break;
-                    }
-                    let request = hyper::Request::post("/v1/tasks/batch")
-                        .header("host", addr.as_str())
-                        .header("authorization", auth.clone())
-                        .header("content-type", "application/json")
-                        .body(http_body_util::Full::new(bodies[n % bodies.len()].clone()))
-                        .unwrap();
-                    let answer = sender.send_request(request).await.unwrap();
-                    assert_eq!(answer.status().as_u16(), 200);
-                    http_body_util::BodyExt::collect(answer.into_body())
-                        .await
-                        .unwrap();
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    for w in workers {
-        w.await.unwrap();
-    }
 }

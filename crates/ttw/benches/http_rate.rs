@@ -7,15 +7,13 @@
 //! `cargo bench -p ttw --bench http_rate` (`TTW_HTTP_SINGLES`,
 //! `TTW_HTTP_CONNECTIONS`, `TTW_HTTP_BATCHES` change the sizes).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Instant;
 
 mod support;
 
-use support::Server;
-
-const TOKEN: &str = "bench-token-0123456789";
+use support::{Server, TOKEN};
 
 fn setting(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -54,11 +52,12 @@ fn main() {
         .build()
         .unwrap();
     let addr = base.strip_prefix("http://").unwrap().to_string();
+    let done = Arc::new(AtomicUsize::new(0));
     runtime.block_on(async {
         // Singles: `connections` workers, each its own keep-alive connection.
         let body = r#"{"payload": {"coupon": "X"}, "delay": "1h"}"#;
         let started = Instant::now();
-        load(&addr, connections, singles, "/v1/tasks", body.to_string(), 201).await;
+        support::load(&addr, connections, singles, "/v1/tasks", &[body.to_string().into()], 201, &done).await;
         let secs = started.elapsed().as_secs_f64();
         println!(
             "{backend}: {singles} single schedules over {connections} keep-alive connections in {secs:.2} s: {:.0} tasks/s",
@@ -68,7 +67,7 @@ fn main() {
         // Batches of 1,000 from 4 connections.
         let batch = format!("{{\"tasks\": [{}]}}", vec![body; 1000].join(","));
         let started = Instant::now();
-        load(&addr, 4, batches, "/v1/tasks/batch", batch, 200).await;
+        support::load(&addr, 4, batches, "/v1/tasks/batch", &[batch.into()], 200, &done).await;
         let secs = started.elapsed().as_secs_f64();
         println!(
             "{backend}: {} tasks in batches of 1,000 over 4 connections in {secs:.2} s: {:.0} tasks/s",
@@ -78,57 +77,4 @@ fn main() {
     });
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// Sends `requests` POSTs of `body` to `path`, from `connections` workers
-/// each on its own keep-alive HTTP/1.1 connection (hyper's connection
-/// API: the load generator shares the machine with the server and the
-/// database, so it is kept light), and checks every answer's status.
-async fn load(
-    addr: &str,
-    connections: usize,
-    requests: usize,
-    path: &str,
-    body: String,
-    status: u16,
-) {
-    let next = Arc::new(AtomicUsize::new(0));
-    let body = bytes::Bytes::from(body);
-    let auth = hyper::header::HeaderValue::from_str(&format!("Bearer {TOKEN}")).unwrap();
-    let workers: Vec<_> = (0..connections)
-        .map(|_| {
-            let (next, addr, path, body, auth) = (
-                next.clone(),
-                addr.to_string(),
-                path.to_string(),
-                body.clone(),
-                auth.clone(),
-            );
-            tokio::spawn(async move {
-                let stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
-                stream.set_nodelay(true).unwrap();
-                let (mut sender, conn) =
-                    hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                        .await
-                        .unwrap();
-                tokio::spawn(conn);
-                while next.fetch_add(1, Ordering::Relaxed) < requests {
-                    let request = hyper::Request::post(path.as_str())
-                        .header("host", addr.as_str())
-                        .header("authorization", auth.clone())
-                        .header("content-type", "application/json")
-                        .body(http_body_util::Full::new(body.clone()))
-                        .unwrap();
-                    let answer = sender.send_request(request).await.unwrap();
-                    assert_eq!(answer.status().as_u16(), status);
-                    http_body_util::BodyExt::collect(answer.into_body())
-                        .await
-                        .unwrap();
-                }
-            })
-        })
-        .collect();
-    for w in workers {
-        w.await.unwrap();
-    }
 }

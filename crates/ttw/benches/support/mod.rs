@@ -7,6 +7,7 @@
 use std::io::BufRead;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -107,4 +108,67 @@ pub fn receiver(runtime: &tokio::runtime::Runtime) -> (String, Arc<Mutex<Vec<i64
     let addr = listener.local_addr().unwrap();
     runtime.spawn(async move { axum::serve(listener, app).await });
     (format!("http://{addr}/hook"), seen)
+}
+
+/// The token the benches' servers are configured with.
+pub const TOKEN: &str = "bench-token-0123456789";
+
+/// Sends `requests` POSTs to `path` (the `bodies` in turn) from
+/// `connections` workers, each on its own keep-alive HTTP/1.1 connection
+/// (hyper's connection API: the load generator shares the machine with the
+/// server and the database, so it is kept light); every answer must be
+/// `status`, and each one counts in `done`.
+pub async fn load(
+    addr: &str,
+    connections: usize,
+    requests: usize,
+    path: &str,
+    bodies: &[bytes::Bytes],
+    status: u16,
+    done: &Arc<AtomicUsize>,
+) {
+    let next = Arc::new(AtomicUsize::new(0));
+    let auth = hyper::header::HeaderValue::from_str(&format!("Bearer {TOKEN}")).unwrap();
+    let workers: Vec<_> = (0..connections)
+        .map(|_| {
+            let (next, addr, path, bodies, auth, done) = (
+                next.clone(),
+                addr.to_string(),
+                path.to_string(),
+                bodies.to_vec(),
+                auth.clone(),
+                done.clone(),
+            );
+            tokio::spawn(async move {
+                let stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+                stream.set_nodelay(true).unwrap();
+                let (mut sender, conn) =
+                    hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                        .await
+                        .unwrap();
+                tokio::spawn(conn);
+                loop {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    if n >= requests {
+                        break;
+                    }
+                    let request = hyper::Request::post(path.as_str())
+                        .header("host", addr.as_str())
+                        .header("authorization", auth.clone())
+                        .header("content-type", "application/json")
+                        .body(http_body_util::Full::new(bodies[n % bodies.len()].clone()))
+                        .unwrap();
+                    let answer = sender.send_request(request).await.unwrap();
+                    assert_eq!(answer.status().as_u16(), status);
+                    http_body_util::BodyExt::collect(answer.into_body())
+                        .await
+                        .unwrap();
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.await.unwrap();
+    }
 }

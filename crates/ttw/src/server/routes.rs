@@ -306,27 +306,7 @@ mod tests {
     /// `no such route` or a 405; and a route outside it is.
     #[tokio::test]
     async fn the_router_serves_every_route_of_the_table() {
-        let dir = std::env::temp_dir().join(format!("ttw-routes-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("ttw.toml");
-        std::fs::write(
-            &path,
-            format!(
-                "database = \"{}\"\n[[queues]]\nname = \"default\"\n[[tokens]]\nname = \"t\"\nsecret_env = \"T\"\nscopes = [\"admin\"]\n",
-                dir.join("tasks.db").display()
-            ),
-        )
-        .unwrap();
-        let settings =
-            super::super::config::load(&path, |_| Some("a-token-long-enough-0123456789".into()))
-                .expect("the configuration loads");
-        let store = crate::open(&settings.database, None, true).await.unwrap();
-        let api = Arc::new(Api {
-            grouper: Grouper::start(store.clone()),
-            store,
-            settings,
-        });
-        let router = routes(api);
+        let (router, dir) = router("routes").await;
         for &(method, path) in ROUTES {
             let uri = path
                 .replace("{id}", "1")
