@@ -2,7 +2,12 @@
 library only: it checks each request's Standard Webhooks signature with
 `hmac` and prints one JSON line per request on standard output.
 
-Usage: receiver.py PORT SECRET   (PORT 0 picks a free port)
+Usage: receiver.py PORT SECRET [WORKERS]   (PORT 0 picks a free port)
+
+With WORKERS, requests are read by a pool of that many threads, as a
+server with a fixed number of workers does: the connections beyond it wait
+in the accept queue, their requests unread, until a worker is free; each
+answer closes its connection.
 
 It prints `LISTENING <port>` first. The payload tells it how to answer,
 as `;`-separated `name=value` pairs (anything else is answered 200):
@@ -19,6 +24,7 @@ import json
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PORT = int(sys.argv[1])
@@ -82,6 +88,8 @@ class Handler(BaseHTTPRequestHandler):
         time.sleep(sleep)
         answer = b"ok" if status < 300 else ("refused with %d by the receiver" % status).encode()
         self.send_response(status)
+        if getattr(self.server, "close_each", False):
+            self.send_header("connection", "close")
         for name, value in extra.items():
             self.send_header(name, value)
         self.send_header("content-length", str(len(answer)))
@@ -101,6 +109,23 @@ class Server(ThreadingHTTPServer):
         pass
 
 
-server = Server(("127.0.0.1", PORT), Handler)
+class Pooled(Server):
+    request_queue_size = 1024
+    # A worker serves one request per connection: one held open between
+    # requests would keep its worker from every other connection.
+    close_each = True
+
+    def __init__(self, address, handler, workers):
+        super().__init__(address, handler)
+        self.pool = ThreadPoolExecutor(workers)
+
+    def process_request(self, request, client_address):
+        self.pool.submit(self.process_request_thread, request, client_address)
+
+
+if len(sys.argv) > 3:
+    server = Pooled(("127.0.0.1", PORT), Handler, int(sys.argv[3]))
+else:
+    server = Server(("127.0.0.1", PORT), Handler)
 print("LISTENING %d" % server.server_address[1], flush=True)
 server.serve_forever()

@@ -23,18 +23,32 @@ pub struct Receiver {
     child: Child,
     pub port: u16,
     pub seen: Arc<Mutex<Vec<Request>>>,
+    workers: Option<usize>,
 }
 
 impl Receiver {
     /// A receiver on a free port.
     pub async fn start() -> Receiver {
-        Self::start_on(0, Arc::default()).await
+        Self::start_on(0, Arc::default(), None).await
     }
 
-    async fn start_on(port: u16, seen: Arc<Mutex<Vec<Request>>>) -> Receiver {
+    /// A receiver on a free port whose requests are read by a pool of
+    /// `workers` threads: the connections beyond it wait in the accept
+    /// queue, their requests unread, until a worker is free.
+    pub async fn with_workers(workers: usize) -> Receiver {
+        Self::start_on(0, Arc::default(), Some(workers)).await
+    }
+
+    async fn start_on(
+        port: u16,
+        seen: Arc<Mutex<Vec<Request>>>,
+        workers: Option<usize>,
+    ) -> Receiver {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/receiver.py");
+        let pool = workers.map(|n| n.to_string());
         let mut child = Command::new("python3")
             .args([script, &port.to_string(), SECRET])
+            .args(pool.as_deref())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
@@ -56,7 +70,12 @@ impl Receiver {
                 log.lock().unwrap().push(request);
             }
         });
-        Receiver { child, port, seen }
+        Receiver {
+            child,
+            port,
+            seen,
+            workers,
+        }
     }
 
     /// Its URL, at `path`.
@@ -71,9 +90,9 @@ impl Receiver {
 
     /// Started again on the same port, keeping what was seen.
     pub async fn restart(self) -> Receiver {
-        let (port, seen) = (self.port, self.seen.clone());
+        let (port, seen, workers) = (self.port, self.seen.clone(), self.workers);
         drop(self);
-        Self::start_on(port, seen).await
+        Self::start_on(port, seen, workers).await
     }
 
     /// What was seen so far.
