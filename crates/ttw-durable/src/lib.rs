@@ -202,7 +202,7 @@ pub use model::flow::{QueueLimits, QueueSettings, Rate, RetryPolicy, MAX_LIMIT};
 pub use model::limits::{MAX_IDEMPOTENCY_KEY, MAX_PARTITION_KEY, MAX_PAYLOAD, MAX_RUN_AT};
 pub use model::new_task::NewTask;
 pub use model::queue::{DEFAULT_QUEUE, MAX_QUEUE_NAME};
-pub use model::task::{StateCounts, TaskId, TaskInfo, TaskState};
+pub use model::task::{ParseStateError, StateCounts, TaskId, TaskInfo, TaskState};
 pub use model::time::parse_time;
 pub use node::delivery::{Deliveries, Delivery};
 pub use node::events::SchedulerStats;

@@ -383,7 +383,7 @@ async fn queues_are_paused_limited_and_debounced_over_http() {
             &ops,
             Some(json!({"concurrency": 1})),
             404,
-            "unknown_queue",
+            "not_found",
         ),
         (
             "POST",
@@ -391,7 +391,7 @@ async fn queues_are_paused_limited_and_debounced_over_http() {
             &ops,
             None,
             404,
-            "unknown_queue",
+            "not_found",
         ),
         (
             "POST",

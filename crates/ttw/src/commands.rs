@@ -3,13 +3,12 @@
 use std::time::SystemTime;
 
 use serde_json::json;
-use ttw_durable::{CatchUp, Redrive, Scheduled, Store, TaskId, TaskInfo, TaskQuery, TaskState};
+use ttw_durable::{CatchUp, Redrive, Scheduled, Store, TaskId, TaskInfo, TaskQuery};
 
+use crate::cli::{ListArgs, RedriveArgs, RescheduleArgs, ScheduleArgs, Target, When};
+use crate::error::{fail, Result};
 use crate::output::{self, print_json, table};
-use crate::{
-    fail, parse_duration, parse_time, ListArgs, RedriveArgs, RescheduleArgs, Result, ScheduleArgs,
-    Target, When,
-};
+use crate::parse::{flag_duration as parse_duration, flag_time as parse_time};
 
 pub(crate) async fn migrate(store: &Store, json: bool) -> Result<()> {
     let version = store.schema_version().await?;
@@ -140,7 +139,7 @@ pub(crate) async fn status(store: &Store, json: bool) -> Result<()> {
 pub(crate) async fn list(store: &Store, args: ListArgs, json: bool) -> Result<()> {
     let mut query = TaskQuery::new().limit(args.limit);
     if let Some(state) = args.state {
-        query = query.state(state.into());
+        query = query.state(state);
     }
     if let Some(queue) = args.queue {
         query = query.queue(queue);
@@ -173,7 +172,7 @@ pub(crate) async fn list(store: &Store, args: ListArgs, json: bool) -> Result<()
         .map(|t| {
             vec![
                 t.id.to_string(),
-                output::state(t.state).to_string(),
+                t.state.as_str().to_string(),
                 t.queue.clone(),
                 t.priority.to_string(),
                 output::time(t.run_at),
@@ -220,7 +219,7 @@ pub(crate) async fn show(store: &Store, target: Target, json: bool) -> Result<()
     }
     let rows = vec![
         vec!["id".into(), task.id.to_string()],
-        vec!["state".into(), output::state(task.state).into()],
+        vec!["state".into(), task.state.as_str().into()],
         vec!["queue".into(), task.queue.clone()],
         vec!["priority".into(), task.priority.to_string()],
         vec!["due".into(), output::time(task.run_at)],
@@ -266,14 +265,14 @@ pub(crate) async fn schedule(store: &Store, args: ScheduleArgs, json: bool) -> R
         (_, Some(path)) if path.as_os_str() == "-" => {
             let mut buf = Vec::new();
             std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf).map_err(|err| {
-                crate::Failure(format!(
+                crate::error::Failure(format!(
                     "cannot read the payload from standard input: {err}"
                 ))
             })?;
             buf
         }
         (_, Some(path)) => std::fs::read(path).map_err(|err| {
-            crate::Failure(format!(
+            crate::error::Failure(format!(
                 "cannot read the payload from {}: {err}",
                 path.display()
             ))
@@ -312,7 +311,7 @@ async fn refused(store: &Store, target: &Target, only: &str, verb: &str) -> Resu
     fail(format!(
         "task {} is {}; only a {only} task can be {verb}",
         task.id,
-        output::state(task.state)
+        task.state.as_str()
     ))
 }
 
@@ -374,20 +373,20 @@ pub(crate) async fn redrive(store: &Store, args: RedriveArgs, json: bool) -> Res
     }
     let spread = parse_duration("--spread", &args.spread)?;
     let mut redrive = Redrive::dead()
-        .state(args.state.into())
+        .state(args.state)
         .limit(args.limit)
         .spread(spread);
     if let Some(queue) = &args.queue {
         redrive = redrive.queue(queue.clone());
     }
     let n = store.redrive_many(&redrive).await?;
-    let state: TaskState = args.state.into();
+    let state = args.state;
     if json {
         print_json(&json!({ "redriven": n, "spread_ms": spread.as_millis() as u64 }));
     } else {
         println!(
             "{n} {} task{} scheduled again, due over the next {}",
-            output::state(state),
+            state.as_str(),
             if n == 1 { "" } else { "s" },
             output::span(spread)
         );

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
-use ttw_durable::{StateCounts, TaskInfo, TaskState};
+use ttw_durable::{StateCounts, TaskInfo};
 
 /// Rows under a header, each column as wide as its widest cell, two spaces
 /// apart; trailing spaces trimmed.
@@ -65,18 +65,6 @@ pub(crate) fn until(t: SystemTime) -> Duration {
     t.duration_since(SystemTime::now()).unwrap_or_default()
 }
 
-/// A state's name.
-pub(crate) fn state(s: TaskState) -> &'static str {
-    match s {
-        TaskState::Scheduled => "scheduled",
-        TaskState::Running => "running",
-        TaskState::Done => "done",
-        TaskState::Dead => "dead",
-        TaskState::Cancelled => "cancelled",
-        _ => "unknown",
-    }
-}
-
 /// A payload as text: its bytes as UTF-8, the invalid ones replaced.
 pub(crate) fn payload_text(payload: &[u8]) -> String {
     String::from_utf8_lossy(payload).into_owned()
@@ -114,7 +102,7 @@ pub(crate) fn counts_json(c: &StateCounts) -> Value {
 pub(crate) fn task_json(t: &TaskInfo) -> Value {
     json!({
         "id": t.id.get(),
-        "state": state(t.state),
+        "state": t.state.as_str(),
         "queue": t.queue,
         "priority": t.priority,
         "run_at": time(t.run_at),

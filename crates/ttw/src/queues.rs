@@ -5,8 +5,9 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 use ttw_durable::{Backoff, QueueLimits, QueueSettings, Rate, RetryPolicy, Store};
 
+use crate::error::{fail, Failure, Result};
 use crate::output::{self, print_json, queue_settings_json as settings_json, table};
-use crate::{fail, parse_duration, Failure, Result};
+use crate::parse::flag_duration as parse_duration;
 
 /// What `ttw queue` does.
 #[derive(Debug, Subcommand)]

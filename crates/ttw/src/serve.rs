@@ -21,8 +21,10 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde_json::{json, Value};
 use ttw_durable::{Store, TaskId, TaskQuery, TaskState};
 
+use crate::cli::ServeArgs;
+use crate::error::{fail, Failure, Result};
 use crate::output;
-use crate::{fail, parse_duration, Failure, Result, ServeArgs};
+use crate::parse::flag_duration as parse_duration;
 
 const PAGE: &str = include_str!("page.html");
 const SCRIPT: &str = include_str!("page.js");

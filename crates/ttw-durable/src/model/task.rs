@@ -68,25 +68,74 @@ impl TaskState {
         }
     }
 
+    /// Every state, in the order of a task's life.
+    pub const ALL: [TaskState; 5] = [
+        TaskState::Scheduled,
+        TaskState::Running,
+        TaskState::Done,
+        TaskState::Dead,
+        TaskState::Cancelled,
+    ];
+
     /// Reads the `state` column. A value this build does not know (a
     /// newer version wrote it, or the row was edited by hand) is an error
     /// that names it ([`Error::is_corrupt`], also [`Error::is_database`]),
     /// never taken for another state.
     pub(crate) fn from_sql(s: &str) -> Result<TaskState, Error> {
-        Ok(match s {
-            "scheduled" => TaskState::Scheduled,
-            "running" => TaskState::Running,
-            "done" => TaskState::Done,
-            "dead" => TaskState::Dead,
-            "cancelled" => TaskState::Cancelled,
-            other => {
-                return Err(Error::corrupt(format!(
-                    "an unknown task state {other:?} in ttw_tasks"
-                )))
-            }
-        })
+        s.parse()
+            .map_err(|_| Error::corrupt(format!("an unknown task state {s:?} in ttw_tasks")))
     }
 }
+
+/// The state's name, as [`TaskState::as_str`] gives it.
+///
+/// ```
+/// assert_eq!(ttw_durable::TaskState::Dead.to_string(), "dead");
+/// ```
+impl std::fmt::Display for TaskState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A state by its name in lower case; anything else is a
+/// [`ParseStateError`] that lists the five.
+///
+/// ```
+/// use ttw_durable::TaskState;
+/// assert_eq!("running".parse::<TaskState>().unwrap(), TaskState::Running);
+/// let err = "Running".parse::<TaskState>().unwrap_err();
+/// assert_eq!(
+///     err.to_string(),
+///     "\"Running\" is not a state (scheduled, running, done, dead, cancelled)"
+/// );
+/// ```
+impl std::str::FromStr for TaskState {
+    type Err = ParseStateError;
+
+    fn from_str(s: &str) -> Result<TaskState, ParseStateError> {
+        TaskState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| ParseStateError(s.to_string()))
+    }
+}
+
+/// A name that is not a [`TaskState`]'s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseStateError(String);
+
+impl std::fmt::Display for ParseStateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:?} is not a state (scheduled, running, done, dead, cancelled)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for ParseStateError {}
 
 /// A task as the store holds it, from [`Store::get`](crate::Store::get).
 #[derive(Debug, Clone, PartialEq, Eq)]

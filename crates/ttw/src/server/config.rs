@@ -48,7 +48,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::{fail, Failure, Result};
+use crate::error::{fail, Failure, Result};
 
 /// The file as written.
 #[derive(Debug, Deserialize)]
@@ -165,7 +165,7 @@ pub(crate) struct Settings {
     pub(crate) max_concurrency: Option<usize>,
     pub(crate) node: NodeSettings,
     pub(crate) queues: Vec<Queue>,
-    pub(crate) tokens: Vec<Token>,
+    pub(crate) tokens: Vec<std::sync::Arc<Token>>,
     /// The dashboard and `/metrics`, if the file has a `[dashboard]`.
     pub(crate) dashboard: Option<DashboardSettings>,
 }
@@ -268,19 +268,15 @@ fn resolve(file: File, env: impl Fn(&str) -> Option<String>) -> Result<Settings>
         _ => return fail("no database: set `database` in the file, or DATABASE_URL"),
     };
     let shutdown_grace = match &file.shutdown_grace {
-        Some(text) => humantime::parse_duration(text).map_err(|err| {
-            Failure(format!(
-                "shutdown_grace: {text:?} is not a duration ({err})"
-            ))
-        })?,
+        Some(text) => {
+            crate::parse::duration(text).map_err(|err| Failure(format!("shutdown_grace: {err}")))?
+        }
         None => Duration::from_secs(30),
     };
     let duration = |name: &str, text: &Option<String>| -> Result<Option<Duration>> {
         text.as_ref()
             .map(|t| {
-                humantime::parse_duration(t).map_err(|err| {
-                    Failure(format!("scheduler.{name}: {t:?} is not a duration ({err})"))
-                })
+                crate::parse::duration(t).map_err(|err| Failure(format!("scheduler.{name}: {err}")))
             })
             .transpose()
     };
@@ -324,11 +320,8 @@ fn resolve(file: File, env: impl Fn(&str) -> Option<String>) -> Result<Settings>
                     None => None,
                 };
                 let timeout = match &w.timeout {
-                    Some(text) => Some(humantime::parse_duration(text).map_err(|err| {
-                        Failure(format!(
-                            "queue {:?}: webhook timeout {text:?} ({err})",
-                            q.name
-                        ))
+                    Some(text) => Some(crate::parse::duration(text).map_err(|err| {
+                        Failure(format!("queue {:?}: webhook timeout: {err}", q.name))
                     })?),
                     None => None,
                 };
@@ -359,7 +352,7 @@ fn resolve(file: File, env: impl Fn(&str) -> Option<String>) -> Result<Settings>
     if file.tokens.is_empty() {
         return fail("no [[tokens]]: every API call needs a bearer token");
     }
-    let mut tokens: Vec<Token> = Vec::new();
+    let mut tokens: Vec<std::sync::Arc<Token>> = Vec::new();
     for t in file.tokens {
         if t.scopes.is_empty() {
             return fail(format!("token {:?}: no scopes", t.name));
@@ -388,12 +381,12 @@ fn resolve(file: File, env: impl Fn(&str) -> Option<String>) -> Result<Settings>
             }
             None => None,
         };
-        tokens.push(Token {
+        tokens.push(std::sync::Arc::new(Token {
             name: t.name,
             secret: value,
             scopes: t.scopes.into_iter().collect(),
             queues,
-        });
+        }));
     }
     let dashboard = match file.dashboard {
         None => None,
@@ -409,11 +402,8 @@ fn resolve(file: File, env: impl Fn(&str) -> Option<String>) -> Result<Settings>
                 None => None,
             };
             let refresh = match &d.refresh {
-                Some(text) => humantime::parse_duration(text).map_err(|err| {
-                    Failure(format!(
-                        "dashboard.refresh: {text:?} is not a duration ({err})"
-                    ))
-                })?,
+                Some(text) => crate::parse::duration(text)
+                    .map_err(|err| Failure(format!("dashboard.refresh: {err}")))?,
                 None => Duration::from_secs(2),
             };
             if refresh < Duration::from_millis(100) {

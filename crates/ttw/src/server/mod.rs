@@ -11,22 +11,29 @@
 //! requests, lets the deliveries in flight finish within `shutdown_grace`,
 //! and hands the node's leases over.
 
-mod api;
 pub(crate) mod config;
+mod extract;
 mod group;
-mod manage;
-mod queues;
+mod handlers;
+mod refusal;
 mod routes;
+mod service;
+mod wire;
 
 use std::path::Path;
 use std::sync::Arc;
 
 use ttw_durable::{Scheduler, Store};
 
-use crate::{Failure, Result};
+use crate::error::{Failure, Result};
 use config::{Settings, TargetSettings};
 
 /// Checks the file and says what it holds, or runs the service.
+/// The API's OpenAPI document, as `GET /v1/openapi.json` serves it.
+pub(crate) fn openapi() -> &'static str {
+    routes::document_json()
+}
+
 pub(crate) async fn server(path: &Path, check: bool) -> Result<()> {
     let settings = config::load(path, |var| std::env::var(var).ok())?;
     if check {
@@ -49,7 +56,7 @@ pub(crate) async fn server(path: &Path, check: bool) -> Result<()> {
         .with_max_level(tracing::Level::WARN)
         .with_writer(std::io::stderr)
         .try_init();
-    let store = crate::open(&settings.database, settings.schema.as_deref(), true).await?;
+    let store = crate::store::open(&settings.database, settings.schema.as_deref(), true).await?;
     // The dashboard installs the metrics recorder: before the scheduler
     // starts, so that the node's metrics are recorded.
     let dashboard = match &settings.dashboard {
@@ -80,7 +87,7 @@ pub(crate) async fn server(path: &Path, check: bool) -> Result<()> {
     let grace = settings.shutdown_grace;
     let max_body = settings.max_body_bytes;
     let grouper = group::Grouper::start(store.clone());
-    let api = Arc::new(api::Api {
+    let api = Arc::new(service::Api {
         store,
         settings,
         grouper,

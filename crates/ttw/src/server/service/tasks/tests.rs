@@ -7,8 +7,8 @@ use super::*;
 #[test]
 fn a_time_past_the_year_9999_is_shown_not_panicked_on() {
     let far = SystemTime::UNIX_EPOCH + Duration::from_secs(100_000 * 365 * 86_400);
-    assert_eq!(rfc3339(far), "9999-12-31T23:59:59.999Z");
-    let now = rfc3339(SystemTime::UNIX_EPOCH + Duration::from_millis(1_500));
+    assert_eq!(wire::rfc3339(far), "9999-12-31T23:59:59.999Z");
+    let now = wire::rfc3339(SystemTime::UNIX_EPOCH + Duration::from_millis(1_500));
     assert_eq!(now, "1970-01-01T00:00:01.500Z");
 }
 
@@ -23,8 +23,9 @@ fn a_json_payload_is_stored_byte_for_byte_as_sent() {
         r#""text""#,
         "1.50",
     ] {
-        let body: NewTaskBody =
-            body(Ok(Bytes::from(format!(r#"{{"payload": {payload}}}"#)))).unwrap();
+        let body: wire::NewTask =
+            crate::server::extract::parse(format!(r#"{{"payload": {payload}}}"#).as_bytes())
+                .unwrap();
         let stored = decode_payload(body.payload, body.payload_base64).unwrap();
         assert_eq!(String::from_utf8(stored).unwrap(), payload);
     }
@@ -47,5 +48,5 @@ fn run_at_with_an_offset_is_the_instant_it_names() {
         assert_eq!(at, Some(noon), "{text}");
     }
     let err = due_time(&Some("2027-01-01T12:00:00".into()), &None).unwrap_err();
-    assert_eq!(err.code, "invalid_time");
+    assert_eq!(err.code(), Code::InvalidTime);
 }

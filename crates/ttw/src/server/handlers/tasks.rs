@@ -1,0 +1,225 @@
+//! `/v1/tasks`, `/v1/keys` and `/v1/counts`: extract, call the service,
+//! answer. Each refusal a route can give is named in its `responses`
+//! (the ones every route shares are added by `routes::Common`).
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use ttw_durable::{Scheduled, TaskId};
+
+use super::super::extract::{Admin, Auth, Body, KeyHeader, Params, Read, Schedule};
+use super::super::refusal::{Answer, ErrorBody};
+use super::super::service::tasks::{self, Named};
+use super::super::service::Shared;
+use super::super::wire::{
+    BatchView, CancelledView, ListQuery, NewBatch, NewTask, NewTime, PageView, QueueCountsView,
+    RedriveRequest, RedrivenView, RescheduledView, ScheduledView, TaskView,
+};
+
+/// 201 for a new task, 200 for one of its key.
+fn status_of(s: &Scheduled) -> StatusCode {
+    match s {
+        Scheduled::Created(_) => StatusCode::CREATED,
+        _ => StatusCode::OK,
+    }
+}
+
+/// Schedule one task.
+#[utoipa::path(post, path = "/v1/tasks", tag = "tasks",
+    params(("Idempotency-Key" = Option<String>, Header, description = "The task's idempotency key (as `idempotency_key`)")),
+    request_body = NewTask,
+    responses(
+        (status = 201, description = "A new task", body = ScheduledView),
+        (status = 200, description = "`existing`: the pending task of the key; `replaced`: it, replaced", body = ScheduledView),
+        (status = 400, description = "`invalid_time`, `invalid_delay`, `invalid_key`, `invalid_payload`, `payload_too_large`, `unknown_queue`", body = ErrorBody),
+    ))]
+pub(crate) async fn schedule(
+    State(api): State<Shared>,
+    Auth(token, ..): Auth<Schedule>,
+    KeyHeader(key): KeyHeader,
+    Body(task): Body<NewTask>,
+) -> Answer<(StatusCode, Json<ScheduledView>)> {
+    let scheduled = tasks::schedule(&api, &token, task, key).await?;
+    Ok((status_of(&scheduled), Json(scheduled.into())))
+}
+
+/// Schedule up to 1,000 tasks in one transaction: every one or none.
+#[utoipa::path(post, path = "/v1/tasks/batch", tag = "tasks",
+    request_body = NewBatch,
+    responses(
+        (status = 200, description = "Each task's id and outcome, in the request's order", body = BatchView),
+        (status = 400, description = "`batch_too_large`, `invalid_time`, `invalid_delay`, `invalid_key`, `invalid_payload`, `payload_too_large`, `unknown_queue` (the message names the task: `tasks[3]: ...`)", body = ErrorBody),
+    ))]
+pub(crate) async fn schedule_batch(
+    State(api): State<Shared>,
+    Auth(token, ..): Auth<Schedule>,
+    Body(batch): Body<NewBatch>,
+) -> Answer<Json<BatchView>> {
+    let scheduled = tasks::schedule_batch(&api, &token, batch).await?;
+    let tasks = scheduled.into_iter().map(ScheduledView::from).collect();
+    Ok(Json(BatchView { tasks }))
+}
+
+/// A page of tasks in id order, filtered.
+#[utoipa::path(get, path = "/v1/tasks", tag = "tasks",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page; `next_cursor` is absent on the last", body = PageView),
+        (status = 400, description = "`invalid_state`, `invalid_time`, `invalid_cursor`, `invalid_limit`", body = ErrorBody),
+    ))]
+pub(crate) async fn list(
+    State(api): State<Shared>,
+    Auth(token, ..): Auth<Read>,
+    Params(query): Params<ListQuery>,
+) -> Answer<Json<PageView>> {
+    Ok(Json(tasks::list(&api, &token, query).await?))
+}
+
+/// Run finished tasks again (dead by default), their attempts reset.
+#[utoipa::path(post, path = "/v1/tasks/redrive", tag = "tasks",
+    request_body = RedriveRequest,
+    responses(
+        (status = 200, description = "How many were redriven", body = RedrivenView),
+        (status = 400, description = "`invalid_state`, `invalid_delay`", body = ErrorBody),
+    ))]
+pub(crate) async fn redrive(
+    State(api): State<Shared>,
+    _: Auth<Admin>,
+    Body(request): Body<RedriveRequest>,
+) -> Answer<Json<RedrivenView>> {
+    let redriven = tasks::redrive(&api, request).await?;
+    Ok(Json(RedrivenView { redriven }))
+}
+
+/// One task, by id.
+#[utoipa::path(get, path = "/v1/tasks/{id}", tag = "tasks",
+    params(("id" = String, Path, description = "The task's id")),
+    responses(
+        (status = 200, description = "The task", body = TaskView),
+        (status = 400, description = "`invalid_id`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no such task, or one of a queue the token may not use", body = ErrorBody),
+    ))]
+pub(crate) async fn get_task(
+    State(api): State<Shared>,
+    Auth(token, ..): Auth<Read>,
+    Path(id): Path<String>,
+) -> Answer<Json<TaskView>> {
+    let info = tasks::find(&api, &token, Named::Id(id)).await?;
+    Ok(Json(TaskView::from(&info)))
+}
+
+/// The pending task of an idempotency key.
+#[utoipa::path(get, path = "/v1/keys/{key}", tag = "tasks",
+    params(("key" = String, Path, description = "The idempotency key")),
+    responses(
+        (status = 200, description = "The task", body = TaskView),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+    ))]
+pub(crate) async fn get_key(
+    State(api): State<Shared>,
+    Auth(token, ..): Auth<Read>,
+    Path(key): Path<String>,
+) -> Answer<Json<TaskView>> {
+    let info = tasks::find(&api, &token, Named::Key(key)).await?;
+    Ok(Json(TaskView::from(&info)))
+}
+
+fn cancelled(id: TaskId) -> Json<CancelledView> {
+    Json(CancelledView {
+        id: id.get(),
+        cancelled: true,
+    })
+}
+
+/// Cancel a pending task, by id.
+#[utoipa::path(delete, path = "/v1/tasks/{id}", tag = "tasks",
+    params(("id" = String, Path, description = "The task's id")),
+    responses(
+        (status = 200, description = "Cancelled", body = CancelledView),
+        (status = 400, description = "`invalid_id`", body = ErrorBody),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+        (status = 409, description = "`not_scheduled`: it ran or is running (the message says its state)", body = ErrorBody),
+    ))]
+pub(crate) async fn cancel_task(
+    State(api): State<Shared>,
+    Auth(token, ..): Auth<Schedule>,
+    Path(id): Path<String>,
+) -> Answer<Json<CancelledView>> {
+    Ok(cancelled(tasks::cancel(&api, &token, Named::Id(id)).await?))
+}
+
+/// Cancel the pending task of an idempotency key.
+#[utoipa::path(delete, path = "/v1/keys/{key}", tag = "tasks",
+    params(("key" = String, Path, description = "The idempotency key")),
+    responses(
+        (status = 200, description = "Cancelled", body = CancelledView),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+        (status = 409, description = "`not_scheduled`", body = ErrorBody),
+    ))]
+pub(crate) async fn cancel_key(
+    State(api): State<Shared>,
+    Auth(token, ..): Auth<Schedule>,
+    Path(key): Path<String>,
+) -> Answer<Json<CancelledView>> {
+    Ok(cancelled(
+        tasks::cancel(&api, &token, Named::Key(key)).await?,
+    ))
+}
+
+fn rescheduled(id: TaskId) -> Json<RescheduledView> {
+    Json(RescheduledView {
+        id: id.get(),
+        rescheduled: true,
+    })
+}
+
+/// Move a pending task to `run_at`, or `delay` from now.
+#[utoipa::path(post, path = "/v1/tasks/{id}/reschedule", tag = "tasks",
+    params(("id" = String, Path, description = "The task's id")),
+    request_body = NewTime,
+    responses(
+        (status = 200, description = "Moved", body = RescheduledView),
+        (status = 400, description = "`invalid_id`, `invalid_time`, `invalid_delay`", body = ErrorBody),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+        (status = 409, description = "`not_scheduled`", body = ErrorBody),
+    ))]
+pub(crate) async fn reschedule_task(
+    State(api): State<Shared>,
+    Auth(token, ..): Auth<Schedule>,
+    Path(id): Path<String>,
+    Body(to): Body<NewTime>,
+) -> Answer<Json<RescheduledView>> {
+    let id = tasks::reschedule(&api, &token, Named::Id(id), to).await?;
+    Ok(rescheduled(id))
+}
+
+/// Move the pending task of an idempotency key.
+#[utoipa::path(post, path = "/v1/keys/{key}/reschedule", tag = "tasks",
+    params(("key" = String, Path, description = "The idempotency key")),
+    request_body = NewTime,
+    responses(
+        (status = 200, description = "Moved", body = RescheduledView),
+        (status = 400, description = "`invalid_time`, `invalid_delay`", body = ErrorBody),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+        (status = 409, description = "`not_scheduled`", body = ErrorBody),
+    ))]
+pub(crate) async fn reschedule_key(
+    State(api): State<Shared>,
+    Auth(token, ..): Auth<Schedule>,
+    Path(key): Path<String>,
+    Body(to): Body<NewTime>,
+) -> Answer<Json<RescheduledView>> {
+    let id = tasks::reschedule(&api, &token, Named::Key(key), to).await?;
+    Ok(rescheduled(id))
+}
+
+/// Tasks per queue and state, of the queues the token may use.
+#[utoipa::path(get, path = "/v1/counts", tag = "tasks",
+    responses((status = 200, description = "The counts", body = QueueCountsView)))]
+pub(crate) async fn counts(
+    State(api): State<Shared>,
+    Auth(token, ..): Auth<Read>,
+) -> Answer<Json<QueueCountsView>> {
+    let queues = tasks::counts(&api, &token).await?;
+    Ok(Json(QueueCountsView { queues }))
+}

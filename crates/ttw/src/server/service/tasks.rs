@@ -1,0 +1,437 @@
+//! Tasks: schedule one or a batch, look one up by id or key, cancel or
+//! reschedule it, list them by cursor, redrive finished ones, count them.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use base64::Engine;
+use serde_json::value::RawValue;
+use ttw_durable::{NewTask, Redrive, Scheduled, Store, TaskId, TaskInfo, TaskQuery, TaskState};
+
+use super::super::config::{Scope, Token};
+use super::super::group::Refused;
+use super::super::refusal::{Answer, Code};
+use super::super::wire::MAX_BATCH;
+use super::super::wire::{self, CountsView, ListQuery, NewBatch, NewTime, PageView, TaskView};
+use super::{allow_queue, duration, known_queue, Api};
+
+/// When a task is due: `run_at`, or `delay` from now, or now.
+pub(crate) fn due_time(
+    run_at: &Option<String>,
+    delay: &Option<String>,
+) -> Answer<Option<SystemTime>> {
+    match (run_at, delay) {
+        (Some(_), Some(_)) => Err(Code::InvalidRequest.refuse("give run_at or delay, not both")),
+        (Some(text), None) => ttw_durable::parse_time(text)
+            .map(Some)
+            .map_err(|err| Code::InvalidTime.refuse(format!("run_at: {err}"))),
+        (None, Some(text)) => {
+            let delay = duration(Code::InvalidDelay, "delay", text)?;
+            SystemTime::now()
+                .checked_add(delay)
+                .map(Some)
+                .ok_or_else(|| Code::InvalidDelay.refuse("the delay is too long"))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+/// A payload given as JSON (stored as its text, byte for byte as the
+/// request wrote it: key order, spacing and number forms kept) or as
+/// base64 bytes, not both; none is empty.
+pub(crate) fn decode_payload(
+    json: Option<Box<RawValue>>,
+    base64: Option<String>,
+) -> Answer<Vec<u8>> {
+    Ok(match (json, base64) {
+        (Some(_), Some(_)) => {
+            return Err(Code::InvalidRequest.refuse("give payload or payload_base64, not both"))
+        }
+        (Some(text), None) => text.get().as_bytes().to_vec(),
+        (None, Some(text)) => base64::engine::general_purpose::STANDARD
+            .decode(text.as_bytes())
+            .map_err(|err| {
+                Code::InvalidPayload.refuse(format!("payload_base64 is not base64: {err}"))
+            })?,
+        (None, None) => Vec::new(),
+    })
+}
+
+/// A task to schedule, checked: the queue known and allowed, the payload
+/// decoded, the time parsed. Nothing is written until every check passed.
+pub(crate) struct Checked {
+    payload: Vec<u8>,
+    at: Option<SystemTime>,
+    queue: String,
+    priority: Option<i16>,
+    max_attempts: Option<u32>,
+    key: Option<String>,
+    replace_pending: bool,
+    max_wait: Option<Duration>,
+    partition_key: Option<String>,
+}
+
+impl Checked {
+    /// The task for a batch or a group.
+    fn into_new_task(self) -> NewTask {
+        let mut task = NewTask::new(self.payload).queue(self.queue);
+        if let Some(at) = self.at {
+            task = task.at(at);
+        }
+        if let Some(p) = self.priority {
+            task = task.priority(p);
+        }
+        if let Some(n) = self.max_attempts {
+            task = task.max_attempts(n);
+        }
+        if let Some(k) = self.key {
+            task = task.idempotency_key(k);
+        }
+        if let Some(k) = self.partition_key {
+            task = task.partition_key(k);
+        }
+        task
+    }
+
+    /// Schedules it alone (a debounce: `replace_pending`).
+    async fn submit(self, store: &Store) -> Result<Scheduled, ttw_durable::Error> {
+        let mut schedule = store.schedule(self.payload).queue(self.queue);
+        if let Some(at) = self.at {
+            schedule = schedule.at(at);
+        }
+        if let Some(p) = self.priority {
+            schedule = schedule.priority(p);
+        }
+        if let Some(n) = self.max_attempts {
+            schedule = schedule.max_attempts(n);
+        }
+        if let Some(k) = self.key {
+            schedule = schedule.idempotency_key(k);
+        }
+        schedule = schedule.replace_pending();
+        if let Some(wait) = self.max_wait {
+            schedule = schedule.max_wait(wait);
+        }
+        if let Some(k) = self.partition_key {
+            schedule = schedule.partition_key(k);
+        }
+        schedule.submit().await
+    }
+}
+
+/// The idempotency key of a task: the field's or the header's (the same
+/// if both), 1 to `MAX_IDEMPOTENCY_KEY` bytes.
+fn idempotency_key(field: Option<String>, header: Option<String>) -> Answer<Option<String>> {
+    let key = match (field, header) {
+        (Some(a), Some(h)) if a != h => {
+            return Err(
+                Code::InvalidKey.refuse("the Idempotency-Key header and idempotency_key differ")
+            )
+        }
+        (Some(k), _) | (None, Some(k)) => Some(k),
+        (None, None) => None,
+    };
+    match key {
+        Some(k) if k.is_empty() || k.len() > ttw_durable::MAX_IDEMPOTENCY_KEY => {
+            Err(Code::InvalidKey.refuse(format!(
+                "an idempotency key is 1 to {} bytes",
+                ttw_durable::MAX_IDEMPOTENCY_KEY
+            )))
+        }
+        key => Ok(key),
+    }
+}
+
+/// A debounce's longest wait: only with `replace_pending`, 1 ms to the
+/// year 9999.
+fn max_wait(text: &Option<String>, replace_pending: bool) -> Answer<Option<Duration>> {
+    let Some(text) = text else {
+        return Ok(None);
+    };
+    if !replace_pending {
+        return Err(
+            Code::InvalidRequest.refuse("max_wait is a debounce's: it needs replace_pending")
+        );
+    }
+    match duration(Code::InvalidDelay, "max_wait", text)? {
+        wait if wait >= Duration::from_millis(1) && wait <= ttw_durable::MAX_RUN_AT => {
+            Ok(Some(wait))
+        }
+        _ => Err(Code::InvalidDelay.refuse("max_wait: from 1ms to the year 9999")),
+    }
+}
+
+/// Checks a task of a request for `token`.
+pub(crate) fn check(
+    api: &Api,
+    token: &Token,
+    b: wire::NewTask,
+    header_key: Option<String>,
+) -> Answer<Checked> {
+    let queue = b
+        .queue
+        .unwrap_or_else(|| ttw_durable::DEFAULT_QUEUE.to_string());
+    known_queue(api, &queue)?;
+    allow_queue(token, &queue)?;
+    let payload = decode_payload(b.payload, b.payload_base64)?;
+    if payload.len() > ttw_durable::MAX_PAYLOAD {
+        return Err(Code::PayloadTooLarge.refuse(format!(
+            "the payload is {} bytes, over the limit of {}",
+            payload.len(),
+            ttw_durable::MAX_PAYLOAD
+        )));
+    }
+    let key = idempotency_key(b.idempotency_key, header_key)?;
+    if b.replace_pending && key.is_none() {
+        return Err(Code::InvalidRequest.refuse("replace_pending needs an idempotency key"));
+    }
+    if b.max_attempts == Some(0) {
+        return Err(Code::InvalidRequest.refuse("max_attempts: at least 1"));
+    }
+    if b.partition_key
+        .as_ref()
+        .is_some_and(|k| k.is_empty() || k.len() > ttw_durable::MAX_PARTITION_KEY)
+    {
+        return Err(Code::InvalidRequest.refuse(format!(
+            "partition_key: 1 to {} bytes",
+            ttw_durable::MAX_PARTITION_KEY
+        )));
+    }
+    let max_wait = max_wait(&b.max_wait, b.replace_pending)?;
+    let at = due_time(&b.run_at, &b.delay)?;
+    if at.is_some_and(|at| at > SystemTime::UNIX_EPOCH + ttw_durable::MAX_RUN_AT) {
+        return Err(Code::InvalidTime.refuse("run_at is after the year 9999"));
+    }
+    Ok(Checked {
+        payload,
+        at,
+        queue,
+        priority: b.priority,
+        max_attempts: b.max_attempts,
+        key,
+        replace_pending: b.replace_pending,
+        max_wait,
+        partition_key: b.partition_key,
+    })
+}
+
+/// Schedules one task: a debounce alone, any other in the next group.
+pub(crate) async fn schedule(
+    api: &Api,
+    token: &Token,
+    task: wire::NewTask,
+    header_key: Option<String>,
+) -> Answer<Scheduled> {
+    let checked = check(api, token, task, header_key)?;
+    if checked.replace_pending {
+        return Ok(checked.submit(&api.store).await?);
+    }
+    match api.grouper.schedule(checked.into_new_task()).await {
+        Some(Ok(scheduled)) => Ok(scheduled),
+        Some(Err(Refused::Store(err))) => Err(err.into()),
+        Some(Err(Refused::Group(said))) => Err(Code::Unavailable.refuse(said)),
+        None => Err(Code::Unavailable.refuse("the server is stopping")),
+    }
+}
+
+/// Schedules up to [`MAX_BATCH`] tasks in one transaction, every one or
+/// none, each checked first (a refusal names the task: `tasks[3]: ...`).
+pub(crate) async fn schedule_batch(
+    api: &Api,
+    token: &Token,
+    batch: NewBatch,
+) -> Answer<Vec<Scheduled>> {
+    if batch.tasks.len() > MAX_BATCH {
+        return Err(Code::BatchTooLarge.refuse(format!(
+            "{} tasks; a batch holds at most {MAX_BATCH}",
+            batch.tasks.len()
+        )));
+    }
+    let mut tasks = Vec::with_capacity(batch.tasks.len());
+    for (i, task) in batch.tasks.into_iter().enumerate() {
+        let what = format!("tasks[{i}]");
+        if task.replace_pending {
+            return Err(Code::InvalidRequest
+                .refuse("replace_pending is for single schedules")
+                .within(&what));
+        }
+        let checked = check(api, token, task, None).map_err(|err| err.within(&what))?;
+        tasks.push(checked.into_new_task());
+    }
+    Ok(api.store.schedule_batch(tasks).await?)
+}
+
+/// A task named in a path: by id (`/v1/tasks/{id}`) or by idempotency
+/// key (`/v1/keys/{key}`).
+pub(crate) enum Named {
+    Id(String),
+    Key(String),
+}
+
+/// A task id as a path writes it: 400 `invalid_id` unless a positive
+/// integer.
+fn parse_id(text: &str) -> Answer<TaskId> {
+    text.parse::<i64>()
+        .ok()
+        .filter(|&id| id > 0)
+        .map(TaskId::new)
+        .ok_or_else(|| Code::InvalidId.refuse(format!("{text:?} is not a task id")))
+}
+
+/// The task `named` names: 404 if there is none, or if it is in a queue
+/// the token may not use (which is not told apart).
+pub(crate) async fn find(api: &Api, token: &Token, named: Named) -> Answer<TaskInfo> {
+    let (info, what) = match named {
+        Named::Id(text) => {
+            let id = parse_id(&text)?;
+            (api.store.get(id).await?, format!("no task {id}"))
+        }
+        Named::Key(key) => {
+            let what = format!("no task has the key {key:?}");
+            (api.store.get_by_key(&key).await?, what)
+        }
+    };
+    match info {
+        Some(info) if allow_queue(token, &info.queue).is_ok() => Ok(info),
+        _ => Err(Code::NotFound.refuse(what)),
+    }
+}
+
+/// A change to a pending task that did not happen: 409 `not_scheduled`,
+/// with the state it is in now.
+async fn not_scheduled(api: &Api, info: TaskInfo) -> Answer<TaskId> {
+    let info = match api.store.get(info.id).await {
+        Ok(Some(now)) => now,
+        _ => info,
+    };
+    Err(Code::NotScheduled.refuse(format!("task {} is {}, not scheduled", info.id, info.state)))
+}
+
+/// Cancels the task `named` names, if it is pending.
+pub(crate) async fn cancel(api: &Api, token: &Token, named: Named) -> Answer<TaskId> {
+    let info = find(api, token, named).await?;
+    if api.store.cancel(info.id).await? {
+        Ok(info.id)
+    } else {
+        not_scheduled(api, info).await
+    }
+}
+
+/// Moves the task `named` names to the new time, if it is pending.
+pub(crate) async fn reschedule(
+    api: &Api,
+    token: &Token,
+    named: Named,
+    to: NewTime,
+) -> Answer<TaskId> {
+    let info = find(api, token, named).await?;
+    let at = due_time(&to.run_at, &to.delay)?
+        .ok_or_else(|| Code::InvalidRequest.refuse("give run_at or delay"))?;
+    if api.store.reschedule(info.id, at).await? {
+        Ok(info.id)
+    } else {
+        not_scheduled(api, info).await
+    }
+}
+
+/// A state named in a request: 400 `invalid_state` otherwise.
+fn state(text: &str) -> Answer<TaskState> {
+    text.parse()
+        .map_err(|err: ttw_durable::ParseStateError| Code::InvalidState.refuse(err.to_string()))
+}
+
+/// An RFC 3339 time of a query.
+fn time(field: &str, text: &str) -> Answer<SystemTime> {
+    ttw_durable::parse_time(text).map_err(|err| Code::InvalidTime.refuse(format!("{field}: {err}")))
+}
+
+/// A page of tasks in id order, filtered; `next_cursor` names the page
+/// after (absent on the last page). A token limited to some queues must
+/// name one of them.
+pub(crate) async fn list(api: &Api, token: &Token, q: ListQuery) -> Answer<PageView> {
+    let limit = q.limit.unwrap_or(100);
+    if limit == 0 || limit > ttw_durable::MAX_PAGE {
+        return Err(Code::InvalidLimit.refuse(format!(
+            "limit is 1 to {}, not {limit}",
+            ttw_durable::MAX_PAGE
+        )));
+    }
+    let mut query = TaskQuery::new().limit(limit);
+    match &q.queue {
+        Some(queue) => {
+            allow_queue(token, queue)?;
+            query = query.queue(queue.clone());
+        }
+        None if token.queues.is_some() && !token.scopes.contains(&Scope::Admin) => {
+            return Err(Code::Forbidden.refuse(format!(
+                "token {:?} may list only its queues: name one",
+                token.name
+            )))
+        }
+        None => {}
+    }
+    if let Some(s) = &q.state {
+        query = query.state(state(s)?);
+    }
+    if let Some(from) = &q.due_from {
+        query = query.due_from(time("due_from", from)?);
+    }
+    if let Some(before) = &q.due_before {
+        query = query.due_before(time("due_before", before)?);
+    }
+    if let Some(cursor) = &q.cursor {
+        let after = cursor
+            .parse::<i64>()
+            .ok()
+            .filter(|&id| id > 0)
+            .ok_or_else(|| Code::InvalidCursor.refuse(format!("{cursor:?} is not a cursor")))?;
+        query = query.after(TaskId::new(after));
+    }
+    let tasks = api.store.list(&query).await?;
+    let next_cursor = (tasks.len() == limit as usize)
+        .then(|| tasks.last().map(|t| t.id.get().to_string()))
+        .flatten();
+    Ok(PageView {
+        tasks: tasks.iter().map(TaskView::from).collect(),
+        next_cursor,
+    })
+}
+
+/// Finished tasks run again, their attempts reset: how many.
+pub(crate) async fn redrive(api: &Api, b: wire::RedriveRequest) -> Answer<u64> {
+    let mut redrive = Redrive::dead().limit(b.limit.unwrap_or(1000));
+    if let Some(s) = &b.state {
+        let s = state(s)?;
+        if !matches!(s, TaskState::Dead | TaskState::Done | TaskState::Cancelled) {
+            return Err(Code::InvalidState
+                .refuse("only finished tasks (dead, done, cancelled) are redriven"));
+        }
+        redrive = redrive.state(s);
+    }
+    if let Some(queue) = &b.queue {
+        redrive = redrive.queue(queue.clone());
+    }
+    if let Some(spread) = &b.spread {
+        let spread = duration(Code::InvalidDelay, "spread", spread)?;
+        if super::from_now(spread).is_none() {
+            return Err(Code::InvalidDelay.refuse("spread reaches past the year 9999"));
+        }
+        redrive = redrive.spread(spread);
+    }
+    Ok(api.store.redrive_many(&redrive).await?)
+}
+
+/// Tasks per queue (of the queues the token may use) and state.
+pub(crate) async fn counts(api: &Api, token: &Token) -> Answer<BTreeMap<String, CountsView>> {
+    Ok(api
+        .store
+        .queue_counts()
+        .await?
+        .into_iter()
+        .filter(|(queue, _)| allow_queue(token, queue).is_ok())
+        .map(|(queue, c)| (queue, c.into()))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests;

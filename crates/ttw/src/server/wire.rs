@@ -1,0 +1,579 @@
+//! What goes over the wire: every request body and query the API takes
+//! and every answer it gives, as `serde` types. The OpenAPI document's
+//! schemas are derived from these (`utoipa`), so a field, a bound or a
+//! description is written once, here. Bounds are literals in the schema
+//! attributes; the `const` assertions below hold each to the constant the
+//! server enforces, and the bounds test in `routes.rs` sends a request at
+//! each one, inside and out.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use ttw_durable::{
+    CatchUp, QueueSettings, RecurringInfo, Scheduled, StateCounts, TaskInfo, TaskState,
+};
+use utoipa::{IntoParams, ToSchema};
+
+// The bounds the schemas state, held to the ones the server enforces.
+const _: () = assert!(ttw_durable::MAX_IDEMPOTENCY_KEY == 1024);
+const _: () = assert!(ttw_durable::MAX_PARTITION_KEY == 128);
+const _: () = assert!(ttw_durable::MAX_PAGE == 1000);
+const _: () = assert!(ttw_durable::MAX_LIMIT == 1_000_000);
+
+/// The most tasks one batch request schedules (`NewBatch`'s `maxItems`).
+pub(crate) const MAX_BATCH: usize = 1_000;
+
+/// One task to schedule.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NewTask {
+    /// Any JSON value: kept as its JSON text, byte for byte as the request
+    /// wrote it, and delivered as that text. Not with `payload_base64`;
+    /// neither: an empty payload.
+    #[schema(value_type = Option<serde_json::Value>)]
+    pub(crate) payload: Option<Box<RawValue>>,
+    /// The payload as bytes, in standard base64 (at most 1 MiB decoded).
+    #[schema(content_encoding = "base64")]
+    pub(crate) payload_base64: Option<String>,
+    /// When it is due: RFC 3339 with any offset (`2026-12-01T10:00:00Z`,
+    /// `2026-12-01T11:00:00.000+01:00`), 1970 to 9999. Not with `delay`;
+    /// neither: now.
+    #[schema(format = DateTime)]
+    pub(crate) run_at: Option<String>,
+    /// Due this long from now: `"15m"`, `"1h 30m"`, `"250ms"`.
+    #[schema(example = "15m")]
+    pub(crate) delay: Option<String>,
+    /// A queue of the server's configuration (default `default`).
+    pub(crate) queue: Option<String>,
+    /// Among tasks due together, the lower runs first (default 0).
+    #[schema(minimum = -32768, maximum = 32767)]
+    pub(crate) priority: Option<i16>,
+    /// Attempts before it is dead (default: the queue's, else the
+    /// server's).
+    #[schema(minimum = 1, maximum = 4294967295_u64)]
+    pub(crate) max_attempts: Option<u32>,
+    /// At most one pending task has it; scheduling it again answers that
+    /// task (`existing`). Same as the `Idempotency-Key` header.
+    #[schema(min_length = 1, max_length = 1024)]
+    pub(crate) idempotency_key: Option<String>,
+    /// With a key: replace the pending task of the key (a debounce).
+    #[serde(default)]
+    pub(crate) replace_pending: bool,
+    /// With `replace_pending`: the longest a debounced task is put off
+    /// from its first schedule (`"2s"`).
+    pub(crate) max_wait: Option<String>,
+    /// A tenant or customer: keys take turns for a queue's places, and a
+    /// queue may cap each.
+    #[schema(min_length = 1, max_length = 128)]
+    pub(crate) partition_key: Option<String>,
+}
+
+/// Up to 1,000 tasks, scheduled in one transaction: every one or none.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NewBatch {
+    /// The tasks (no `replace_pending` in a batch).
+    #[schema(max_items = 1000)]
+    pub(crate) tasks: Vec<NewTask>,
+}
+
+/// A new due time: `run_at` or `delay`, one of them.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NewTime {
+    /// RFC 3339 with any offset.
+    #[schema(format = DateTime)]
+    pub(crate) run_at: Option<String>,
+    /// From now: `"15m"`.
+    pub(crate) delay: Option<String>,
+}
+
+/// What a schedule did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Outcome {
+    /// A new task (201).
+    Created,
+    /// The pending task of the idempotency key, unchanged (200).
+    Existing,
+    /// The pending task of the key, replaced (200, `replace_pending`).
+    Replaced,
+}
+
+/// A task scheduled.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ScheduledView {
+    /// The task's id.
+    pub(crate) id: i64,
+    pub(crate) outcome: Outcome,
+}
+
+impl From<Scheduled> for ScheduledView {
+    fn from(s: Scheduled) -> ScheduledView {
+        let outcome = match s {
+            Scheduled::Created(_) => Outcome::Created,
+            Scheduled::Existing(_) => Outcome::Existing,
+            Scheduled::Replaced(_) => Outcome::Replaced,
+        };
+        ScheduledView {
+            id: s.id().get(),
+            outcome,
+        }
+    }
+}
+
+/// A batch scheduled, in the order of the request.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct BatchView {
+    pub(crate) tasks: Vec<ScheduledView>,
+}
+
+/// Where a task is in its life.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum StateName {
+    Scheduled,
+    Running,
+    Done,
+    Dead,
+    Cancelled,
+}
+
+impl From<TaskState> for StateName {
+    fn from(s: TaskState) -> StateName {
+        match s {
+            TaskState::Scheduled => StateName::Scheduled,
+            TaskState::Running => StateName::Running,
+            TaskState::Done => StateName::Done,
+            TaskState::Dead => StateName::Dead,
+            _ => StateName::Cancelled,
+        }
+    }
+}
+
+/// A time as the API writes it: RFC 3339 in UTC, to the millisecond.
+pub(crate) fn rfc3339(t: SystemTime) -> String {
+    crate::output::time(t)
+}
+
+/// A payload as the API shows it: its bytes in base64, and the JSON value
+/// itself when it is JSON (as it was written).
+fn payload_views(payload: &[u8]) -> (String, Option<Box<RawValue>>) {
+    (
+        base64::engine::general_purpose::STANDARD.encode(payload),
+        serde_json::from_slice(payload).ok(),
+    )
+}
+
+/// A task.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct TaskView {
+    pub(crate) id: i64,
+    pub(crate) state: StateName,
+    /// When it is (or was) due.
+    #[schema(format = DateTime)]
+    pub(crate) run_at: String,
+    /// Attempts begun.
+    pub(crate) attempts: u32,
+    pub(crate) max_attempts: Option<u32>,
+    /// The last failed attempt's error.
+    pub(crate) last_error: Option<String>,
+    pub(crate) idempotency_key: Option<String>,
+    pub(crate) queue: String,
+    pub(crate) priority: i16,
+    /// The payload's bytes, in standard base64.
+    #[schema(content_encoding = "base64")]
+    pub(crate) payload_base64: String,
+    /// The payload, when it is JSON, as it was written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<serde_json::Value>)]
+    pub(crate) payload: Option<Box<RawValue>>,
+}
+
+impl From<&TaskInfo> for TaskView {
+    fn from(info: &TaskInfo) -> TaskView {
+        let (payload_base64, payload) = payload_views(&info.payload);
+        TaskView {
+            id: info.id.get(),
+            state: info.state.into(),
+            run_at: rfc3339(info.run_at),
+            attempts: info.attempts,
+            max_attempts: info.max_attempts,
+            last_error: info.last_error.clone(),
+            idempotency_key: info.idempotency_key.clone(),
+            queue: info.queue.clone(),
+            priority: info.priority,
+            payload_base64,
+            payload,
+        }
+    }
+}
+
+/// The filters and the page of `GET /v1/tasks`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct ListQuery {
+    /// Only tasks in this state: scheduled, running, done, dead,
+    /// cancelled.
+    #[param(value_type = Option<StateName>)]
+    pub(crate) state: Option<String>,
+    /// Only tasks of this queue (required of a token limited to some
+    /// queues).
+    pub(crate) queue: Option<String>,
+    /// Due at or after (RFC 3339).
+    #[param(format = DateTime)]
+    pub(crate) due_from: Option<String>,
+    /// Due before (RFC 3339).
+    #[param(format = DateTime)]
+    pub(crate) due_before: Option<String>,
+    /// The `next_cursor` of the page before.
+    pub(crate) cursor: Option<String>,
+    /// At most this many (default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    pub(crate) limit: Option<u32>,
+}
+
+/// A page of tasks, in id order.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct PageView {
+    pub(crate) tasks: Vec<TaskView>,
+    /// Pass it back as `cursor` for the next page; absent on the last.
+    pub(crate) next_cursor: Option<String>,
+}
+
+/// A task cancelled.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct CancelledView {
+    pub(crate) id: i64,
+    pub(crate) cancelled: bool,
+}
+
+/// A task moved to its new due time.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RescheduledView {
+    pub(crate) id: i64,
+    pub(crate) rescheduled: bool,
+}
+
+/// Finished tasks to run again, their attempts reset.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RedriveRequest {
+    /// dead (default), done or cancelled.
+    #[schema(value_type = Option<StateName>)]
+    pub(crate) state: Option<String>,
+    /// Only tasks of this queue.
+    pub(crate) queue: Option<String>,
+    /// At most this many (default 1,000).
+    pub(crate) limit: Option<u64>,
+    /// Their due times spread from now over this (`"10m"`; default: all
+    /// at once).
+    pub(crate) spread: Option<String>,
+}
+
+/// How many tasks were redriven.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RedrivenView {
+    pub(crate) redriven: u64,
+}
+
+/// Tasks of one queue, per state.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct CountsView {
+    pub(crate) scheduled: u64,
+    pub(crate) running: u64,
+    pub(crate) done: u64,
+    pub(crate) dead: u64,
+    pub(crate) cancelled: u64,
+}
+
+impl From<StateCounts> for CountsView {
+    fn from(c: StateCounts) -> CountsView {
+        CountsView {
+            scheduled: c.scheduled,
+            running: c.running,
+            done: c.done,
+            dead: c.dead,
+            cancelled: c.cancelled,
+        }
+    }
+}
+
+/// Tasks per queue (the queues the token may use) and state.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct QueueCountsView {
+    pub(crate) queues: BTreeMap<String, CountsView>,
+}
+
+/// A recurring schedule's definition: `cron` (with `time_zone`) or
+/// `every`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NewRecurring {
+    /// A cron expression: 5 fields, or 6 with seconds.
+    #[schema(example = "0 10 * * *")]
+    pub(crate) cron: Option<String>,
+    /// The cron's time zone (an IANA name); UTC if absent.
+    pub(crate) time_zone: Option<String>,
+    /// Or an interval: `"30s"`, `"1h"`.
+    pub(crate) every: Option<String>,
+    /// Each occurrence's payload, as for a task.
+    #[schema(value_type = Option<serde_json::Value>)]
+    pub(crate) payload: Option<Box<RawValue>>,
+    #[schema(content_encoding = "base64")]
+    pub(crate) payload_base64: Option<String>,
+    pub(crate) queue: Option<String>,
+    #[schema(minimum = -32768, maximum = 32767)]
+    pub(crate) priority: Option<i16>,
+    #[schema(minimum = 1, maximum = 4294967295_u64)]
+    pub(crate) max_attempts: Option<u32>,
+    /// Occurrences missed while no node ran: skip (default), last or all.
+    #[schema(value_type = Option<CatchUpName>)]
+    pub(crate) catch_up: Option<String>,
+    /// How late an occurrence may still be made a task.
+    pub(crate) missed_after: Option<String>,
+}
+
+/// Occurrences missed while no node ran.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum CatchUpName {
+    /// None of them.
+    Skip,
+    /// The last one.
+    Last,
+    /// Every one (up to a thousand).
+    All,
+}
+
+impl From<CatchUp> for CatchUpName {
+    fn from(c: CatchUp) -> CatchUpName {
+        match c {
+            CatchUp::Skip => CatchUpName::Skip,
+            CatchUp::Last => CatchUpName::Last,
+            _ => CatchUpName::All,
+        }
+    }
+}
+
+/// A recurring schedule.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RecurringView {
+    pub(crate) name: String,
+    pub(crate) cron: Option<String>,
+    pub(crate) time_zone: Option<String>,
+    /// The interval, as `"1h 30m"`.
+    pub(crate) every: Option<String>,
+    pub(crate) catch_up: CatchUpName,
+    pub(crate) missed_after: String,
+    pub(crate) paused: bool,
+    /// Its next occurrence.
+    #[schema(format = DateTime)]
+    pub(crate) next_at: String,
+    pub(crate) queue: String,
+    pub(crate) priority: i16,
+    pub(crate) max_attempts: Option<u32>,
+    #[schema(content_encoding = "base64")]
+    pub(crate) payload_base64: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<serde_json::Value>)]
+    pub(crate) payload: Option<Box<RawValue>>,
+}
+
+impl From<&RecurringInfo> for RecurringView {
+    fn from(info: &RecurringInfo) -> RecurringView {
+        let (payload_base64, payload) = payload_views(&info.payload);
+        RecurringView {
+            name: info.name.clone(),
+            cron: info.cron.clone(),
+            time_zone: info.time_zone.clone(),
+            every: info
+                .every
+                .map(|d| humantime::format_duration(d).to_string()),
+            catch_up: info.catch_up.into(),
+            missed_after: humantime::format_duration(info.missed_after).to_string(),
+            paused: info.paused,
+            next_at: rfc3339(info.next_at),
+            queue: info.queue.clone(),
+            priority: info.priority,
+            max_attempts: info.max_attempts,
+            payload_base64,
+            payload,
+        }
+    }
+}
+
+/// Every recurring schedule the token may see.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RecurringList {
+    pub(crate) recurring: Vec<RecurringView>,
+}
+
+/// What `PUT /v1/recurring/{name}` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum RecurringOutcome {
+    /// A new schedule (201).
+    Created,
+    /// The schedule now has this definition (200).
+    Updated,
+    /// It had this definition already (200).
+    Unchanged,
+}
+
+/// A recurring schedule put.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RecurringPut {
+    pub(crate) name: String,
+    pub(crate) outcome: RecurringOutcome,
+}
+
+/// A change to a recurring schedule: `paused`, `resumed` or `deleted`,
+/// false if it was so already.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RecurringChanged {
+    pub(crate) name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) paused: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) resumed: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) deleted: Option<bool>,
+}
+
+impl RecurringChanged {
+    pub(crate) fn new(name: String) -> RecurringChanged {
+        RecurringChanged {
+            name,
+            paused: None,
+            resumed: None,
+            deleted: None,
+        }
+    }
+
+    pub(crate) fn paused(mut self, changed: bool) -> Self {
+        self.paused = Some(changed);
+        self
+    }
+
+    pub(crate) fn resumed(mut self, changed: bool) -> Self {
+        self.resumed = Some(changed);
+        self
+    }
+
+    pub(crate) fn deleted(mut self, changed: bool) -> Self {
+        self.deleted = Some(changed);
+        self
+    }
+}
+
+/// A queue's limits, replacing its own (an absent or `null` one is
+/// cleared).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NewLimits {
+    /// Tasks running at once, over every node.
+    #[schema(minimum = 1, maximum = 1000000)]
+    pub(crate) concurrency: Option<i64>,
+    /// Starts over every node.
+    pub(crate) rate: Option<NewRate>,
+    /// Tasks of one partition key running at once.
+    #[schema(minimum = 1, maximum = 1000000)]
+    pub(crate) per_key_concurrency: Option<i64>,
+}
+
+/// `count` starts every `per`, in bursts of up to `burst`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NewRate {
+    #[schema(minimum = 1, maximum = 1000000)]
+    pub(crate) count: i64,
+    /// A duration: `"1s"`, `"500ms"`.
+    pub(crate) per: String,
+    /// Default `count`.
+    #[schema(minimum = 1, maximum = 1000000)]
+    pub(crate) burst: Option<i64>,
+}
+
+/// A queue's retry policy, over each node's own (an absent part is
+/// cleared).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NewRetry {
+    #[schema(minimum = 1, maximum = 1000000)]
+    pub(crate) max_attempts: Option<i64>,
+    pub(crate) backoff: Option<NewBackoff>,
+}
+
+/// `base` after the first failure, doubling up to `max` (durations).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NewBackoff {
+    pub(crate) base: String,
+    pub(crate) max: String,
+}
+
+/// A queue's settings, as every node obeys them.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct QueueView {
+    pub(crate) queue: String,
+    pub(crate) paused: bool,
+    pub(crate) concurrency: Option<u32>,
+    pub(crate) per_key_concurrency: Option<u32>,
+    pub(crate) max_attempts: Option<u32>,
+    pub(crate) backoff: Option<BackoffView>,
+    pub(crate) rate: Option<RateView>,
+}
+
+/// A backoff, in milliseconds.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct BackoffView {
+    pub(crate) base_ms: u64,
+    pub(crate) max_ms: u64,
+}
+
+/// A rate: `count` starts every `period_ms`, bursts of `burst`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RateView {
+    pub(crate) count: u32,
+    pub(crate) period_ms: u64,
+    pub(crate) burst: u32,
+}
+
+impl From<&QueueSettings> for QueueView {
+    fn from(s: &QueueSettings) -> QueueView {
+        QueueView {
+            queue: s.queue.clone(),
+            paused: s.paused,
+            concurrency: s.limits.concurrency_limit(),
+            per_key_concurrency: s.limits.per_key_limit(),
+            max_attempts: s.retry.max_attempts_limit(),
+            backoff: s.retry.backoff_policy().map(|b| BackoffView {
+                base_ms: b.base_delay().as_millis() as u64,
+                max_ms: b.max_delay().as_millis() as u64,
+            }),
+            rate: s.limits.rate_limit().map(|r| RateView {
+                count: r.count(),
+                period_ms: r.period().as_millis() as u64,
+                burst: r.burst_size(),
+            }),
+        }
+    }
+}
+
+/// The queues the token may see.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct QueueList {
+    pub(crate) queues: Vec<QueueView>,
+}
+
+/// The process (`ok`) or the database (`ready`) answers.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Health {
+    #[schema(example = "ok")]
+    pub(crate) status: &'static str,
+}
