@@ -683,7 +683,16 @@ async fn claims_case(store: &Store) {
 
     let second = claimed[1].attempt;
     let failed = claims
-        .fail(&second, "boom", 4_000, 3, false, 3_200)
+        .fail(
+            &second,
+            crate::sql::claims::AttemptFailed {
+                error: "boom",
+                retry_at: 4_000,
+                default_max: 3,
+                dead_now: false,
+                now: 3_200,
+            },
+        )
         .await
         .unwrap();
     assert_eq!(failed, Some(Failed::Retry(4_000)));

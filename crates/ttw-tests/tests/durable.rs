@@ -258,14 +258,16 @@ on_both! {
 
 on_both! {
     /// A hung handler and a panicking one beside 50 healthy tasks: the
-    /// healthy ones run on time; the hung one is cancelled at the callback
-    /// timeout and the panicking one fails, each counted as an attempt.
+    /// healthy ones all run while the hung one still holds its place (no
+    /// healthy task waits for it); the hung one is cancelled at the
+    /// callback timeout and the panicking one fails, each counted as an
+    /// attempt.
     async fn hung_and_panicking_handlers_beside_healthy(db: Db) {
         let store = db.open().await;
         let log = Log::default();
         let l = log.clone();
         let scheduler = fast(&store)
-            .callback_timeout(Duration::from_millis(400))
+            .callback_timeout(Duration::from_secs(3))
             .max_attempts(1)
             .start(move |task| {
                 let l = l.clone();
@@ -286,11 +288,12 @@ on_both! {
             store.schedule(b"ok".to_vec()).delay(Duration::from_millis(50 + i * 4)).await.unwrap();
         }
         log.wait_for(50, Duration::from_secs(5)).await;
-        for (_, _, ran, due) in log.0.lock().unwrap().iter() {
-            let late = ran.duration_since(*due).unwrap();
-            assert!(late < Duration::from_millis(350), "a healthy task was {late:?} late beside a hung one");
-        }
-        wait_state(&store, hung, TaskState::Dead, Duration::from_secs(5)).await;
+        assert_eq!(
+            store.get(hung).await.unwrap().unwrap().state,
+            TaskState::Running,
+            "the healthy tasks ran only once the hung one was cancelled"
+        );
+        wait_state(&store, hung, TaskState::Dead, Duration::from_secs(10)).await;
         wait_state(&store, panicked, TaskState::Dead, Duration::from_secs(5)).await;
         let hung = store.get(hung).await.unwrap().unwrap();
         assert!(hung.last_error.as_ref().unwrap().contains("timed out"), "{hung:?}");
@@ -491,18 +494,18 @@ on_both! {
 on_both! {
     /// A task scheduled from another process (another pool on the same
     /// database) reaches the scheduler: by NOTIFY on PostgreSQL, by the
-    /// catch-up poll on SQLite.
+    /// catch-up poll on SQLite. The window is a minute long, so the next
+    /// window load, the only other way in, comes long after the wait.
     async fn other_process_schedules_reach_the_wheel(db: Db) {
         let store = db.open().await;
         let log = Log::default();
-        let scheduler = start_logging(fast(&store), &log).await;
+        let scheduler = start_logging(fast(&store).window(Duration::from_secs(60)), &log).await;
         let other = db.open().await;
         let id = other.schedule(b"from afar".to_vec()).delay(Duration::from_millis(300)).await.unwrap();
-        log.wait_for(1, Duration::from_secs(5)).await;
+        log.wait_for(1, Duration::from_secs(10)).await;
         let seen = log.0.lock().unwrap().clone();
         assert_eq!(seen[0].0, id);
-        let late = seen[0].2.duration_since(seen[0].3).unwrap();
-        assert!(late < Duration::from_millis(500), "{late:?} late");
+        assert!(seen[0].2 >= seen[0].3, "delivered before it was due");
         scheduler.shutdown().await.unwrap();
     }
 }

@@ -293,7 +293,9 @@ async fn a_bad_database_address_fails_fast_and_names_the_cause() {
         let err = Store::postgres(url).await.unwrap_err();
         assert!(err.is_config(), "{url}: {err}");
         assert!(err.to_string().contains("postgres://"), "{url}: {err}");
-        assert!(started.elapsed() < Duration::from_secs(1), "{url}");
+        // Refused before any connect: well within the 10 s connect
+        // timeout it used to wait out.
+        assert!(started.elapsed() < Duration::from_secs(5), "{url}");
     }
     // A port nobody listens on: refused at once, not after the timeout.
     let started = std::time::Instant::now();

@@ -393,9 +393,10 @@ on_both! {
 on_both! {
     /// Fairness by key over two nodes: key A's 600 tasks are due at once,
     /// key B's 10 come due over 2 s; with 4 at once in the queue and 2 at
-    /// once per key, 50 ms handlers, B's tasks start within 500 ms of their
-    /// time although A's backlog would take 7 s and more to drain, and
-    /// never more than 2 of A's run at once.
+    /// once per key, 50 ms handlers, B's tasks start with at most a few of
+    /// A's started ahead of them (the places A held when B came due)
+    /// although A's backlog would take 7 s and more to drain, and never
+    /// more than 2 of A's run at once.
     async fn a_key_s_backlog_leaves_room_for_the_other_keys(db: Db) {
         let stores = three(&db).await;
         stores[0]
@@ -444,14 +445,15 @@ on_both! {
             node.shutdown().await.unwrap();
         }
         let runs = runs.lock().unwrap().clone();
-        let late: Vec<u128> = runs
+        // For each of B's tasks: A's starts after it was due, before it ran.
+        let ahead: Vec<usize> = runs
             .iter()
-            .filter(|r| r.0 == "B")
-            .map(|r| r.3.duration_since(r.4).unwrap_or_default().as_millis())
+            .filter(|b| b.0 == "B")
+            .map(|b| runs.iter().filter(|a| a.0 == "A" && a.3 >= b.4 && a.1 < b.1).count())
             .collect();
         let a_done = runs.iter().filter(|r| r.0 == "A").count();
-        println!("fairness: B's lateness {late:?} ms; {a_done} of A's 600 done meanwhile");
-        assert!(late.iter().all(|&ms| ms < 500), "B waited behind A: {late:?} ms");
+        println!("fairness: A's starts ahead of each of B's {ahead:?}; {a_done} of A's 600 done meanwhile");
+        assert!(ahead.iter().all(|&n| n <= 4), "B waited behind A: {ahead:?}");
         assert!(a_done < 600, "A's backlog drained first");
         let overlap = Overlap::default();
         overlap.log.lock().unwrap().extend(runs.iter().filter(|r| r.0 == "A").map(|r| (r.1, r.2)));

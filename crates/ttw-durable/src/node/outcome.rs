@@ -21,7 +21,7 @@ use crate::node::config::Config;
 use crate::node::events::Events;
 use crate::node::faults::Faults;
 use crate::node::window::Window;
-use crate::sql::claims::{Claims, Due, Failed};
+use crate::sql::claims::{AttemptFailed, Claims, Due, Failed};
 use crate::sql::queues;
 
 /// How long a node keeps a queue's backoff from `ttw_queues` before it reads
@@ -236,11 +236,13 @@ impl Outcomes {
             .claims
             .fail(
                 attempt,
-                error,
-                retry_at,
-                self.default_max,
-                failure.is_permanent(),
-                now,
+                AttemptFailed {
+                    error,
+                    retry_at,
+                    default_max: self.default_max,
+                    dead_now: failure.is_permanent(),
+                    now,
+                },
             )
             .await?;
         match failed {

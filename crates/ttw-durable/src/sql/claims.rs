@@ -2,136 +2,35 @@
 //! loads (the due window and the catch-up poll), the fenced claim, the look
 //! at why a fired task was not claimed, the fenced outcomes (complete,
 //! fail), the reclaim of tasks whose delivery ended without an outcome, and
-//! the retention sweep. Each fragment written in more than one of them is
-//! named once below, and each returns named rows.
+//! the retention sweep. The fragments they share are in `fence.rs`, the rows
+//! they read and answer in `rows.rs`, their two macros in `macros.rs`.
 
 use std::sync::Arc;
 
 use sqlx::Row;
 
 use crate::error::Error;
-use crate::model::attempt::{Attempt, Task};
+use crate::model::attempt::Attempt;
 use crate::model::lanes::Lanes;
 use crate::model::task::TaskState;
-use crate::model::time::from_ms;
 use crate::sql::announce::key_hash;
 use crate::sql::db::{
     clamp_u32, placeholders, priority_from_sql, with_pool, write_with_pool, Db, Urgency,
 };
 use crate::sql::history::{into_history, HISTORY_COLUMNS};
 
-/// The lease of the task's lane: its queue and its shard (`shards` is the
-/// shard count, SQL).
-fn task_lane(shards: &str) -> String {
-    format!("l.queue = ttw_tasks.queue AND l.shard = ttw_tasks.id % {shards}")
-}
+#[macro_use]
+mod macros;
+mod fence;
+mod limited;
+mod rows;
 
-/// The task's lane is one whose lease `session` holds (`shards` is the
-/// shard count). Both are SQL: placeholders or column names.
-///
-/// A scalar subquery on the lease's primary key (a lane has one lease
-/// row), not `EXISTS`: PostgreSQL flattens an `EXISTS` into a join and,
-/// with statistics from before the node took its leases (a few rows
-/// owned, where it owns all 256), drove the claim from the leases, scanning
-/// every scheduled task of the queue once per lease: a claim of a few ids
-/// among 20,000 due took up to a second. A scalar subquery stays a
-/// per-row check, so the statement's own conditions (the ids) pick the
-/// rows.
-fn in_held_shard(session: &str, shards: &str) -> String {
-    format!(
-        "(SELECT l.owner_session FROM ttw_leases l WHERE {}) = {session}",
-        task_lane(shards)
-    )
-}
-
-/// The epoch of the lease `session` holds on the task's lane (NULL when it
-/// holds none), as a per-row check (see [`in_held_shard`]).
-fn held_epoch(session: &str, shards: &str) -> String {
-    format!(
-        "(SELECT l.epoch FROM ttw_leases l WHERE {} AND l.owner_session = {session})",
-        task_lane(shards)
-    )
-}
-
-/// `condition` as a check on rows found by their key, never a way to find
-/// them: `IS TRUE` keeps the planner from reading it through an index.
-///
-/// The statements that take tasks by id (claims, outcomes) also say what
-/// state the task must be in. PostgreSQL, with statistics from before a
-/// burst (a few rows running, where thousands are), read such a statement
-/// through the `(state, ...)` index, every `running` entry of it, and
-/// joined the ids to what it found: a batch of 500 successes took 50 to
-/// 180 ms, and a held snapshot, which keeps every entry that index ever
-/// had, makes it worse. Written this way, the ids are the only way in.
-fn checked(condition: &str) -> String {
-    format!("({condition}) IS TRUE")
-}
-
-/// The fence on an outcome (without the id): the task is still running
-/// under the claim that counted `claim`, by `session`, which still holds
-/// the shard's lease at the epoch the claim stamped. (The claim count,
-/// unlike the attempt number, never starts again, so an outcome from
-/// before a redrive is refused.) Every column named by `ttw_tasks.`, for
-/// statements that join.
-fn fence(claim: &str, session: &str, shards: &str) -> String {
-    checked(&format!(
-        "ttw_tasks.claims = {claim} AND {}",
-        still_held(session, shards)
-    ))
-}
-
-/// The part of the fence that does not name the claim: running, locked
-/// by `session`, under the lease epoch it still holds.
-fn still_held(session: &str, shards: &str) -> String {
-    format!(
-        "ttw_tasks.state = 'running' AND ttw_tasks.locked_by = {session} \
-         AND {} = ttw_tasks.lock_epoch",
-        held_epoch(session, shards)
-    )
-}
-
-/// The fence on the outcome of one attempt: task `id` (see [`fence`]).
-fn fenced(id: &str, claim: &str, session: &str, shards: &str) -> String {
-    format!("id = {id} AND {}", fence(claim, session, shards))
-}
-
-/// The task has used every attempt it may: its own limit, else its
-/// queue's (`ttw_queues`), else `default_max`, the node's.
-fn out_of_attempts(default_max: &str) -> String {
-    format!(
-        "attempts >= COALESCE(max_attempts, \
-         (SELECT q.max_attempts FROM ttw_queues q WHERE q.queue = ttw_tasks.queue), {default_max})"
-    )
-}
-
-/// The assignments that end an attempt without success: scheduled again at
-/// `retry_at`, or dead (finished at `now`) when out of attempts or when
-/// `dead_now` (an expression) is 1.
-fn retry_or_dead(default_max: &str, retry_at: &str, now: &str, dead_now: &str) -> String {
-    let out = format!("({} OR {dead_now} = 1)", out_of_attempts(default_max));
-    format!(
-        "state = CASE WHEN {out} THEN 'dead' ELSE 'scheduled' END, \
-         run_at = CASE WHEN {out} THEN run_at ELSE {retry_at} END, \
-         finished_at = CASE WHEN {out} THEN {now} ELSE NULL END"
-    )
-}
-
-/// Binds the ids of a [`Claims::ids_are`] condition to `query`: on SQLite
-/// one parameter each; on PostgreSQL one, an array in its text form
-/// (`{1,2,3}`), which the statement casts.
-macro_rules! bind_ids {
-    ($claims:expr, $query:expr, $ids:expr) => {{
-        let mut query = $query;
-        if $claims.on_sqlite() {
-            for id in $ids {
-                query = query.bind(id);
-            }
-        } else {
-            query = query.bind(array_text($ids));
-        }
-        query
-    }};
-}
+use fence::{checked, fenced, in_held_shard, retry_or_dead, task_lane, uncontrolled, UNLOCK};
+pub(crate) use limited::Wait;
+pub(crate) use rows::{
+    AttemptFailed, Changes, Claimed, Due, Failed, Reclaimed, Success, Unclaimed,
+};
+use rows::{ChangedRow, DueRow, ReclaimedRow, DUE_COLUMNS};
 
 /// `ids` as a PostgreSQL array literal: `{1,2,3}`.
 fn array_text(ids: impl Iterator<Item = i64>) -> String {
@@ -146,186 +45,6 @@ fn array_text(ids: impl Iterator<Item = i64>) -> String {
     }
     text.push('}');
     text
-}
-
-/// The assignments that take a task's lock off.
-const UNLOCK: &str = "locked_by = NULL, locked_until = NULL";
-
-/// The task's queue has no flow control: no row in `ttw_queues`, or one
-/// that neither pauses nor limits it. The controlled queues are read once
-/// per statement (an uncorrelated `NOT IN`, hashed by PostgreSQL and kept
-/// as a temporary index by SQLite), then each candidate row is checked
-/// against them: a filter, never a way to find rows, and nearly free while
-/// the table is empty.
-fn uncontrolled() -> String {
-    format!("ttw_tasks.queue NOT IN (SELECT q.queue FROM ttw_queues q WHERE {CONTROLLED})")
-}
-
-/// A settings row `q` pauses or limits its queue.
-const CONTROLLED: &str = "q.paused <> 0 OR q.concurrency IS NOT NULL OR q.rate_count IS NOT NULL \
-                          OR q.key_concurrency IS NOT NULL";
-
-/// The [`Claimed`] tasks of the rows a claim statement returned, for the
-/// `fired` tasks (in id order) it was given.
-macro_rules! decode_claimed {
-    ($rows:expr, $fired:expr) => {{
-        let fired: &[Due] = $fired;
-        let rows = $rows;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            let id: i64 = row.try_get("id")?;
-            let Ok(at) = fired.binary_search_by_key(&id, |due| due.id) else {
-                continue;
-            };
-            out.push(Claimed {
-                attempt: Attempt {
-                    id,
-                    number: clamp_u32(row.try_get("attempts")?),
-                    claim: row.try_get("claims")?,
-                    lane: fired[at].lane,
-                    priority: fired[at].priority,
-                    key: fired[at].key,
-                },
-                run_at: row.try_get("run_at")?,
-                payload: row.try_get("payload")?,
-                idempotency_key: row.try_get("idempotency_key")?,
-            });
-        }
-        out
-    }};
-}
-
-// After the macros above, which it uses.
-mod limited;
-pub(crate) use limited::Wait;
-
-/// A scheduled task due at `run_at` (ms), in lane `lane` of this node (see
-/// [`Lanes`]), with its priority within its queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Due {
-    pub(crate) id: i64,
-    pub(crate) run_at: i64,
-    pub(crate) lane: u32,
-    pub(crate) priority: i16,
-    /// Its partition key's hash (see [`key_hash`]): the tasks of a queue
-    /// take turns by key on the node.
-    pub(crate) key: u64,
-}
-
-/// The columns a [`Due`] is read from.
-const DUE_COLUMNS: &str = "id, run_at, queue, priority, partition_key";
-
-/// A row of [`DUE_COLUMNS`].
-#[derive(Debug, sqlx::FromRow)]
-struct DueRow {
-    id: i64,
-    run_at: i64,
-    queue: String,
-    priority: i64,
-    partition_key: Option<String>,
-}
-
-/// A row of a catch-up poll: the database's clock, and a task changed
-/// since the last poll if there is one (a left join keeps the clock).
-#[derive(Debug, sqlx::FromRow)]
-struct ChangedRow {
-    db_now: i64,
-    id: Option<i64>,
-    run_at: Option<i64>,
-    queue: Option<String>,
-    priority: Option<i64>,
-    partition_key: Option<String>,
-}
-
-impl ChangedRow {
-    /// The task changed, if the row holds one.
-    fn task(self) -> Option<DueRow> {
-        Some(DueRow {
-            id: self.id?,
-            run_at: self.run_at?,
-            queue: self.queue?,
-            priority: self.priority?,
-            partition_key: self.partition_key,
-        })
-    }
-}
-
-/// A row of a reclaim: the task taken back, and the state it went to.
-#[derive(Debug, sqlx::FromRow)]
-struct ReclaimedRow {
-    #[sqlx(flatten)]
-    task: DueRow,
-    state: String,
-}
-
-/// What a catch-up poll read.
-#[derive(Debug)]
-pub(crate) struct Changes {
-    /// The database's clock as the statement ran.
-    pub(crate) db_now: i64,
-    pub(crate) due: Vec<Due>,
-}
-
-/// One attempt to record as succeeded: the task and the claim it holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Success {
-    pub(crate) id: i64,
-    pub(crate) claim: i64,
-}
-
-/// A task claimed for delivery: what the claim statement returned.
-#[derive(Debug, Clone)]
-pub(crate) struct Claimed {
-    pub(crate) attempt: Attempt,
-    pub(crate) run_at: i64,
-    pub(crate) payload: Vec<u8>,
-    pub(crate) idempotency_key: Option<String>,
-}
-
-impl Claimed {
-    /// The task as its handler gets it, in `queue`.
-    pub(crate) fn into_task(self, queue: Arc<str>) -> Task {
-        Task {
-            attempt: self.attempt,
-            run_at: from_ms(self.run_at),
-            payload: self.payload,
-            idempotency_key: self.idempotency_key,
-            queue,
-        }
-    }
-}
-
-/// A fired task the claim did not take, as it is now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Unclaimed {
-    pub(crate) id: i64,
-    pub(crate) state: TaskState,
-    pub(crate) run_at: i64,
-    /// Whether this session holds the task's shard.
-    pub(crate) held: bool,
-    /// Whether its queue is paused or limited (see [`uncontrolled`]): left
-    /// to the limited claim.
-    pub(crate) controlled: bool,
-}
-
-/// A running task the reclaim took back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Reclaimed {
-    /// The index of its queue among the node's queues.
-    pub(crate) queue: usize,
-    /// Out of attempts: dead rather than scheduled again.
-    pub(crate) dead: bool,
-    /// The task, due again (`None` when dead).
-    pub(crate) due: Option<Due>,
-}
-
-/// What a failure outcome did to the task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Failed {
-    /// Scheduled again at this time (ms).
-    Retry(i64),
-    /// Out of attempts.
-    Dead,
 }
 
 /// The statements of one scheduler session.
@@ -584,7 +303,7 @@ impl Claims {
                      WHERE ttw_tasks.id = v.task AND {} RETURNING ttw_tasks.*) \
                      INSERT INTO ttw_history ({HISTORY_COLUMNS}) SELECT {into} FROM moved \
                      RETURNING id, claims",
-                    fence("v.claim", "$2", "$3")
+                    fence::fence("v.claim", "$2", "$3")
                 );
                 let ids: Vec<i64> = batch.iter().map(|s| s.id).collect();
                 let claims: Vec<i64> = batch.iter().map(|s| s.claim).collect();
@@ -613,7 +332,7 @@ impl Claims {
                 let copy = format!(
                     "INSERT INTO ttw_history ({HISTORY_COLUMNS}) SELECT {into} FROM ttw_tasks \
                      WHERE (id, claims) IN (VALUES {rows}) AND {} RETURNING id, claims",
-                    checked(&still_held("$2", "$3"))
+                    checked(&fence::still_held("$2", "$3"))
                 );
                 let delete = format!("DELETE FROM ttw_tasks WHERE id IN ({})", placeholders(1, n));
                 let mut tx = pool.begin().await?;
@@ -650,17 +369,14 @@ impl Claims {
     }
 
     /// Records a failed attempt under the same fence as
-    /// [`complete_many`](Self::complete_many): a retry at `retry_at`, or dead once the
-    /// attempts reach the task's limit (`default_max` when it has none), or
-    /// at once when `dead_now`. `None` if the fence refused it.
+    /// [`complete_many`](Self::complete_many): a retry at its `retry_at`, or
+    /// dead once the attempts reach the task's limit (`default_max` when it
+    /// has none), or at once when `dead_now`. `None` if the fence refused
+    /// it.
     pub(crate) async fn fail(
         &self,
         attempt: &Attempt,
-        error: &str,
-        retry_at: i64,
-        default_max: i64,
-        dead_now: bool,
-        now: i64,
+        failed: AttemptFailed<'_>,
     ) -> Result<Option<Failed>, Error> {
         let sql = format!(
             "UPDATE ttw_tasks SET {}, last_error = $8, {UNLOCK}, updated_at = {} \
@@ -675,13 +391,13 @@ impl Claims {
                 .persistent(self.keeps_plans())
                 .bind(attempt.id)
                 .bind(attempt.claim)
-                .bind(now)
+                .bind(failed.now)
                 .bind(&self.session)
                 .bind(self.shards)
-                .bind(default_max)
-                .bind(retry_at)
-                .bind(error)
-                .bind(i64::from(dead_now))
+                .bind(failed.default_max)
+                .bind(failed.retry_at)
+                .bind(failed.error)
+                .bind(i64::from(failed.dead_now))
                 .fetch_all(pool)
                 .await?
         });

@@ -1,5 +1,7 @@
 //! The cloneable handle callers use to set, move and remove timers.
 
+mod delays;
+
 use std::fmt;
 use std::hash::Hash;
 use std::sync::Arc;

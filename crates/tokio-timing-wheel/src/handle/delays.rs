@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::TimingWheel;
 use crate::delay::interval::Interval;
 use crate::delay::sleep::Sleep;
 use crate::delay::timeout::Timeout;
-use crate::handle::TimingWheel;
 
 impl<K, V> TimingWheel<K, V>
 where

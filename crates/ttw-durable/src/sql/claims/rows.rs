@@ -1,0 +1,153 @@
+//! What the claim statements read and answer: a task due, the rows of the
+//! window loads and the reclaim, and the outcomes of a claim, a lookup and
+//! a failure.
+
+use std::sync::Arc;
+
+use crate::model::attempt::{Attempt, Task};
+use crate::model::task::TaskState;
+use crate::model::time::from_ms;
+
+/// A scheduled task due at `run_at` (ms), in lane `lane` of this node (see
+/// [`Lanes`](crate::model::lanes::Lanes)), with its priority within its queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Due {
+    pub(crate) id: i64,
+    pub(crate) run_at: i64,
+    pub(crate) lane: u32,
+    pub(crate) priority: i16,
+    /// Its partition key's hash (see [`key_hash`](crate::sql::announce::key_hash)): the tasks of a queue
+    /// take turns by key on the node.
+    pub(crate) key: u64,
+}
+
+/// The columns a [`Due`] is read from.
+pub(super) const DUE_COLUMNS: &str = "id, run_at, queue, priority, partition_key";
+
+/// A row of [`DUE_COLUMNS`].
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct DueRow {
+    pub(super) id: i64,
+    pub(super) run_at: i64,
+    pub(super) queue: String,
+    pub(super) priority: i64,
+    pub(super) partition_key: Option<String>,
+}
+
+/// A row of a catch-up poll: the database's clock, and a task changed
+/// since the last poll if there is one (a left join keeps the clock).
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct ChangedRow {
+    pub(super) db_now: i64,
+    pub(super) id: Option<i64>,
+    pub(super) run_at: Option<i64>,
+    pub(super) queue: Option<String>,
+    pub(super) priority: Option<i64>,
+    pub(super) partition_key: Option<String>,
+}
+
+impl ChangedRow {
+    /// The task changed, if the row holds one.
+    pub(super) fn task(self) -> Option<DueRow> {
+        Some(DueRow {
+            id: self.id?,
+            run_at: self.run_at?,
+            queue: self.queue?,
+            priority: self.priority?,
+            partition_key: self.partition_key,
+        })
+    }
+}
+
+/// A row of a reclaim: the task taken back, and the state it went to.
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct ReclaimedRow {
+    #[sqlx(flatten)]
+    pub(super) task: DueRow,
+    pub(super) state: String,
+}
+
+/// What a catch-up poll read.
+#[derive(Debug)]
+pub(crate) struct Changes {
+    /// The database's clock as the statement ran.
+    pub(crate) db_now: i64,
+    pub(crate) due: Vec<Due>,
+}
+
+/// One attempt to record as succeeded: the task and the claim it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Success {
+    pub(crate) id: i64,
+    pub(crate) claim: i64,
+}
+
+/// A task claimed for delivery: what the claim statement returned.
+#[derive(Debug, Clone)]
+pub(crate) struct Claimed {
+    pub(crate) attempt: Attempt,
+    pub(crate) run_at: i64,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) idempotency_key: Option<String>,
+}
+
+impl Claimed {
+    /// The task as its handler gets it, in `queue`.
+    pub(crate) fn into_task(self, queue: Arc<str>) -> Task {
+        Task {
+            attempt: self.attempt,
+            run_at: from_ms(self.run_at),
+            payload: self.payload,
+            idempotency_key: self.idempotency_key,
+            queue,
+        }
+    }
+}
+
+/// A fired task the claim did not take, as it is now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Unclaimed {
+    pub(crate) id: i64,
+    pub(crate) state: TaskState,
+    pub(crate) run_at: i64,
+    /// Whether this session holds the task's shard.
+    pub(crate) held: bool,
+    /// Whether its queue is paused or limited (see [`uncontrolled`]): left
+    /// to the limited claim.
+    pub(crate) controlled: bool,
+}
+
+/// A running task the reclaim took back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Reclaimed {
+    /// The index of its queue among the node's queues.
+    pub(crate) queue: usize,
+    /// Out of attempts: dead rather than scheduled again.
+    pub(crate) dead: bool,
+    /// The task, due again (`None` when dead).
+    pub(crate) due: Option<Due>,
+}
+
+/// What a failure outcome did to the task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failed {
+    /// Scheduled again at this time (ms).
+    Retry(i64),
+    /// Out of attempts.
+    Dead,
+}
+
+/// A failed attempt to record (see [`Claims::fail`](super::Claims::fail)).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AttemptFailed<'a> {
+    /// The attempt's error, kept as the task's last.
+    pub(crate) error: &'a str,
+    /// When to try again, if it may.
+    pub(crate) retry_at: i64,
+    /// The attempt limit of a task (and its queue) without one of its own.
+    pub(crate) default_max: i64,
+    /// Dead at once, whatever its attempts (a permanent failure).
+    pub(crate) dead_now: bool,
+    /// The node's clock (ms).
+    pub(crate) now: i64,
+}
