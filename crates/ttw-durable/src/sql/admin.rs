@@ -4,17 +4,15 @@
 
 use std::fmt::Write as _;
 
-use sqlx::Row;
-
 use crate::error::Error;
 use crate::model::task::{TaskInfo, TaskState};
 #[cfg(feature = "postgres")]
 use crate::sql::announce;
-use crate::sql::announce::{Announced, ANNOUNCED};
+use crate::sql::announce::{Announced, AnnouncedRow, ANNOUNCED};
 use crate::sql::db::{placeholders, with_pool, write_with_pool, Db, Urgency};
 use crate::sql::history::{from_history, BACK_COLUMNS};
 use crate::sql::names::Names;
-use crate::sql::tasks::{read_task_info, TASK_INFO_COLUMNS};
+use crate::sql::tasks::{TaskInfoRow, TASK_INFO_COLUMNS};
 
 /// The newest schema migration applied.
 pub(crate) async fn schema_version(db: &Db) -> Result<Option<i64>, Error> {
@@ -119,21 +117,17 @@ pub(crate) async fn page(db: &Db, page: Page<'_>) -> Result<Vec<TaskInfo>, Error
         page.limit
     );
     let tasks = with_pool!(db, pool => {
-        let mut q = bind_filter!(sqlx::query(&sql), states, queue);
+        let mut q = bind_filter!(sqlx::query_as::<_, TaskInfoRow>(&sql), states, queue);
         for n in &numbers {
             q = q.bind(n);
         }
-        let mut tasks = Vec::new();
-        for row in q.fetch_all(pool).await? {
-            tasks.push(read_task_info!(row));
-        }
-        tasks
+        q.fetch_all(pool).await?
     });
-    Ok(tasks)
+    tasks.into_iter().map(TaskInfo::try_from).collect()
 }
 
 /// A node's row, with the database's time and the leases it holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub(crate) struct NodeRow {
     pub(crate) node_id: String,
     /// Comma-separated.
@@ -150,26 +144,15 @@ pub(crate) struct NodeRow {
 /// The nodes that joined and have not left, by id.
 pub(crate) async fn nodes(db: &Db) -> Result<Vec<NodeRow>, Error> {
     let sql = format!(
-        "SELECT n.node_id, n.queues, n.heartbeat_at, n.leaving, n.heartbeat_at + n.lease_ttl_ms AS expires, \
+        "SELECT n.node_id, n.queues, n.heartbeat_at, n.leaving <> 0 AS leaving, \
+         n.heartbeat_at + n.lease_ttl_ms AS expires, \
          {now} AS now, \
          (SELECT COUNT(*) FROM ttw_leases l WHERE l.owner_session = n.session) AS leases \
          FROM ttw_nodes n ORDER BY n.node_id",
         now = db.clock_sql()
     );
     let nodes = with_pool!(db, pool => {
-        let mut nodes = Vec::new();
-        for row in sqlx::query(&sql).fetch_all(pool).await? {
-            nodes.push(NodeRow {
-                node_id: row.try_get("node_id")?,
-                queues: row.try_get("queues")?,
-                heartbeat_at: row.try_get("heartbeat_at")?,
-                leaving: row.try_get::<i64, _>("leaving")? != 0,
-                expires: row.try_get("expires")?,
-                now: row.try_get("now")?,
-                leases: row.try_get("leases")?,
-            });
-        }
-        nodes
+        sqlx::query_as::<_, NodeRow>(&sql).fetch_all(pool).await?
     });
     Ok(nodes)
 }
@@ -283,13 +266,13 @@ pub(crate) async fn redrive(
             names.clock()
         ));
         let changed = write_with_pool!(db, Urgency::Ordinary, pool => {
-            let mut q = sqlx::query(&sql).bind(at).bind(state.as_sql());
+            let mut q = sqlx::query_as::<_, AnnouncedRow>(&sql).bind(at).bind(state.as_sql());
             for id in ids {
                 q = q.bind(id);
             }
             let mut changed = Vec::new();
             for row in q.fetch_all(pool).await? {
-                changed.push(Announced::read(&row)?);
+                changed.push(row.into());
             }
             changed
         });
@@ -297,7 +280,7 @@ pub(crate) async fn redrive(
     }
     let back = from_history("$1", &names.clock());
     let _turn = db.write_turn(Urgency::Ordinary).await;
-    let mut changed = Vec::new();
+    let mut changed: Vec<Announced> = Vec::new();
     match db {
         #[cfg(feature = "postgres")]
         Db::Postgres(pool) => {
@@ -310,12 +293,14 @@ pub(crate) async fn redrive(
                     "INSERT INTO ttw_tasks ({BACK_COLUMNS}) SELECT {back} FROM back RETURNING {ANNOUNCED}"
                 ),
             );
-            let mut q = sqlx::query(&sql).bind(at).bind(state.as_sql());
+            let mut q = sqlx::query_as::<_, AnnouncedRow>(&sql)
+                .bind(at)
+                .bind(state.as_sql());
             for id in ids {
                 q = q.bind(id);
             }
             for row in q.fetch_all(pool).await? {
-                changed.push(Announced::read(&row)?);
+                changed.push(row.into());
             }
         }
         // Copy back, then delete what was copied, in one transaction.
@@ -326,12 +311,14 @@ pub(crate) async fn redrive(
                  WHERE id IN ({list}) AND state = $2 RETURNING {ANNOUNCED}"
             );
             let mut tx = pool.begin().await?;
-            let mut q = sqlx::query(&sql).bind(at).bind(state.as_sql());
+            let mut q = sqlx::query_as::<_, AnnouncedRow>(&sql)
+                .bind(at)
+                .bind(state.as_sql());
             for id in ids {
                 q = q.bind(id);
             }
             for row in q.fetch_all(&mut *tx).await? {
-                changed.push(Announced::read(&row)?);
+                changed.push(row.into());
             }
             if !changed.is_empty() {
                 let sql = format!(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::sql::db::{fnv1a, priority_from_sql};
 
 /// The columns a statement that makes tasks due returns, for
-/// [`Announced::read`] (and, on PostgreSQL, its `NOTIFY`).
+/// [`AnnouncedRow`] (and, on PostgreSQL, its `NOTIFY`).
 pub(crate) const ANNOUNCED: &str = "id, run_at, queue, priority, partition_key";
 
 /// A task made due, as announced to schedulers: its queue by name, which
@@ -29,26 +29,25 @@ pub(crate) fn key_hash(key: Option<&str>) -> u64 {
     key.map_or(0, |k| fnv1a(k.as_bytes()).max(1))
 }
 
-impl Announced {
-    /// Reads the [`ANNOUNCED`] columns of a row.
-    pub(crate) fn read<'r, R>(row: &'r R) -> Result<Announced, sqlx::Error>
-    where
-        R: sqlx::Row,
-        &'r str: sqlx::ColumnIndex<R>,
-        i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-        String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-        Option<String>: sqlx::Decode<'r, R::Database>,
-    {
-        Ok(Announced {
-            id: row.try_get("id")?,
-            run_at: row.try_get("run_at")?,
-            queue: Arc::from(row.try_get::<String, _>("queue")?),
-            priority: priority_from_sql(row.try_get("priority")?),
-            key: key_hash(
-                row.try_get::<Option<String>, _>("partition_key")?
-                    .as_deref(),
-            ),
-        })
+/// A row of the [`ANNOUNCED`] columns, as a statement returns it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct AnnouncedRow {
+    id: i64,
+    run_at: i64,
+    queue: String,
+    priority: i64,
+    partition_key: Option<String>,
+}
+
+impl From<AnnouncedRow> for Announced {
+    fn from(row: AnnouncedRow) -> Announced {
+        Announced {
+            id: row.id,
+            run_at: row.run_at,
+            queue: Arc::from(row.queue),
+            priority: priority_from_sql(row.priority),
+            key: key_hash(row.partition_key.as_deref()),
+        }
     }
 }
 

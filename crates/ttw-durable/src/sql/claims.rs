@@ -7,16 +7,12 @@
 
 use std::sync::Arc;
 
-use sqlx::Row;
-
 use crate::error::Error;
 use crate::model::attempt::Attempt;
 use crate::model::lanes::Lanes;
 use crate::model::task::TaskState;
 use crate::sql::announce::key_hash;
-use crate::sql::db::{
-    clamp_u32, placeholders, priority_from_sql, with_pool, write_with_pool, Db, Urgency,
-};
+use crate::sql::db::{placeholders, priority_from_sql, with_pool, write_with_pool, Db, Urgency};
 use crate::sql::history::{into_history, HISTORY_COLUMNS};
 
 #[macro_use]
@@ -27,10 +23,10 @@ mod rows;
 
 use fence::{checked, fenced, in_held_shard, retry_or_dead, task_lane, uncontrolled, UNLOCK};
 pub(crate) use limited::Wait;
+use rows::{claimed, ChangedRow, ClaimedRow, DueRow, ReclaimedRow, UnclaimedRow, DUE_COLUMNS};
 pub(crate) use rows::{
     AttemptFailed, Changes, Claimed, Due, Failed, Reclaimed, Success, Unclaimed,
 };
-use rows::{ChangedRow, DueRow, ReclaimedRow, DUE_COLUMNS};
 
 /// `ids` as a PostgreSQL array literal: `{1,2,3}`.
 fn array_text(ids: impl Iterator<Item = i64>) -> String {
@@ -203,15 +199,14 @@ impl Claims {
     ) -> Result<Vec<Claimed>, Error> {
         let sql = self.claim_sql(fired.len(), true);
         let claimed = write_with_pool!(&self.db, Urgency::Urgent, pool => {
-            let query = sqlx::query(&sql)
+            let query = sqlx::query_as::<_, ClaimedRow>(&sql)
                 .persistent(self.keeps_plans())
                 .bind(&self.session)
                 .bind(self.shards)
                 .bind(locked_until)
                 .bind(now);
             let query = bind_ids!(self, query, fired.iter().map(|due| due.id));
-            let rows = query.fetch_all(pool).await?;
-            decode_claimed!(rows, fired)
+            claimed(query.fetch_all(pool).await?, fired)
         });
         Ok(claimed)
     }
@@ -254,25 +249,13 @@ impl Claims {
             self.ids_are(3, ids.len()).replace("id ", "ttw_tasks.id ")
         );
         let rows = with_pool!(&self.db, pool => {
-            let query = sqlx::query(&sql)
+            let query = sqlx::query_as::<_, UnclaimedRow>(&sql)
                 .persistent(self.keeps_plans())
                 .bind(&self.session)
                 .bind(self.shards);
-            let query = bind_ids!(self, query, ids.iter().copied());
-            let rows = query.fetch_all(pool).await?;
-            let mut out = Vec::with_capacity(rows.len());
-            for row in rows {
-                out.push(Unclaimed {
-                    id: row.try_get("id")?,
-                    state: TaskState::from_sql(row.try_get("state")?)?,
-                    run_at: row.try_get("run_at")?,
-                    held: row.try_get::<i32, _>("held")? == 1,
-                    controlled: row.try_get::<i32, _>("controlled")? == 1,
-                });
-            }
-            out
+            bind_ids!(self, query, ids.iter().copied()).fetch_all(pool).await?
         });
-        Ok(rows)
+        rows.into_iter().map(Unclaimed::try_from).collect()
     }
 
     /// Marks done every task of `batch` whose attempt still holds it, each

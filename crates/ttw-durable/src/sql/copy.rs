@@ -9,7 +9,6 @@
 use std::fmt::Write as _;
 
 use sqlx::postgres::PgConnection;
-use sqlx::Row;
 
 use crate::error::Error;
 use crate::sql::announce::{key_hash, Announced, NOTIFY_PART};
@@ -28,7 +27,7 @@ pub(crate) async fn insert_keyless(
     debug_assert!(rows.iter().all(|r| r.idempotency_key.is_none()));
     let mut tx = sqlx::Connection::begin(&mut *conn).await?;
     // The ids in the rows' order, and the database's clock for updated_at.
-    let drawn = sqlx::query(&format!(
+    let drawn: Vec<(i64, i64)> = sqlx::query_as(&format!(
         "SELECT {} AS now, nextval(pg_get_serial_sequence($1, 'id')) AS id \
          FROM generate_series(1, $2) ORDER BY 2",
         names.clock()
@@ -39,9 +38,9 @@ pub(crate) async fn insert_keyless(
     .await?;
     let mut ids = Vec::with_capacity(rows.len());
     let mut now = created_at;
-    for row in &drawn {
-        ids.push(row.try_get::<i64, _>("id")?);
-        now = row.try_get("now")?;
+    for &(at, id) in &drawn {
+        ids.push(id);
+        now = at;
     }
     if ids.len() != rows.len() {
         return Err(Error::internal("the sequence gave fewer ids than rows"));

@@ -19,11 +19,9 @@
 
 use std::collections::HashMap;
 
-use sqlx::Row;
-
 use crate::error::Error;
 use crate::model::task::TaskState;
-use crate::sql::announce::{Announced, ANNOUNCED};
+use crate::sql::announce::{Announced, AnnouncedRow, ANNOUNCED};
 use crate::sql::db::{placeholders, with_conn, Conn};
 use crate::sql::names::Names;
 use crate::sql::tasks::ROWS_PER_STATEMENT;
@@ -90,15 +88,12 @@ pub(crate) async fn holders(
         placeholders(1, keys.len())
     );
     with_conn!(conn, c => {
-        let mut query = sqlx::query(&sql);
+        let mut query = sqlx::query_as::<_, (i64, String)>(&sql);
         for key in keys {
             query = query.bind(key);
         }
-        let mut found = HashMap::with_capacity(keys.len());
-        for row in query.fetch_all(&mut *c).await? {
-            found.insert(row.try_get::<String, _>("idempotency_key")?, row.try_get::<i64, _>("id")?);
-        }
-        Ok(found)
+        let rows = query.fetch_all(&mut *c).await?;
+        Ok(rows.into_iter().map(|(id, key)| (key, id)).collect::<HashMap<_, _>>())
     })
 }
 
@@ -128,12 +123,14 @@ pub(crate) async fn holder(
         names.all
     );
     with_conn!(conn, c => {
-        match sqlx::query(&sql).bind(key).fetch_optional(&mut *c).await? {
+        let row: Option<(i64, String, i64)> =
+            sqlx::query_as(&sql).bind(key).fetch_optional(&mut *c).await?;
+        match row {
             None => Ok(None),
-            Some(r) => Ok(Some(Holder {
-                id: r.try_get("id")?,
-                state: TaskState::from_sql(r.try_get("state")?)?,
-                attempts: r.try_get("attempts")?,
+            Some((id, state, attempts)) => Ok(Some(Holder {
+                id,
+                state: TaskState::from_sql(&state)?,
+                attempts,
             })),
         }
     })
@@ -174,7 +171,7 @@ pub(crate) async fn replace_pending(
     ));
     with_conn!(conn, c => {
         // Read to its end (see the notes of `db`).
-        let replaced = sqlx::query(&sql)
+        let replaced = sqlx::query_as::<_, AnnouncedRow>(&sql)
             .bind(with.key)
             .bind(with.payload)
             .bind(with.run_at)
@@ -183,7 +180,7 @@ pub(crate) async fn replace_pending(
             .bind(with.max_wait)
             .fetch_all(&mut *c)
             .await?;
-        replaced.first().map(Announced::read).transpose().map_err(Error::from)
+        Ok(replaced.into_iter().next().map(Announced::from))
     })
 }
 

@@ -4,8 +4,6 @@
 //! (`node/lease.rs`); the conditions that make a lease free or held are
 //! here, stamped and compared by the database's clock.
 
-use sqlx::Row;
-
 use crate::error::Error;
 use crate::sql::db::{placeholders, with_pool, write_with_pool, Db, Urgency};
 
@@ -96,32 +94,22 @@ pub(crate) async fn look_around(db: &Db, s: Session<'_>) -> Result<Around, Error
                  UNION ALL SELECT NULL, session, NULL, NULL, NULL, NULL, NULL FROM stamped",
                 mark_alive_sql(db)
             );
-            let mut rows = Vec::new();
-            for row in sqlx::query(&sql)
+            sqlx::query_as::<_, Found>(&sql)
                 .bind(s.node)
                 .bind(s.session)
                 .bind(s.ttl_ms)
                 .fetch_all(pool)
                 .await?
-            {
-                rows.push(Found::read(&row)?);
-            }
-            rows
         }
         #[cfg(feature = "sqlite")]
         Db::Sqlite(pool, _) => {
             around.stamped = mark_alive(db, s).await?;
-            let mut rows = Vec::new();
-            for row in sqlx::query(&read)
+            sqlx::query_as::<_, Found>(&read)
                 .bind(s.node)
                 .bind(s.session)
                 .bind(s.ttl_ms)
                 .fetch_all(pool)
                 .await?
-            {
-                rows.push(Found::read(&row)?);
-            }
-            rows
         }
     };
     for row in rows {
@@ -171,7 +159,9 @@ pub(crate) async fn look_around(db: &Db, s: Session<'_>) -> Result<Around, Error
 }
 
 /// A row of [`look_around`]'s read: a membership or a lease.
+#[derive(sqlx::FromRow)]
 struct Found {
+    #[sqlx(rename = "node_id")]
     node: Option<String>,
     session: Option<String>,
     process: Option<String>,
@@ -179,25 +169,6 @@ struct Found {
     queues: Option<String>,
     queue: Option<String>,
     shard: Option<i64>,
-}
-
-impl Found {
-    fn read<R: Row>(row: &R) -> Result<Found, sqlx::Error>
-    where
-        for<'a> &'a str: sqlx::ColumnIndex<R>,
-        for<'a> Option<String>: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-        for<'a> Option<i64>: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    {
-        Ok(Found {
-            node: row.try_get("node_id")?,
-            session: row.try_get("session")?,
-            process: row.try_get("process")?,
-            leaving: row.try_get("leaving")?,
-            queues: row.try_get("queues")?,
-            queue: row.try_get("queue")?,
-            shard: row.try_get("shard")?,
-        })
-    }
 }
 
 /// Stamps the session's membership row with the database's clock. Returns
@@ -316,7 +287,7 @@ pub(crate) async fn take(
         placeholders(5, shards.len())
     );
     let got = write_with_pool!(db, Urgency::Urgent, pool => {
-        let mut query = sqlx::query(&sql)
+        let mut query = sqlx::query_scalar::<_, i64>(&sql)
             .bind(s.node)
             .bind(s.session)
             .bind(s.ttl_ms)
@@ -324,12 +295,7 @@ pub(crate) async fn take(
         for shard in shards {
             query = query.bind(shard);
         }
-        query
-            .fetch_all(pool)
-            .await?
-            .iter()
-            .map(|row| row.try_get::<i64, _>("shard"))
-            .collect::<Result<Vec<i64>, _>>()?
+        query.fetch_all(pool).await?
     });
     Ok(got)
 }

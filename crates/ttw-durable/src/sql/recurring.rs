@@ -2,8 +2,6 @@
 //! resumed, deleted and listed, and a node's pass that makes its
 //! occurrences tasks ([`advance`]).
 
-use sqlx::Row;
-
 use crate::error::Error;
 use crate::sql::announce::{self, Announced};
 use crate::sql::db::{placeholders, with_conn, with_pool, Conn, Db, Urgency};
@@ -13,10 +11,10 @@ use crate::sql::tasks::{self, TaskParams, ROWS_PER_STATEMENT};
 
 /// The columns a schedule's row is read with.
 const COLUMNS: &str = "name, cron, time_zone, every_ms, catch_up, missed_after_ms, payload, \
-                       max_attempts, queue, priority, paused, next_at, version";
+                       max_attempts, queue, priority, paused <> 0 AS is_paused, next_at, version";
 
 /// A schedule's row, as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub(crate) struct RecurringRow {
     pub(crate) name: String,
     pub(crate) cron: Option<String>,
@@ -28,39 +26,12 @@ pub(crate) struct RecurringRow {
     pub(crate) max_attempts: Option<i64>,
     pub(crate) queue: String,
     pub(crate) priority: i64,
+    #[sqlx(rename = "is_paused")]
     pub(crate) paused: bool,
     /// Its next occurrence not yet made a task.
     pub(crate) next_at: i64,
     /// Bumped by every change of an operator; a pass is fenced on it.
     pub(crate) version: i64,
-}
-
-impl RecurringRow {
-    fn read<R: Row>(row: &R) -> Result<RecurringRow, sqlx::Error>
-    where
-        for<'a> &'a str: sqlx::ColumnIndex<R>,
-        for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-        for<'a> Option<String>: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-        for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-        for<'a> Option<i64>: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-        for<'a> Vec<u8>: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    {
-        Ok(RecurringRow {
-            name: row.try_get("name")?,
-            cron: row.try_get("cron")?,
-            time_zone: row.try_get("time_zone")?,
-            every_ms: row.try_get("every_ms")?,
-            catch_up: row.try_get("catch_up")?,
-            missed_after_ms: row.try_get("missed_after_ms")?,
-            payload: row.try_get("payload")?,
-            max_attempts: row.try_get("max_attempts")?,
-            queue: row.try_get("queue")?,
-            priority: row.try_get("priority")?,
-            paused: row.try_get::<i64, _>("paused")? != 0,
-            next_at: row.try_get("next_at")?,
-            version: row.try_get("version")?,
-        })
-    }
 }
 
 /// A schedule's definition, as [`register`] and [`Change::Define`] write it.
@@ -126,8 +97,7 @@ pub(crate) async fn register(
             }
             None
         } else {
-            let row = sqlx::query(&look).bind(def.name).fetch_one(&mut *tx).await?;
-            Some(RecurringRow::read(&row)?)
+            Some(sqlx::query_as::<_, RecurringRow>(&look).bind(def.name).fetch_one(&mut *tx).await?)
         };
         tx.commit().await?;
         found
@@ -139,11 +109,7 @@ pub(crate) async fn register(
 pub(crate) async fn list(db: &Db) -> Result<Vec<RecurringRow>, Error> {
     let sql = format!("SELECT {COLUMNS} FROM ttw_recurring ORDER BY name");
     let rows = with_pool!(db, pool => {
-        let mut out = Vec::new();
-        for row in sqlx::query(&sql).fetch_all(pool).await? {
-            out.push(RecurringRow::read(&row)?);
-        }
-        out
+        sqlx::query_as::<_, RecurringRow>(&sql).fetch_all(pool).await?
     });
     Ok(rows)
 }
@@ -156,11 +122,7 @@ pub(crate) async fn held(db: &Db, session: &str) -> Result<Vec<RecurringRow>, Er
          AND l.owner_session = $1)"
     );
     let rows = with_pool!(db, pool => {
-        let mut out = Vec::new();
-        for row in sqlx::query(&sql).bind(session).fetch_all(pool).await? {
-            out.push(RecurringRow::read(&row)?);
-        }
-        out
+        sqlx::query_as::<_, RecurringRow>(&sql).bind(session).fetch_all(pool).await?
     });
     Ok(rows)
 }
@@ -219,8 +181,7 @@ pub(crate) async fn change(
     let changed = with_pool!(db, pool => {
         let mut tx = pool.begin().await?;
         let mut earliest: Option<i64> = None;
-        for row in sqlx::query(&delete).bind(name).fetch_all(&mut *tx).await? {
-            let at: i64 = row.try_get("run_at")?;
+        for at in sqlx::query_scalar::<_, i64>(&delete).bind(name).fetch_all(&mut *tx).await? {
             earliest = Some(earliest.map_or(at, |e| e.min(at)));
         }
         let query = sqlx::query(sql).bind(name);

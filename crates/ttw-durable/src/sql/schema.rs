@@ -3,7 +3,6 @@
 //! default queue; a queue's other rows come with the first node serving it).
 
 use sqlx::migrate::Migrator;
-use sqlx::Row;
 
 use crate::error::Error;
 use crate::model::queue::DEFAULT_QUEUE;
@@ -41,10 +40,9 @@ pub(crate) async fn prepare(db: &Db, requested: Option<u32>) -> Result<u32, Erro
             .await?;
     });
     let shards: i64 = with_pool!(db, pool => {
-        sqlx::query("SELECT value FROM ttw_meta WHERE key = 'shards'")
+        sqlx::query_scalar("SELECT value FROM ttw_meta WHERE key = 'shards'")
             .fetch_one(pool)
             .await?
-            .try_get("value")?
     });
     if let Some(requested) = requested {
         if i64::from(requested) != shards {

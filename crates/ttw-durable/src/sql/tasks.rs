@@ -2,12 +2,10 @@
 //! written by: a single schedule, a batch, a replacement that found no
 //! task, and a recurring schedule's occurrences all go through [`insert`].
 
-use sqlx::Row;
-
 use crate::error::Error;
 use crate::model::new_task::NewRow;
 use crate::model::task::{TaskInfo, TaskState};
-use crate::sql::announce::{Announced, ANNOUNCED};
+use crate::sql::announce::{Announced, AnnouncedRow, ANNOUNCED};
 use crate::sql::db::{with_pool, write_with_pool, Conn, Db, Urgency};
 use crate::sql::history::{into_history, HISTORY_COLUMNS};
 use crate::sql::names::Names;
@@ -141,7 +139,7 @@ pub(crate) async fn insert(
         #[cfg(feature = "sqlite")]
         Conn::Sqlite(c) => {
             let sql = insert_values_sql(names, rows.len(), keyed);
-            let mut query = sqlx::query(&sql);
+            let mut query = sqlx::query_as::<_, InsertedRow>(&sql);
             for row in rows {
                 query = query
                     .bind(row.run_at)
@@ -154,12 +152,12 @@ pub(crate) async fn insert(
                     .bind(row.partition_key)
                     .bind(created_at);
             }
-            query
+            Ok(query
                 .fetch_all(&mut *c)
                 .await?
-                .iter()
-                .map(Inserted::read)
-                .collect()
+                .into_iter()
+                .map(Inserted::from)
+                .collect())
         }
         #[cfg(feature = "postgres")]
         Conn::Postgres(c) => {
@@ -168,7 +166,7 @@ pub(crate) async fn insert(
             let text = |f: for<'b> fn(&TaskParams<'b>) -> Option<&'b str>| {
                 rows.iter().map(f).collect::<Vec<Option<&str>>>()
             };
-            sqlx::query(&sql)
+            Ok(sqlx::query_as::<_, InsertedRow>(&sql)
                 .bind(column(|r| r.run_at))
                 .bind(rows.iter().map(|r| r.payload).collect::<Vec<&[u8]>>())
                 .bind(text(|r| r.idempotency_key))
@@ -184,27 +182,27 @@ pub(crate) async fn insert(
                 .bind(created_at)
                 .fetch_all(&mut *c)
                 .await?
-                .iter()
-                .map(Inserted::read)
-                .collect()
+                .into_iter()
+                .map(Inserted::from)
+                .collect())
         }
     }
 }
 
-impl Inserted {
-    /// Reads a row [`insert`] returned.
-    fn read<'r, R>(row: &'r R) -> Result<Inserted, Error>
-    where
-        R: sqlx::Row,
-        &'r str: sqlx::ColumnIndex<R>,
-        i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-        String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-        Option<String>: sqlx::Decode<'r, R::Database>,
-    {
-        Ok(Inserted {
-            task: Announced::read(row)?,
-            idempotency_key: row.try_get("idempotency_key")?,
-        })
+/// A row [`insert`] returned.
+#[derive(Debug, sqlx::FromRow)]
+struct InsertedRow {
+    #[sqlx(flatten)]
+    task: AnnouncedRow,
+    idempotency_key: Option<String>,
+}
+
+impl From<InsertedRow> for Inserted {
+    fn from(row: InsertedRow) -> Inserted {
+        Inserted {
+            task: row.task.into(),
+            idempotency_key: row.idempotency_key,
+        }
     }
 }
 
@@ -266,28 +264,40 @@ pub(crate) const TASK_INFO_COLUMNS: &str =
     "id, state, run_at, attempts, max_attempts, last_error, \
      idempotency_key, payload, queue, priority";
 
-/// A [`TaskInfo`] from a row of [`TASK_INFO_COLUMNS`] (a macro: the rows of
-/// the two backends are different types); `?` on the enclosing function.
-macro_rules! read_task_info {
-    ($row:expr) => {{
-        let row = &$row;
-        $crate::model::task::TaskInfo {
-            id: $crate::model::task::TaskId(row.try_get("id")?),
-            state: $crate::model::task::TaskState::from_sql(row.try_get("state")?)?,
-            run_at: $crate::model::time::from_ms(row.try_get("run_at")?),
-            attempts: $crate::sql::db::clamp_u32(row.try_get("attempts")?),
-            max_attempts: row
-                .try_get::<Option<i64>, _>("max_attempts")?
-                .map($crate::sql::db::clamp_u32),
-            last_error: row.try_get("last_error")?,
-            idempotency_key: row.try_get("idempotency_key")?,
-            payload: row.try_get("payload")?,
-            queue: row.try_get("queue")?,
-            priority: $crate::sql::db::priority_from_sql(row.try_get("priority")?),
-        }
-    }};
+/// A row of [`TASK_INFO_COLUMNS`].
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct TaskInfoRow {
+    id: i64,
+    state: String,
+    run_at: i64,
+    attempts: i64,
+    max_attempts: Option<i64>,
+    last_error: Option<String>,
+    idempotency_key: Option<String>,
+    payload: Vec<u8>,
+    queue: String,
+    priority: i64,
 }
-pub(crate) use read_task_info;
+
+impl TryFrom<TaskInfoRow> for TaskInfo {
+    type Error = Error;
+
+    /// A state this build does not know is an error ([`TaskState::from_sql`]).
+    fn try_from(row: TaskInfoRow) -> Result<TaskInfo, Error> {
+        Ok(TaskInfo {
+            id: crate::model::task::TaskId(row.id),
+            state: TaskState::from_sql(&row.state)?,
+            run_at: crate::model::time::from_ms(row.run_at),
+            attempts: crate::sql::db::clamp_u32(row.attempts),
+            max_attempts: row.max_attempts.map(crate::sql::db::clamp_u32),
+            last_error: row.last_error,
+            idempotency_key: row.idempotency_key,
+            payload: row.payload,
+            queue: row.queue,
+            priority: crate::sql::db::priority_from_sql(row.priority),
+        })
+    }
+}
 
 /// The task `which` names, in either table, or `None`.
 pub(crate) async fn get(db: &Db, which: Which<'_>) -> Result<Option<TaskInfo>, Error> {
@@ -296,13 +306,10 @@ pub(crate) async fn get(db: &Db, which: Which<'_>) -> Result<Option<TaskInfo>, E
         which.column()
     );
     let info = with_pool!(db, pool => {
-        let query = sqlx::query(&sql);
-        match bind_which!(query, which).fetch_optional(pool).await? {
-            None => None,
-            Some(row) => Some(read_task_info!(row)),
-        }
+        let query = sqlx::query_as::<_, TaskInfoRow>(&sql);
+        bind_which!(query, which).fetch_optional(pool).await?
     });
-    Ok(info)
+    info.map(TaskInfo::try_from).transpose()
 }
 
 /// Cancels the task `which` names if it is scheduled, moving it to
@@ -385,17 +392,15 @@ pub(crate) async fn make_due(
     ));
     // Read to its end (see the notes of `db`).
     let changed = write_with_pool!(db, Urgency::Ordinary, pool => {
-        let query = sqlx::query(&sql);
-        let mut changed = Vec::new();
-        for row in bind_which!(query, change.which)
+        let query = sqlx::query_as::<_, AnnouncedRow>(&sql);
+        bind_which!(query, change.which)
             .bind(change.run_at)
             .bind(change.from.as_sql())
             .fetch_all(pool)
             .await?
-        {
-            changed.push(Announced::read(&row)?);
-        }
-        changed
+            .into_iter()
+            .map(Announced::from)
+            .collect::<Vec<_>>()
     });
     Ok(changed)
 }

@@ -336,7 +336,7 @@ impl Claims {
                 Vec::new()
             } else {
                 let sql = self.claim_sql(take.len(), false);
-                let query = sqlx::query(&sql)
+                let query = sqlx::query_as::<_, ClaimedRow>(&sql)
                     .bind(&self.session)
                     .bind(self.shards)
                     .bind(locked_until)
@@ -344,7 +344,7 @@ impl Claims {
                 let rows = bind_ids!(self, query, take.iter().map(|due| due.id))
                     .fetch_all(&mut *tx)
                     .await?;
-                decode_claimed!(rows, &take)
+                claimed(rows, &take)
             };
             if bucket.as_ref().is_some_and(|b| b.rate_count.is_some()) && !claimed.is_empty() {
                 sqlx::query(pay)

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::model::attempt::{Attempt, Task};
 use crate::model::task::TaskState;
 use crate::model::time::from_ms;
+use crate::sql::db::clamp_u32;
 
 /// A scheduled task due at `run_at` (ms), in lane `lane` of this node (see
 /// [`Lanes`](crate::model::lanes::Lanes)), with its priority within its queue.
@@ -150,4 +151,62 @@ pub(crate) struct AttemptFailed<'a> {
     pub(crate) dead_now: bool,
     /// The node's clock (ms).
     pub(crate) now: i64,
+}
+
+/// A row a claim statement returned: a task it took.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct ClaimedRow {
+    id: i64,
+    run_at: i64,
+    attempts: i64,
+    claims: i64,
+    payload: Vec<u8>,
+    idempotency_key: Option<String>,
+}
+
+/// The [`Claimed`] tasks of the rows a claim statement returned, for the
+/// `fired` tasks (in id order) it was given.
+pub(crate) fn claimed(rows: Vec<ClaimedRow>, fired: &[Due]) -> Vec<Claimed> {
+    rows.into_iter()
+        .filter_map(|row| {
+            let at = fired.binary_search_by_key(&row.id, |due| due.id).ok()?;
+            Some(Claimed {
+                attempt: Attempt {
+                    id: row.id,
+                    number: clamp_u32(row.attempts),
+                    claim: row.claims,
+                    lane: fired[at].lane,
+                    priority: fired[at].priority,
+                    key: fired[at].key,
+                },
+                run_at: row.run_at,
+                payload: row.payload,
+                idempotency_key: row.idempotency_key,
+            })
+        })
+        .collect()
+}
+
+/// A row of [`Claims::why_unclaimed`](super::Claims::why_unclaimed).
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct UnclaimedRow {
+    id: i64,
+    state: String,
+    run_at: i64,
+    held: i32,
+    controlled: i32,
+}
+
+impl TryFrom<UnclaimedRow> for Unclaimed {
+    type Error = crate::error::Error;
+
+    fn try_from(row: UnclaimedRow) -> Result<Unclaimed, Self::Error> {
+        Ok(Unclaimed {
+            id: row.id,
+            state: TaskState::from_sql(&row.state)?,
+            run_at: row.run_at,
+            held: row.held == 1,
+            controlled: row.controlled == 1,
+        })
+    }
 }
