@@ -46,266 +46,308 @@ pub(crate) enum Mode {
 /// delivery under its own supervisor, until a graceful shutdown stops it;
 /// then waits for the deliveries in flight.
 pub(crate) async fn dispatch(node: Arc<Node>, expirations: Expirations<i64, Due>, mode: Mode) {
-    let batch = CLAIM_BATCH.min(node.config.max_concurrency);
-    let mut fired = expirations.ready_chunks(batch);
-    let mut ready = Ready::new(node.window.lanes.queues().len());
-    let mut running = JoinSet::new();
-    loop {
-        let now = Instant::now();
-        let room = ready.take(&node, batch, now);
-        if !room.is_empty() {
-            if let Err(err) = claim_and_run(&node, room, &mode, &mut running, &mut ready).await {
-                node.report(Failing::Claim, &err);
-            }
-            // More may have room now.
-            continue;
-        }
-        let unblock = ready.next_unblock(now);
-        tokio::select! {
-            biased;
-            _ = node.stopping.notified() => break,
-            _ = node.room.notified() => {
-                if node.room_elsewhere.swap(false, std::sync::atomic::Ordering::SeqCst) {
-                    ready.place_left_here();
-                }
-            }
-            Some(ended) = running.join_next(), if !running.is_empty() => {
-                if let Ok(ended) = ended {
-                    ready.delivery_ended(ended);
-                }
-            }
-            _ = tokio::time::sleep_until(unblock.unwrap_or_else(Instant::now)), if unblock.is_some() => {}
-            chunk = fired.next() => match chunk {
-                Some(chunk) => {
-                    for expired in chunk {
-                        ready.push_fired(&node, expired.into_parts().1);
-                    }
-                }
-                None => break,
-            },
-        }
-    }
-    while running.join_next().await.is_some() {}
+    let ready = Ready::new(node.window.lanes.queues().len());
+    let dispatcher = Dispatcher {
+        node,
+        mode,
+        ready,
+        running: JoinSet::new(),
+    };
+    dispatcher.run(expirations).await;
 }
 
-async fn claim_and_run(
-    node: &Arc<Node>,
-    mut fired: Vec<(Due, Permits)>,
-    mode: &Mode,
-    running: &mut JoinSet<Ended>,
-    ready: &mut Ready,
-) -> Result<(), Error> {
-    let window = &node.window;
-    // In id order, for the look-ups below; each id once (see `Ready`).
-    fired.sort_unstable_by_key(|(due, _)| due.id);
-    // Each id registers in its lane before the claim, so the lane is not
-    // given back under it. Ids of lanes given back are dropped quietly:
-    // the new owner has loaded them. Ids of a lane being given back right
-    // now come back shortly, to be claimed here if the release fails or
-    // dropped if it succeeds.
-    let mut entered: Vec<(Due, Permits)> = Vec::with_capacity(fired.len());
-    for (due, permits) in fired {
-        if window.shards.enter(due.lane as usize) {
-            entered.push((due, permits));
-        } else if window.shards.owns(due.lane as usize) {
-            window.retry(due, Retry::ShardReleasing).await;
-        }
-    }
-    if entered.is_empty() {
-        return Ok(());
-    }
-    // Each delivery must end by `deadline`, measured from before the claim,
-    // so that it always ends (and its outcome is written within the grace)
-    // before its lock runs out and the task is reclaimed.
-    let deadline = Instant::now() + node.config.callback_timeout;
-    let (now, lock) = claim_times(node.config.clock.now_ms(), &node.config);
-    // The queues with flow control go to the limited claim, a claim each.
-    let (limited, plain): (Vec<_>, Vec<_>) = entered
-        .into_iter()
-        .partition(|(due, _)| ready.control[window.lanes.index_of(due.lane)].limited);
-    let mut result = Ok(());
-    if !plain.is_empty() {
-        result = claim_plain(node, plain, mode, running, ready, (now, lock, deadline)).await;
-    }
-    let mut limited = limited;
-    while let Some((first, _)) = limited.first() {
-        let index = window.lanes.index_of(first.lane);
-        let (group, rest): (Vec<_>, Vec<_>) = limited
-            .into_iter()
-            .partition(|(due, _)| window.lanes.index_of(due.lane) == index);
-        limited = rest;
-        let claimed = claim_queue(
-            node,
-            index,
-            group,
-            mode,
-            running,
-            ready,
-            (now, lock, deadline),
-        );
-        if let Err(err) = claimed.await {
-            result = Err(err);
-        }
-    }
-    result
+/// A node's dispatch: the fired tasks waiting for room (`ready`, with the
+/// flow control it saw), the deliveries running, and where they go. Its
+/// claims and the sorting out of what they left are its methods; the
+/// places (the node's semaphores) are taken through `ready`.
+struct Dispatcher {
+    node: Arc<Node>,
+    mode: Mode,
+    ready: Ready,
+    running: JoinSet<Ended>,
 }
 
 /// When a claim runs: its `now`, the lock it takes, and the deadline of
 /// the deliveries it starts.
-type ClaimTimes = (i64, i64, Instant);
-
-/// The plain claim of `entered` (in id order), for queues without flow
-/// control; a task whose queue turns out to have some waits in `ready`
-/// for the limited claim.
-async fn claim_plain(
-    node: &Arc<Node>,
-    entered: Vec<(Due, Permits)>,
-    mode: &Mode,
-    running: &mut JoinSet<Ended>,
-    ready: &mut Ready,
-    (now, lock, deadline): ClaimTimes,
-) -> Result<(), Error> {
-    let dues: Vec<Due> = entered.iter().map(|(due, _)| *due).collect();
-    let claimed = if node.faults.fail_claim() {
-        Err(Error::injected("the claim"))
-    } else {
-        node.claims.claim(&dues, now, lock).await
-    };
-    let claimed = match claimed {
-        Ok(claimed) => claimed,
-        Err(err) => {
-            retry_all(node, dues).await;
-            return Err(err);
-        }
-    };
-    let mut permits: Vec<Option<Permits>> = entered.into_iter().map(|(_, p)| Some(p)).collect();
-    let taken = start_claimed(node, claimed, &dues, &mut permits, mode, running, deadline);
-    // The claimed ids stay registered until their outcome is recorded.
-    let missing: Vec<Due> = dues
-        .iter()
-        .zip(&taken)
-        .filter(|(_, &taken)| !taken)
-        .map(|(due, _)| *due)
-        .collect();
-    exit_all(node, &missing);
-    drop(permits);
-    // Only after the claimed tasks are running: a failure here must not
-    // strand them.
-    explain_or_retry(node, missing, ready).await
-}
-
-/// Sorts out the fired tasks a claim did not take (see
-/// [`explain_unclaimed`]); if that fails, looks at them again shortly, as
-/// after a failed claim (nothing else would arm them before the next
-/// window load).
-async fn explain_or_retry(node: &Node, missing: Vec<Due>, ready: &mut Ready) -> Result<(), Error> {
-    if missing.is_empty() {
-        return Ok(());
-    }
-    if let Err(err) = explain_unclaimed(node, &missing, ready).await {
-        for due in missing {
-            node.window.retry(due, Retry::DatabaseFailed).await;
-        }
-        return Err(err);
-    }
-    Ok(())
-}
-
-/// The limited claim of `group` (in id order), the fired tasks of queue
-/// `index`: what its limits leave behind waits in `ready`, in due order,
-/// until they may allow more.
-#[allow(clippy::too_many_arguments)]
-async fn claim_queue(
-    node: &Arc<Node>,
-    index: usize,
-    group: Vec<(Due, Permits)>,
-    mode: &Mode,
-    running: &mut JoinSet<Ended>,
-    ready: &mut Ready,
-    (now, lock, deadline): ClaimTimes,
-) -> Result<(), Error> {
-    let window = &node.window;
-    let dues: Vec<Due> = group.iter().map(|(due, _)| *due).collect();
-    let queue = window.lanes.queues()[index].clone();
-    let claimed = if node.faults.fail_claim() {
-        Err(Error::injected("the claim"))
-    } else {
-        node.claims.claim_limited(&queue, &dues, now, lock).await
-    };
-    let limited = match claimed {
-        Ok(limited) => limited,
-        Err(err) => {
-            retry_all(node, dues).await;
-            return Err(err);
-        }
-    };
-    ready.limited_claim(index, limited.controlled, limited.wait, &limited.full_keys);
-    let mut permits: Vec<Option<Permits>> = group.into_iter().map(|(_, p)| Some(p)).collect();
-    let taken = start_claimed(
-        node,
-        limited.claimed,
-        &dues,
-        &mut permits,
-        mode,
-        running,
-        deadline,
-    );
-    drop(permits);
-    let mut held = limited.held;
-    held.sort_unstable();
-    let mut missing = Vec::new();
-    for (due, taken) in dues.iter().zip(taken) {
-        if taken {
-            continue;
-        }
-        node.window.exit(due.lane);
-        if held.binary_search(&due.id).is_ok() {
-            ready.push(node, *due);
-        } else {
-            missing.push(*due);
-        }
-    }
-    explain_or_retry(node, missing, ready).await
-}
-
-/// Starts a supervised delivery of each task `claimed` of `dues` (in id
-/// order), with its permits; answers which of `dues` were claimed.
-fn start_claimed(
-    node: &Arc<Node>,
-    claimed: Vec<Claimed>,
-    dues: &[Due],
-    permits: &mut [Option<Permits>],
-    mode: &Mode,
-    running: &mut JoinSet<Ended>,
+#[derive(Debug, Clone, Copy)]
+struct ClaimTimes {
+    now: i64,
+    lock: i64,
     deadline: Instant,
-) -> Vec<bool> {
-    let window = &node.window;
-    let claimed_at = node.config.clock.now_ms();
-    let mut taken = vec![false; dues.len()];
-    for c in claimed {
-        let Ok(at) = dues.binary_search_by_key(&c.attempt.id, |d| d.id) else {
-            continue;
-        };
-        taken[at] = true;
-        let Some(permit) = permits[at].take() else {
-            continue;
-        };
-        let lateness_ms = claimed_at.saturating_sub(c.run_at).max(0);
-        node.events()
-            .delivered(node.outcomes.queue_of(&c.attempt), lateness_ms);
-        let task = c.into_task(window.lanes.queue_of(dues[at].lane).clone());
-        // The handler, its outcome and whatever they log run in this span.
-        let span = tracing::info_span!(
-            "ttw_delivery",
-            task_id = task.attempt.id,
-            queue = %task.queue,
-            attempt = task.attempt.number,
-            lateness_ms,
-        );
-        running
-            .spawn(supervise(node.clone(), task, mode.clone(), permit, deadline).instrument(span));
+}
+
+impl Dispatcher {
+    async fn run(mut self, expirations: Expirations<i64, Due>) {
+        let node = self.node.clone();
+        let batch = CLAIM_BATCH.min(node.config.max_concurrency);
+        let mut fired = expirations.ready_chunks(batch);
+        loop {
+            let now = Instant::now();
+            let room = self.ready.take(&node, batch, now);
+            if !room.is_empty() {
+                if let Err(err) = self.claim_and_run(room).await {
+                    node.report(Failing::Claim, &err);
+                }
+                // More may have room now.
+                continue;
+            }
+            let unblock = self.ready.next_unblock(now);
+            tokio::select! {
+                biased;
+                _ = node.stopping.notified() => break,
+                _ = node.room.notified() => {
+                    if node.room_elsewhere.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                        self.ready.place_left_here();
+                    }
+                }
+                Some(ended) = self.running.join_next(), if !self.running.is_empty() => {
+                    if let Ok(ended) = ended {
+                        self.ready.delivery_ended(ended);
+                    }
+                }
+                _ = tokio::time::sleep_until(unblock.unwrap_or_else(Instant::now)), if unblock.is_some() => {}
+                chunk = fired.next() => match chunk {
+                    Some(chunk) => {
+                        for expired in chunk {
+                            self.ready.push_fired(&node, expired.into_parts().1);
+                        }
+                    }
+                    None => break,
+                },
+            }
+        }
+        while self.running.join_next().await.is_some() {}
     }
-    taken
+
+    async fn claim_and_run(&mut self, mut fired: Vec<(Due, Permits)>) -> Result<(), Error> {
+        let node = self.node.clone();
+        let window = &node.window;
+        // In id order, for the look-ups below; each id once (see `Ready`).
+        fired.sort_unstable_by_key(|(due, _)| due.id);
+        // Each id registers in its lane before the claim, so the lane is not
+        // given back under it. Ids of lanes given back are dropped quietly:
+        // the new owner has loaded them. Ids of a lane being given back right
+        // now come back shortly, to be claimed here if the release fails or
+        // dropped if it succeeds.
+        let mut entered: Vec<(Due, Permits)> = Vec::with_capacity(fired.len());
+        for (due, permits) in fired {
+            if window.shards.enter(due.lane as usize) {
+                entered.push((due, permits));
+            } else if window.shards.owns(due.lane as usize) {
+                window.retry(due, Retry::ShardReleasing).await;
+            }
+        }
+        if entered.is_empty() {
+            return Ok(());
+        }
+        // Each delivery must end by `deadline`, measured from before the
+        // claim, so that it always ends (and its outcome is written within
+        // the grace) before its lock runs out and the task is reclaimed.
+        let deadline = Instant::now() + node.config.callback_timeout;
+        let (now, lock) = claim_times(node.config.clock.now_ms(), &node.config);
+        let times = ClaimTimes {
+            now,
+            lock,
+            deadline,
+        };
+        // The queues with flow control go to the limited claim, a claim each.
+        let (mut limited, plain): (Vec<_>, Vec<_>) = entered
+            .into_iter()
+            .partition(|(due, _)| self.ready.control[window.lanes.index_of(due.lane)].limited);
+        let mut result = Ok(());
+        if !plain.is_empty() {
+            result = self.claim_plain(plain, times).await;
+        }
+        while let Some((first, _)) = limited.first() {
+            let index = window.lanes.index_of(first.lane);
+            let (group, rest): (Vec<_>, Vec<_>) = limited
+                .into_iter()
+                .partition(|(due, _)| window.lanes.index_of(due.lane) == index);
+            limited = rest;
+            if let Err(err) = self.claim_queue(index, group, times).await {
+                result = Err(err);
+            }
+        }
+        result
+    }
+
+    /// The plain claim of `entered` (in id order), for queues without flow
+    /// control; a task whose queue turns out to have some waits in `ready`
+    /// for the limited claim.
+    async fn claim_plain(
+        &mut self,
+        entered: Vec<(Due, Permits)>,
+        times: ClaimTimes,
+    ) -> Result<(), Error> {
+        let node = self.node.clone();
+        let dues: Vec<Due> = entered.iter().map(|(due, _)| *due).collect();
+        let claimed = if node.faults.fail_claim() {
+            Err(Error::injected("the claim"))
+        } else {
+            node.claims.claim(&dues, times.now, times.lock).await
+        };
+        let claimed = match claimed {
+            Ok(claimed) => claimed,
+            Err(err) => {
+                retry_all(&node, dues).await;
+                return Err(err);
+            }
+        };
+        let mut permits: Vec<Option<Permits>> = entered.into_iter().map(|(_, p)| Some(p)).collect();
+        let taken = self.start_claimed(claimed, &dues, &mut permits, times.deadline);
+        // The claimed ids stay registered until their outcome is recorded.
+        let missing: Vec<Due> = dues
+            .iter()
+            .zip(&taken)
+            .filter(|(_, &taken)| !taken)
+            .map(|(due, _)| *due)
+            .collect();
+        exit_all(&node, &missing);
+        drop(permits);
+        // Only after the claimed tasks are running: a failure here must not
+        // strand them.
+        self.explain_or_retry(missing).await
+    }
+
+    /// Sorts out the fired tasks a claim did not take (see
+    /// [`explain_unclaimed`](Self::explain_unclaimed)); if that fails, looks
+    /// at them again shortly, as after a failed claim (nothing else would
+    /// arm them before the next window load).
+    async fn explain_or_retry(&mut self, missing: Vec<Due>) -> Result<(), Error> {
+        if missing.is_empty() {
+            return Ok(());
+        }
+        if let Err(err) = self.explain_unclaimed(&missing).await {
+            for due in missing {
+                self.node.window.retry(due, Retry::DatabaseFailed).await;
+            }
+            return Err(err);
+        }
+        Ok(())
+    }
+
+    /// The limited claim of `group` (in id order), the fired tasks of queue
+    /// `index`: what its limits leave behind waits in `ready`, in due order,
+    /// until they may allow more.
+    async fn claim_queue(
+        &mut self,
+        index: usize,
+        group: Vec<(Due, Permits)>,
+        times: ClaimTimes,
+    ) -> Result<(), Error> {
+        let node = self.node.clone();
+        let dues: Vec<Due> = group.iter().map(|(due, _)| *due).collect();
+        let queue = node.window.lanes.queues()[index].clone();
+        let claimed = if node.faults.fail_claim() {
+            Err(Error::injected("the claim"))
+        } else {
+            node.claims
+                .claim_limited(&queue, &dues, times.now, times.lock)
+                .await
+        };
+        let limited = match claimed {
+            Ok(limited) => limited,
+            Err(err) => {
+                retry_all(&node, dues).await;
+                return Err(err);
+            }
+        };
+        self.ready
+            .limited_claim(index, limited.controlled, limited.wait, &limited.full_keys);
+        let mut permits: Vec<Option<Permits>> = group.into_iter().map(|(_, p)| Some(p)).collect();
+        let taken = self.start_claimed(limited.claimed, &dues, &mut permits, times.deadline);
+        drop(permits);
+        let mut held = limited.held;
+        held.sort_unstable();
+        let mut missing = Vec::new();
+        for (due, taken) in dues.iter().zip(taken) {
+            if taken {
+                continue;
+            }
+            node.window.exit(due.lane);
+            if held.binary_search(&due.id).is_ok() {
+                self.ready.push(&node, *due);
+            } else {
+                missing.push(*due);
+            }
+        }
+        self.explain_or_retry(missing).await
+    }
+
+    /// Starts a supervised delivery of each task `claimed` of `dues` (in id
+    /// order), with its permits; answers which of `dues` were claimed.
+    fn start_claimed(
+        &mut self,
+        claimed: Vec<Claimed>,
+        dues: &[Due],
+        permits: &mut [Option<Permits>],
+        deadline: Instant,
+    ) -> Vec<bool> {
+        let node = &self.node;
+        let window = &node.window;
+        let claimed_at = node.config.clock.now_ms();
+        let mut taken = vec![false; dues.len()];
+        for c in claimed {
+            let Ok(at) = dues.binary_search_by_key(&c.attempt.id, |d| d.id) else {
+                continue;
+            };
+            taken[at] = true;
+            let Some(permit) = permits[at].take() else {
+                continue;
+            };
+            let lateness_ms = claimed_at.saturating_sub(c.run_at).max(0);
+            node.events()
+                .delivered(node.outcomes.queue_of(&c.attempt), lateness_ms);
+            let task = c.into_task(window.lanes.queue_of(dues[at].lane).clone());
+            // The handler, its outcome and whatever they log run in this span.
+            let span = tracing::info_span!(
+                "ttw_delivery",
+                task_id = task.attempt.id,
+                queue = %task.queue,
+                attempt = task.attempt.number,
+                lateness_ms,
+            );
+            let delivery = supervise(node.clone(), task, self.mode.clone(), permit, deadline);
+            self.running.spawn(delivery.instrument(span));
+        }
+        taken
+    }
+
+    /// Sorts out fired ids the claim did not take: not due yet by the wall
+    /// clock (re-armed), another node's lease (counted as lost to fencing),
+    /// or finished, cancelled or claimed already (dropped).
+    async fn explain_unclaimed(&mut self, missing: &[Due]) -> Result<(), Error> {
+        let node = self.node.clone();
+        if node.faults.fail_explain() {
+            return Err(Error::injected("the unclaimed lookup"));
+        }
+        let now = node.config.clock.now_ms();
+        let ids: Vec<i64> = missing.iter().map(|due| due.id).collect();
+        for task in node.claims.why_unclaimed(&ids).await? {
+            let verdict = verdict(&task, now);
+            if verdict == Verdict::LostToFencing {
+                node.events().claim_lost();
+            }
+            let Ok(at) = ids.binary_search(&task.id) else {
+                continue;
+            };
+            let due = Due {
+                run_at: task.run_at,
+                ..missing[at]
+            };
+            match verdict {
+                Verdict::LostToFencing | Verdict::Gone => {}
+                Verdict::NotDue => node.window.arm(due).await,
+                Verdict::Again => node.window.retry(due, Retry::NotDueYet).await,
+                Verdict::Controlled => {
+                    let index = node.window.lanes.index_of(due.lane);
+                    self.ready.control[index].limited = true;
+                    self.ready.push(&node, due);
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A claim of `dues` failed: each leaves its lane and is looked at again
@@ -322,41 +364,6 @@ fn exit_all(node: &Node, dues: &[Due]) {
     for due in dues {
         node.window.exit(due.lane);
     }
-}
-
-/// Sorts out fired ids the claim did not take: not due yet by the wall
-/// clock (re-armed), another node's lease (counted as lost to fencing), or
-/// finished, cancelled or claimed already (dropped).
-async fn explain_unclaimed(node: &Node, missing: &[Due], ready: &mut Ready) -> Result<(), Error> {
-    if node.faults.fail_explain() {
-        return Err(Error::injected("the unclaimed lookup"));
-    }
-    let now = node.config.clock.now_ms();
-    let ids: Vec<i64> = missing.iter().map(|due| due.id).collect();
-    for task in node.claims.why_unclaimed(&ids).await? {
-        let verdict = verdict(&task, now);
-        if verdict == Verdict::LostToFencing {
-            node.events().claim_lost();
-        }
-        let Ok(at) = ids.binary_search(&task.id) else {
-            continue;
-        };
-        let due = Due {
-            run_at: task.run_at,
-            ..missing[at]
-        };
-        match verdict {
-            Verdict::LostToFencing | Verdict::Gone => {}
-            Verdict::NotDue => node.window.arm(due).await,
-            Verdict::Again => node.window.retry(due, Retry::NotDueYet).await,
-            Verdict::Controlled => {
-                let index = node.window.lanes.index_of(due.lane);
-                ready.control[index].limited = true;
-                ready.push(node, due);
-            }
-        }
-    }
-    Ok(())
 }
 
 /// When a claim takes tasks, and until when it holds them: every task due
