@@ -26,6 +26,18 @@ enum Backend {
 }
 
 /// A store on `backend` for one case, and what to drop after it.
+/// A retryable failure, `"boom"`, retried at `retry_at` under a default
+/// limit of `default_max` attempts, at `now`.
+fn boom(retry_at: i64, default_max: i64, now: i64) -> crate::sql::claims::AttemptFailed<'static> {
+    crate::sql::claims::AttemptFailed {
+        error: "boom",
+        retry_at,
+        default_max,
+        dead_now: false,
+        now,
+    }
+}
+
 async fn open(backend: Backend, case: &str) -> (Store, Option<String>) {
     let builder = StoreBuilder::default()
         .shards(4)
@@ -682,19 +694,7 @@ async fn claims_case(store: &Store) {
     );
 
     let second = claimed[1].attempt;
-    let failed = claims
-        .fail(
-            &second,
-            crate::sql::claims::AttemptFailed {
-                error: "boom",
-                retry_at: 4_000,
-                default_max: 3,
-                dead_now: false,
-                now: 3_200,
-            },
-        )
-        .await
-        .unwrap();
+    let failed = claims.fail(&second, boom(4_000, 3, 3_200)).await.unwrap();
     assert_eq!(failed, Some(Failed::Retry(4_000)));
     let info = tasks::get(db, Which::Id(second.id)).await.unwrap().unwrap();
     assert_eq!(

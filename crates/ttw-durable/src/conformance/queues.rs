@@ -365,16 +365,7 @@ async fn queues_case(store: &Store) {
     assert_eq!(queues::queue_backoff(db, "conc").await.unwrap(), None);
     let running = &first.claimed[0].attempt;
     let failed = keyed_claims
-        .fail(
-            running,
-            crate::sql::claims::AttemptFailed {
-                error: "boom",
-                retry_at: 9_000,
-                default_max: 10,
-                dead_now: false,
-                now: 3_500,
-            },
-        )
+        .fail(running, boom(9_000, 10, 3_500))
         .await
         .unwrap();
     assert_eq!(
@@ -387,16 +378,7 @@ async fn queues_case(store: &Store) {
         .unwrap();
     let second = &first.claimed[1].attempt;
     let failed = keyed_claims
-        .fail(
-            second,
-            crate::sql::claims::AttemptFailed {
-                error: "boom",
-                retry_at: 9_000,
-                default_max: 10,
-                dead_now: false,
-                now: 3_500,
-            },
-        )
+        .fail(second, boom(9_000, 10, 3_500))
         .await
         .unwrap();
     assert_eq!(
