@@ -8,6 +8,9 @@
 #[path = "support/receiver.rs"]
 mod receiver;
 
+#[path = "support/ttw_server.rs"]
+mod ttw_server;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -39,29 +42,18 @@ struct Server {
 
 impl Server {
     async fn start(config: &Path) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ttw-under-test"))
-            .args(["server", "--config"])
-            .arg(config)
-            .env("TTW_TOKEN_APP", TOKEN)
-            .env("TTW_TOKEN_READER", READER)
-            .env("TTW_TOKEN_OPS", OPS)
-            .env("TTW_HOOK_SECRET", SECRET)
-            .env_remove("DATABASE_URL")
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the server starts");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-            .await
-            .expect("the server says where it listens")
-            .unwrap()
-            .expect("a line");
-        let base = first
-            .strip_prefix("ttw server: listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line: {first}"))
-            .to_string();
-        Server { child, base, lines }
+        let env = [
+            ("TTW_TOKEN_APP", TOKEN),
+            ("TTW_TOKEN_READER", READER),
+            ("TTW_TOKEN_OPS", OPS),
+            ("TTW_HOOK_SECRET", SECRET),
+        ];
+        let (child, addr, lines) = ttw_server::spawn(config, &env).await;
+        Server {
+            child,
+            base: format!("http://{addr}"),
+            lines,
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! `ttw server` as a child process: started on a configuration file with
 //! the environment it names, and handed back once it says where it
-//! listens; its later output is read and dropped.
+//! listens, with its later output or with that output read and dropped.
 
 #![allow(dead_code)]
 
@@ -8,13 +8,16 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+/// The output of a `ttw server` child, line by line.
+pub type Output = Lines<BufReader<ChildStdout>>;
 
 /// Starts `ttw server --config config` with `env` (and no `DATABASE_URL`):
-/// the process, killed when dropped, and the address it listens on
-/// (`host:port`).
-pub async fn start(config: &Path, env: &[(&str, &str)]) -> (Child, String) {
+/// the process, killed when dropped, the address it listens on
+/// (`host:port`), and the rest of its output, for a test that reads it.
+pub async fn spawn(config: &Path, env: &[(&str, &str)]) -> (Child, String, Output) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_ttw-under-test"));
     command
         .args(["server", "--config"])
@@ -37,6 +40,12 @@ pub async fn start(config: &Path, env: &[(&str, &str)]) -> (Child, String) {
         .unwrap_or_else(|| panic!("unexpected first line: {first}"))
         .trim_end_matches('/')
         .to_string();
+    (child, addr, lines)
+}
+
+/// As [`spawn`], its later output read and dropped.
+pub async fn start(config: &Path, env: &[(&str, &str)]) -> (Child, String) {
+    let (child, addr, mut lines) = spawn(config, env).await;
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     (child, addr)
 }
