@@ -136,6 +136,7 @@ async fn a_lock_is_reclaimed_when_it_runs_out_by_the_node_s_clock() {
 /// A recurring schedule's occurrences become tasks ahead of time, each due
 /// at its occurrence by the store's clock, and each is delivered at its
 /// time by the node's: at `t0 + 10 s`, `t0 + 20 s`, `t0 + 30 s` exactly,
+/// where `t0` is when the schedule was registered,
 /// as the paused clock moves: never before, and before the next one is
 /// due (the node works in real time between steps of the clock, so a
 /// loaded machine sees it some steps later; precision is measured in real
@@ -143,11 +144,14 @@ async fn a_lock_is_reclaimed_when_it_runs_out_by_the_node_s_clock() {
 #[tokio::test]
 async fn recurring_occurrences_run_at_their_times_on_the_node_s_clock() {
     let (store, clock) = store_on_test_clock().await;
-    let t0 = clock.now_ms();
+    // The runtime's clock still runs while the schedule is registered, so
+    // its anchor is read between two readings of the clock.
+    let before = clock.now_ms();
     store
         .register_recurring(Recurring::every("tick", Duration::from_secs(10)).payload("t"))
         .await
         .unwrap();
+    let after = clock.now_ms();
 
     let (tx, mut delivered) = mpsc::unbounded_channel();
     let seen = clock.clone();
@@ -162,11 +166,17 @@ async fn recurring_occurrences_run_at_their_times_on_the_node_s_clock() {
         .await
         .unwrap();
     pause(&clock);
+    let mut first = None;
     for n in 1..=3 {
         let (run_at, at) = next(&mut delivered, Duration::from_secs(60))
             .await
             .expect("an occurrence was delivered within a virtual minute");
-        assert_eq!(run_at, t0 + n * 10_000, "occurrence {n}'s due time");
+        let anchor = *first.get_or_insert(run_at - 10_000);
+        assert!(
+            (before..=after).contains(&anchor),
+            "the schedule's anchor {anchor} is when it was registered ({before}..={after})"
+        );
+        assert_eq!(run_at, anchor + n * 10_000, "occurrence {n}'s due time");
         assert!(
             (run_at..run_at + 5_000).contains(&at),
             "occurrence {n} delivered {} ms after its time",
