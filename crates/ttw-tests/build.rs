@@ -2,7 +2,8 @@
 //! build time the PostgreSQL cases are compiled as `#[ignore]`d, so the test
 //! report shows them as not run instead of counting them as passed. The
 //! same for the dashboard's browser test without `chromedriver`, and the
-//! JetStream tests without `nats-server`, except
+//! JetStream tests without `nats-server`, and the failover tests without
+//! `pg_autoctl` (pg_auto_failover), except
 //! under `CI`, where `.ci/run` installs it and a missing one must fail.
 
 fn main() {
@@ -30,5 +31,9 @@ fn main() {
     .any(|p| std::path::Path::new(p).exists());
     if !ci && !nats {
         println!("cargo:rustc-cfg=ttw_no_nats");
+    }
+    println!("cargo:rustc-check-cfg=cfg(ttw_no_failover)");
+    if !ci && !std::path::Path::new("/usr/bin/pg_autoctl").exists() {
+        println!("cargo:rustc-cfg=ttw_no_failover");
     }
 }

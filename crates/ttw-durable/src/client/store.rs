@@ -14,7 +14,7 @@ use crate::model::clock::Clock;
 use crate::model::task::{TaskId, TaskInfo, TaskState};
 use crate::model::time::to_ms;
 use crate::notify::{ListenOptions, Made, Notifier};
-use crate::sql::db::{Db, MemoryKeeper, PoolSettings, SQLITE_MIN_SIZE};
+use crate::sql::db::{Db, Follower, MemoryKeeper, PoolSettings, SQLITE_MIN_SIZE};
 use crate::sql::names::Names;
 use crate::sql::schema;
 pub(crate) use crate::sql::tasks::Which;
@@ -84,6 +84,10 @@ struct StoreInner {
     /// For an in-memory store, the connection outside the pool that keeps
     /// the database alive (see [`PoolSettings::sqlite_in_memory`]).
     _memory_keeper: Option<Mutex<MemoryKeeper>>,
+    /// For a PostgreSQL store whose URL names several hosts (or a
+    /// `target_session_attrs`), the task that follows the primary
+    /// (`sql::primary`), stopped with the store.
+    _follower: Option<Follower>,
 }
 
 impl fmt::Debug for Store {
@@ -244,7 +248,7 @@ impl StoreBuilder {
     pub async fn sqlite(self, path: impl AsRef<Path>) -> Result<Store, Error> {
         self.check()?;
         let open = self.pool.sqlite(path.as_ref()).await?;
-        self.finish(open.db, None, open.keeper).await
+        self.finish(open.db, open.keeper, None).await
     }
 
     /// Opens a private in-memory SQLite database, for tests and examples. It
@@ -258,7 +262,7 @@ impl StoreBuilder {
     pub async fn sqlite_in_memory(self) -> Result<Store, Error> {
         self.check()?;
         let open = self.pool.sqlite_in_memory().await?;
-        self.finish(open.db, None, open.keeper).await
+        self.finish(open.db, open.keeper, None).await
     }
 
     /// Connects to PostgreSQL (`postgres://user@host:port/db`). Needs the
@@ -274,15 +278,15 @@ impl StoreBuilder {
     #[cfg(feature = "postgres")]
     pub async fn postgres(self, url: &str) -> Result<Store, Error> {
         self.check()?;
-        let (db, options) = self.pool.postgres(url, self.schema.as_deref()).await?;
-        self.finish(db, Some(options), None).await
+        let open = self.pool.postgres(url, self.schema.as_deref()).await?;
+        self.finish(open.db, None, open.follower).await
     }
 
     async fn finish(
         self,
         db: Db,
-        listen: Option<ListenOptions>,
         memory_keeper: Option<MemoryKeeper>,
+        follower: Option<Follower>,
     ) -> Result<Store, Error> {
         let shards = schema::prepare(&db, self.shards).await?;
         #[cfg(test)]
@@ -291,7 +295,14 @@ impl StoreBuilder {
             Clock::System => db,
         };
         let names = Names::new(&db, self.schema.as_deref());
-        let notifier = Notifier::new(listen.map(|options| (options, self.schema.as_deref())));
+        // On PostgreSQL a `LISTEN` connection opens where the pool's do.
+        let listen: Option<ListenOptions> = match &db {
+            #[cfg(feature = "postgres")]
+            Db::Postgres(pool) => Some(pool.clone()),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        };
+        let notifier = Notifier::new(listen.map(|pool| (pool, self.schema.as_deref())));
         Ok(Store {
             inner: Arc::new(StoreInner {
                 db,
@@ -301,6 +312,7 @@ impl StoreBuilder {
                 clock: self.clock,
                 published_queues: Mutex::default(),
                 _memory_keeper: memory_keeper.map(Mutex::new),
+                _follower: follower,
             }),
         })
     }

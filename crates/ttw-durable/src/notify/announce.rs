@@ -20,14 +20,14 @@ pub(crate) struct Notifier {
     /// Bumped when a recurring schedule is registered, changed or resumed
     /// in this process: the schedulers make its occurrences tasks at once.
     recurring: watch::Sender<u64>,
-    /// On PostgreSQL: the options a `LISTEN` connection opens with, and the
-    /// channel (one per schema).
+    /// On PostgreSQL: the store's pool (a `LISTEN` connection opens where
+    /// its connections go), and the channel (one per schema).
     postgres: Option<(ListenOptions, String)>,
 }
 
 impl Notifier {
-    /// A notifier for a store; `postgres` holds the connection options and
-    /// the schema of a PostgreSQL store.
+    /// A notifier for a store; `postgres` holds the pool and the schema of
+    /// a PostgreSQL store.
     pub(crate) fn new(postgres: Option<(ListenOptions, Option<&str>)>) -> Notifier {
         let (local, _) = broadcast::channel(LOCAL_BACKLOG);
         Notifier {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[cfg(feature = "postgres")]
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 use tokio::sync::broadcast;
 #[cfg(feature = "postgres")]
 use tokio::time::Instant;
@@ -49,8 +49,8 @@ pub(crate) enum Heard {
 /// The hearing side, one per scheduler.
 pub(crate) struct Listener {
     local: broadcast::Receiver<Announced>,
-    /// On PostgreSQL: the options and channel a `LISTEN` connection opens
-    /// with.
+    /// On PostgreSQL: the store's pool (a `LISTEN` connection opens where
+    /// its connections go) and the channel.
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     connect: Option<(ListenOptions, String)>,
     /// The `LISTEN` connection, while it is up.
@@ -203,7 +203,10 @@ fn heard_locally(heard: Result<Announced, broadcast::error::RecvError>) -> Heard
 
 /// Opens a `LISTEN` connection on `channel`, or logs why not.
 #[cfg(feature = "postgres")]
-async fn open(options: PgConnectOptions, channel: &str) -> Option<PgListener> {
+async fn open(store: PgPool, channel: &str) -> Option<PgListener> {
+    // `NOTIFY` reaches listeners on the server that commits, so the
+    // connection goes where the store's pool connects now.
+    let options = (*store.connect_options()).clone();
     let pool = PgPoolOptions::new()
         .max_connections(1)
         .connect_lazy_with(options);

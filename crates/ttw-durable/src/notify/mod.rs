@@ -27,9 +27,10 @@ pub(crate) use crate::sql::announce::{channel, key_hash, Announced};
 pub(crate) use announce::{Made, Notifier};
 pub(crate) use listen::{Heard, Listener};
 
-/// What a `LISTEN` connection opens with: PostgreSQL's connection options.
+/// Where a `LISTEN` connection opens: the server the store's pool connects
+/// to when it opens (the primary, after a failover).
 #[cfg(feature = "postgres")]
-pub(crate) type ListenOptions = sqlx::postgres::PgConnectOptions;
+pub(crate) type ListenOptions = sqlx::postgres::PgPool;
 /// Without the `postgres` feature there is no `LISTEN` connection: a value
 /// that cannot be made, so every `Option` of it is `None`.
 #[cfg(not(feature = "postgres"))]

@@ -14,12 +14,13 @@
 use std::borrow::Cow;
 #[cfg(feature = "sqlite")]
 use std::path::Path;
+#[cfg(feature = "sqlite")]
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 #[cfg(feature = "postgres")]
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 #[cfg(feature = "sqlite")]
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
@@ -34,6 +35,10 @@ use crate::error::Error;
 use crate::model::clock::Clock;
 #[cfg(feature = "sqlite")]
 use crate::sql::checkpoint::{Checkpointer, WAL_LIMIT};
+#[cfg(feature = "postgres")]
+pub(crate) use crate::sql::primary::Follower;
+#[cfg(feature = "postgres")]
+use crate::sql::primary::{follow, takes_writes, Hosts, Moves};
 #[cfg(feature = "sqlite")]
 use crate::sql::reserve::Reserve;
 
@@ -364,6 +369,10 @@ pub(crate) type MemoryKeeper = SqliteConnection;
 /// Without the `sqlite` feature there is no in-memory database to keep.
 #[cfg(not(feature = "sqlite"))]
 pub(crate) type MemoryKeeper = std::convert::Infallible;
+/// Without the `postgres` feature no primary is followed: a value that
+/// cannot be made.
+#[cfg(not(feature = "postgres"))]
+pub(crate) type Follower = std::convert::Infallible;
 
 /// An open SQLite database: its pool, and for an in-memory one a
 /// connection outside the pool that keeps the database alive (an in-memory
@@ -473,17 +482,25 @@ impl PoolSettings {
     }
 }
 
+/// A PostgreSQL store's pool, and the follower of its primary when its URL
+/// names several hosts or a `target_session_attrs` (`sql::primary`).
+#[cfg(feature = "postgres")]
+pub(crate) struct OpenPostgres {
+    pub(crate) db: Db,
+    pub(crate) follower: Option<Follower>,
+}
+
 #[cfg(feature = "postgres")]
 impl PoolSettings {
     /// Connects to PostgreSQL, with the tables in `schema` (created if
-    /// missing) when one is given. Returns the pool and the options its
-    /// connections use, for a `LISTEN` connection of their own.
+    /// missing) when one is given. `url` is libpq's, with one host or
+    /// several (`sql::primary`).
     pub(crate) async fn postgres(
         &self,
         url: &str,
         schema: Option<&str>,
-    ) -> Result<(Db, PgConnectOptions), Error> {
-        let mut options = postgres_options(url)?;
+    ) -> Result<OpenPostgres, Error> {
+        let mut hosts = Hosts::parse(url)?;
         if let Some(schema) = schema {
             if schema.is_empty()
                 || !schema
@@ -495,20 +512,28 @@ impl PoolSettings {
         }
         // One connection first, within the connect timeout: a pool would
         // retry a refused or failing connection until its timeout and then
-        // report only that it timed out.
-        let target = format!(
-            "PostgreSQL at {}:{}",
-            options.get_host(),
-            options.get_port()
-        );
-        match tokio::time::timeout(self.connect_timeout, PgConnection::connect_with(&options)).await
-        {
-            Ok(Ok(conn)) => {
-                let _ = conn.close().await;
+        // report only that it timed out. With several hosts, the first
+        // that takes writes.
+        let shown = hosts.describe();
+        let timed_out = || Error::open(shown.clone(), sqlx::Error::PoolTimedOut);
+        let (current, mut options, probe) = if hosts.follows() {
+            let (i, options, conn) = tokio::time::timeout(self.connect_timeout, hosts.find())
+                .await
+                .map_err(|_| timed_out())??;
+            (i, options, Some(conn))
+        } else {
+            let options = hosts.first();
+            match tokio::time::timeout(self.connect_timeout, PgConnection::connect_with(&options))
+                .await
+            {
+                Ok(Ok(conn)) => {
+                    let _ = conn.close().await;
+                }
+                Ok(Err(err)) => return Err(Error::open(shown, err)),
+                Err(_) => return Err(timed_out()),
             }
-            Ok(Err(err)) => return Err(Error::open(target, err)),
-            Err(_) => return Err(Error::open(target, sqlx::Error::PoolTimedOut)),
-        }
+            (0, options, None)
+        };
         if let Some(schema) = schema {
             let admin = PgPoolOptions::new()
                 .max_connections(1)
@@ -520,28 +545,45 @@ impl PoolSettings {
                 .await?;
             admin.close().await;
             options = options.options([("search_path", schema)]);
+            hosts.set_search_path(schema);
         }
-        let pool = PgPoolOptions::new()
+        let mut pool = PgPoolOptions::new()
             .max_connections(self.max_connections)
-            .acquire_timeout(self.connect_timeout)
-            .connect_with(options.clone())
-            .await?;
-        Ok((Db::Postgres(pool), options))
+            .acquire_timeout(self.connect_timeout);
+        let moves = Arc::new(Moves::new());
+        if probe.is_some() {
+            let target = hosts.target();
+            let looking = moves.clone();
+            pool = pool
+                .after_connect(move |conn, _| {
+                    let looking = looking.clone();
+                    Box::pin(async move {
+                        if takes_writes(conn, target).await? {
+                            return Ok(());
+                        }
+                        looking.look.notify_one();
+                        Err(sqlx::Error::Protocol(
+                            "the server does not take writes (a standby); looking for the primary"
+                                .into(),
+                        ))
+                    })
+                })
+                .before_acquire({
+                    let moves = moves.clone();
+                    move |_, meta| {
+                        let keep = moves.keeps(meta.age);
+                        Box::pin(std::future::ready(Ok(keep)))
+                    }
+                });
+        }
+        let pool = pool.connect_with(options).await?;
+        let follower =
+            probe.map(|conn| follow(pool.clone(), Arc::new(hosts), current, conn, moves));
+        Ok(OpenPostgres {
+            db: Db::Postgres(pool),
+            follower,
+        })
     }
-}
-
-/// Parses a PostgreSQL URL, refusing at once what cannot be one (another
-/// scheme, or not a URL at all) rather than trying to connect.
-#[cfg(feature = "postgres")]
-fn postgres_options(url: &str) -> Result<PgConnectOptions, Error> {
-    let scheme = url.split_once("://").map(|(scheme, _)| scheme);
-    if !matches!(scheme, Some("postgres" | "postgresql")) {
-        return Err(Error::config(
-            "a PostgreSQL URL starts with postgres:// or postgresql:// (postgres://user@host:port/database)",
-        ));
-    }
-    PgConnectOptions::from_str(url)
-        .map_err(|err| Error::config(format!("not a valid PostgreSQL URL: {err}")))
 }
 
 /// `$first, $first+1, ...`: `n` numbered placeholders.

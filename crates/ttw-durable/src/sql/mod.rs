@@ -30,6 +30,8 @@ pub(crate) mod history;
 pub(crate) mod keys;
 pub(crate) mod leases;
 pub(crate) mod names;
+#[cfg(feature = "postgres")]
+pub(crate) mod primary;
 pub(crate) mod queues;
 pub(crate) mod recurring;
 #[cfg(feature = "sqlite")]
