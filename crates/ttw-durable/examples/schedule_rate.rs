@@ -1,14 +1,18 @@
 //! How fast tasks are scheduled: single schedules (16 in flight) and
 //! batches of 1,000 (`Store::schedule_batch`, one at a time), on a fresh
-//! SQLite file or PostgreSQL schema, with no scheduler running.
+//! SQLite file or PostgreSQL schema, with no scheduler running; then how
+//! fast a scheduler at its defaults drains as many tasks due now (a
+//! handler that returns at once), until every one is done.
 //!
 //! ```text
 //! cargo run --release -p ttw-durable --example schedule_rate
+//! cargo run --release -p ttw-durable --example schedule_rate -- --commits synced
 //! cargo run --release -p ttw-durable --example schedule_rate -- --postgres postgres://postgres@127.0.0.1:55432/postgres
 //! ```
 //!
 //! Options: `--tasks N` (tasks per measurement, default 50,000),
-//! `--batch N` (tasks per batch, default 1,000), `--postgres URL`.
+//! `--batch N` (tasks per batch, default 1,000), `--postgres URL`,
+//! `--commits flushed|synced` (SQLite: when a commit reaches the disk).
 
 // A measurement, not the task system: it reads the system's clock
 // directly (the library reads it only through its clock; see clippy.toml).
@@ -17,10 +21,11 @@
 use std::time::{Duration, Instant};
 
 use futures::{stream, StreamExt};
-use ttw_durable::{NewTask, Store, StoreBuilder};
+use ttw_durable::{Commits, NewTask, Scheduler, StoreBuilder};
 
 struct Options {
     postgres: Option<String>,
+    commits: Commits,
     tasks: usize,
     batch: usize,
 }
@@ -28,6 +33,7 @@ struct Options {
 fn parse() -> Result<Options, String> {
     let mut o = Options {
         postgres: None,
+        commits: Commits::default(),
         tasks: 50_000,
         batch: 1_000,
     };
@@ -36,6 +42,11 @@ fn parse() -> Result<Options, String> {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
         match arg.as_str() {
             "--postgres" => o.postgres = Some(value("--postgres")?),
+            "--commits" => {
+                o.commits = value("--commits")?
+                    .parse()
+                    .map_err(|e| format!("--commits: {e}"))?
+            }
             "--tasks" => {
                 o.tasks = value("--tasks")?
                     .parse()
@@ -48,7 +59,7 @@ fn parse() -> Result<Options, String> {
             }
             other => {
                 return Err(format!(
-                    "unknown argument {other} (try --postgres URL, --tasks N, --batch N)"
+                    "unknown argument {other} (try --postgres URL, --commits flushed|synced, --tasks N, --batch N)"
                 ))
             }
         }
@@ -77,7 +88,12 @@ async fn main() {
                 .postgres(url)
                 .await
         }
-        None => Store::sqlite(dir.join("tasks.db")).await,
+        None => {
+            StoreBuilder::default()
+                .sqlite_commits(o.commits)
+                .sqlite(dir.join("tasks.db"))
+                .await
+        }
     };
     let store = match store {
         Ok(store) => store,
@@ -88,9 +104,9 @@ async fn main() {
         }
     };
     let backend = if o.postgres.is_some() {
-        "PostgreSQL"
+        "PostgreSQL".to_owned()
     } else {
-        "SQLite"
+        format!("SQLite ({:?} commits)", o.commits)
     };
     let later = Duration::from_secs(3600);
 
@@ -128,8 +144,39 @@ async fn main() {
         "{backend}: {batched} tasks in batches of {} at {batch_rate:.0}/s",
         o.batch
     );
+
+    // The drain: as many tasks due now, delivered by a scheduler at its
+    // defaults, until the store counts every one done.
+    let due = store.counts().await.expect("counts").done + o.tasks as u64;
+    let mut left = o.tasks;
+    while left > 0 {
+        let n = left.min(o.batch);
+        let batch = (0..n).map(|i| NewTask::new(i.to_le_bytes().to_vec()));
+        store.schedule_batch(batch).await.expect("a batch due now");
+        left -= n;
+    }
+    let started = Instant::now();
+    let scheduler = Scheduler::builder(store.clone())
+        .start(|_task| async { Ok::<_, String>(()) })
+        .await
+        .expect("the scheduler starts");
+    let deadline = started + Duration::from_secs(600);
+    let mut done = 0;
+    while Instant::now() < deadline {
+        done = store.counts().await.expect("counts").done;
+        if done >= due {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let drain_rate = o.tasks as f64 / started.elapsed().as_secs_f64();
+    scheduler.shutdown().await.expect("the scheduler stops");
+    println!(
+        "{backend}: {} tasks due now drained at {drain_rate:.0}/s",
+        o.tasks
+    );
     let _ = std::fs::remove_dir_all(&dir);
-    if single < o.tasks || batched < o.tasks {
+    if single < o.tasks || batched < o.tasks || done < due {
         std::process::exit(1);
     }
 }

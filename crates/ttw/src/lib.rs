@@ -74,7 +74,13 @@ async fn run(cli: Cli) -> Result<()> {
         return fail("no database: pass --database PATH_OR_URL or set DATABASE_URL");
     };
     let creating = matches!(cli.command, Command::Migrate);
-    let store = open(database, cli.schema.as_deref(), creating).await?;
+    let store = open(
+        database,
+        cli.schema.as_deref(),
+        creating,
+        ttw_durable::Commits::default(),
+    )
+    .await?;
     let json = cli.json;
     match cli.command {
         Command::Migrate => commands::migrate(&store, json).await,

@@ -2,14 +2,20 @@
 
 use std::time::Duration;
 
-use ttw_durable::Store;
+use ttw_durable::{Commits, Store};
 
 use crate::error::{fail, Failure, Result};
 
-/// Opens the store `database` names. A SQLite file must exist unless
-/// `creating` (only `migrate` creates one: a misspelt path is an error,
-/// not a new empty store).
-pub(crate) async fn open(database: &str, schema: Option<&str>, creating: bool) -> Result<Store> {
+/// Opens the store `database` names (a SQLite path, or a PostgreSQL URL
+/// with one host or several). A SQLite file must exist unless `creating`
+/// (only `migrate` creates one: a misspelt path is an error, not a new
+/// empty store); its commits reach the disk as `commits` says.
+pub(crate) async fn open(
+    database: &str,
+    schema: Option<&str>,
+    creating: bool,
+    commits: Commits,
+) -> Result<Store> {
     let mut builder = Store::builder().connect_timeout(Duration::from_secs(5));
     if database.starts_with("postgres://") || database.starts_with("postgresql://") {
         if let Some(schema) = schema {
@@ -35,6 +41,7 @@ pub(crate) async fn open(database: &str, schema: Option<&str>, creating: bool) -
         ));
     }
     builder
+        .sqlite_commits(commits)
         .sqlite(path)
         .await
         .map_err(|err| Failure(format!("cannot open the SQLite store at {path}: {err}")))

@@ -14,6 +14,8 @@ use crate::model::clock::Clock;
 use crate::model::task::{TaskId, TaskInfo, TaskState};
 use crate::model::time::to_ms;
 use crate::notify::{ListenOptions, Made, Notifier};
+#[cfg(feature = "sqlite")]
+use crate::sql::db::Commits;
 use crate::sql::db::{Db, Follower, MemoryKeeper, PoolSettings, SQLITE_MIN_SIZE};
 use crate::sql::names::Names;
 use crate::sql::schema;
@@ -216,6 +218,39 @@ impl StoreBuilder {
     #[cfg(feature = "sqlite")]
     pub fn sqlite_disk_reserve(mut self, bytes: u64) -> Self {
         self.pool.sqlite_disk_reserve = Some(bytes);
+        self
+    }
+
+    /// SQLite only: when a commit reaches the disk, and so what an
+    /// acknowledged task survives. [`Commits::Flushed`] (the default,
+    /// SQLite's `synchronous = NORMAL` in WAL mode) survives a killed
+    /// process, not a power cut; [`Commits::Synced`] (`synchronous = FULL`)
+    /// survives a power cut too, at the cost of an `fsync` per commit
+    /// (BENCHMARKS.md has both rates). Schedules committed together (a
+    /// batch, the service's group commit) share one `fsync`. Needs the
+    /// feature `sqlite` (on by default).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// use ttw_durable::{Commits, Store};
+    ///
+    /// let path = std::env::temp_dir().join(format!("ttw-doc-synced-{}.db", std::process::id()));
+    /// let store = Store::builder()
+    ///     .sqlite_commits(Commits::Synced)
+    ///     .sqlite(&path)
+    ///     .await?;
+    /// store.schedule("survives a power cut once this returns").await?;
+    /// # drop(store);
+    /// # for suffix in ["", "-wal", "-shm", "-reserve"] {
+    /// #     let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    /// # }
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "sqlite")]
+    pub fn sqlite_commits(mut self, commits: Commits) -> Self {
+        self.pool.sqlite_commits = commits;
         self
     }
 

@@ -340,6 +340,43 @@ pub(crate) struct PoolSettings {
     /// SQLite only: the disk reserve's size (`None`: the default).
     #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) sqlite_disk_reserve: Option<u64>,
+    /// SQLite only: when a commit reaches the disk.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) sqlite_commits: Commits,
+}
+
+/// SQLite only: when a commit reaches the disk, and so what an
+/// acknowledged task survives
+/// ([`StoreBuilder::sqlite_commits`](crate::StoreBuilder::sqlite_commits)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Commits {
+    /// Written to the operating system at each commit, to the disk at each
+    /// checkpoint (SQLite's `synchronous = NORMAL` in WAL mode): an
+    /// acknowledged task survives its process being killed, but a power
+    /// cut or an operating system crash can lose the commits since the
+    /// last checkpoint (a fraction of a second to seconds of them). The
+    /// default.
+    #[default]
+    Flushed,
+    /// Written to the disk (`fsync`) before each commit returns (SQLite's
+    /// `synchronous = FULL`): an acknowledged task survives a power cut,
+    /// at the cost of an `fsync` per commit.
+    Synced,
+}
+
+impl std::str::FromStr for Commits {
+    type Err = Error;
+
+    /// `flushed` or `synced` (SQLite's names, `normal` and `full`, too).
+    fn from_str(s: &str) -> Result<Commits, Error> {
+        match s {
+            "flushed" | "normal" => Ok(Commits::Flushed),
+            "synced" | "full" => Ok(Commits::Synced),
+            _ => Err(Error::config(format!(
+                "`{s}` is neither `flushed` (survives a killed process) nor `synced` (survives a power cut)"
+            ))),
+        }
+    }
 }
 
 impl Default for PoolSettings {
@@ -349,6 +386,7 @@ impl Default for PoolSettings {
             connect_timeout: Duration::from_secs(10),
             sqlite_max_size: None,
             sqlite_disk_reserve: None,
+            sqlite_commits: Commits::default(),
         }
     }
 }
@@ -434,7 +472,10 @@ impl PoolSettings {
             .filename(path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
+            .synchronous(match self.sqlite_commits {
+                Commits::Flushed => SqliteSynchronous::Normal,
+                Commits::Synced => SqliteSynchronous::Full,
+            })
             // Checkpoints run off the write path (see `checkpoint`).
             .pragma("wal_autocheckpoint", "0")
             .pragma("journal_size_limit", WAL_LIMIT.to_string())

@@ -5,7 +5,10 @@
 //! ```toml
 //! listen = "127.0.0.1:8080"
 //! database = "tasks.db"            # or postgres://...; DATABASE_URL if absent
+//!                                   # (several hosts: postgres://u@h1:5432,h2:5432/db?target_session_attrs=read-write)
 //! # schema = "ttw"                 # PostgreSQL only
+//! # sqlite_commits = "synced"      # SQLite only: "flushed" (default) survives a killed
+//!                                   # process, "synced" a power cut too
 //! # max_body_bytes = 2097152
 //! # shutdown_grace = "30s"
 //!
@@ -47,6 +50,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
+use ttw_durable::Commits;
 
 use crate::error::{fail, Failure, Result};
 
@@ -57,6 +61,7 @@ struct File {
     listen: Option<SocketAddr>,
     database: Option<String>,
     schema: Option<String>,
+    sqlite_commits: Option<String>,
     max_body_bytes: Option<usize>,
     shutdown_grace: Option<String>,
     #[serde(default)]
@@ -159,6 +164,8 @@ pub(crate) struct Settings {
     pub(crate) listen: SocketAddr,
     pub(crate) database: String,
     pub(crate) schema: Option<String>,
+    /// SQLite only: when a commit reaches the disk.
+    pub(crate) sqlite_commits: Commits,
     pub(crate) max_body_bytes: usize,
     pub(crate) shutdown_grace: Duration,
     pub(crate) scheduler: bool,
@@ -266,6 +273,16 @@ fn resolve(file: File, env: impl Fn(&str) -> Option<String>) -> Result<Settings>
     let database = match file.database.or_else(|| env("DATABASE_URL")) {
         Some(db) if !db.is_empty() => db,
         _ => return fail("no database: set `database` in the file, or DATABASE_URL"),
+    };
+    let postgres = database.starts_with("postgres://") || database.starts_with("postgresql://");
+    let sqlite_commits = match &file.sqlite_commits {
+        Some(_) if postgres => {
+            return fail("sqlite_commits: for a SQLite database; PostgreSQL's commits are its own setting (synchronous_commit)")
+        }
+        Some(text) => text
+            .parse()
+            .map_err(|err| Failure(format!("sqlite_commits: {err}")))?,
+        None => Commits::default(),
     };
     let shutdown_grace = match &file.shutdown_grace {
         Some(text) => {
@@ -425,6 +442,7 @@ fn resolve(file: File, env: impl Fn(&str) -> Option<String>) -> Result<Settings>
             .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080))),
         database,
         schema: file.schema,
+        sqlite_commits,
         max_body_bytes,
         shutdown_grace,
         scheduler: file.scheduler.enabled,
@@ -472,6 +490,13 @@ mod tests {
         ));
         assert_eq!(s.tokens[0].scopes.len(), 2);
         assert!(s.scheduler);
+        assert_eq!(s.sqlite_commits, Commits::Flushed);
+        let synced = parse(
+            &format!("database = \"x.db\"\nsqlite_commits = \"synced\"\n{TOKEN}"),
+            &[("T", "0123456789abcdef")],
+        )
+        .unwrap();
+        assert_eq!(synced.sqlite_commits, Commits::Synced);
     }
 
     #[test]
@@ -491,6 +516,14 @@ mod tests {
                 "named twice",
             ),
             ("", "no database"),
+            (
+                "database = \"x.db\"\nsqlite_commits = \"often\"\n[[queues]]\nname = \"q\"\n",
+                "`often` is neither `flushed`",
+            ),
+            (
+                "database = \"postgres://u@h1,h2/d\"\nsqlite_commits = \"synced\"\n[[queues]]\nname = \"q\"\n",
+                "sqlite_commits: for a SQLite database",
+            ),
             (
                 "database = \"x.db\"\n[[queues]]\nname = \"q\"\n[dashboard]\nrefresh = \"10ms\"\n",
                 "dashboard.refresh: at least 100ms",

@@ -56,7 +56,13 @@ pub(crate) async fn server(path: &Path, check: bool) -> Result<()> {
         .with_max_level(tracing::Level::WARN)
         .with_writer(std::io::stderr)
         .try_init();
-    let store = crate::store::open(&settings.database, settings.schema.as_deref(), true).await?;
+    let store = crate::store::open(
+        &settings.database,
+        settings.schema.as_deref(),
+        true,
+        settings.sqlite_commits,
+    )
+    .await?;
     // The dashboard installs the metrics recorder: before the scheduler
     // starts, so that the node's metrics are recorded.
     let dashboard = match &settings.dashboard {

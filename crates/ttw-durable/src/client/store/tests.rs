@@ -57,3 +57,41 @@ async fn the_wal_is_checkpointed_while_writes_go_on() {
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Each commit durability is SQLite's `synchronous` on every pooled
+/// connection: `NORMAL` (1) by default, `FULL` (2) for synced commits.
+#[tokio::test]
+async fn synced_commits_are_sqlite_s_full_synchronous_on_every_connection() {
+    let dir = std::env::temp_dir().join(format!("ttw-commits-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (commits, level) in [(None, 1), (Some(Commits::Synced), 2), (Some(Commits::Flushed), 1)] {
+        let path = dir.join(format!("tasks-{level}-{}.db", commits.is_some()));
+        let mut builder = Store::builder();
+        if let Some(commits) = commits {
+            builder = builder.sqlite_commits(commits);
+        }
+        let store = builder.sqlite(&path).await.unwrap();
+        let Db::Sqlite(pool, _) = store.db() else {
+            unreachable!("an SQLite store")
+        };
+        // More connections than one, each opened with the setting.
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            let mut conn = pool.acquire().await.unwrap();
+            let (got,): (i64,) = sqlx::query_as("PRAGMA synchronous")
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap();
+            assert_eq!(got, level, "{commits:?}");
+            held.push(conn);
+        }
+        drop(held);
+        store.schedule("kept").await.unwrap();
+    }
+    assert!("synced".parse::<Commits>().unwrap() == Commits::Synced);
+    assert!("full".parse::<Commits>().unwrap() == Commits::Synced);
+    assert!("normal".parse::<Commits>().unwrap() == Commits::Flushed);
+    let err = "often".parse::<Commits>().unwrap_err();
+    assert!(err.is_config() && err.to_string().contains("power cut"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -49,7 +49,7 @@ async fn router(name: &str) -> (Router, std::path::PathBuf) {
     .unwrap();
     let settings =
         super::super::config::load(&path, |_| Some(TOKEN.into())).expect("the configuration loads");
-    let store = crate::store::open(&settings.database, None, true)
+    let store = crate::store::open(&settings.database, None, true, settings.sqlite_commits)
         .await
         .unwrap();
     let api = Arc::new(Api {
