@@ -192,6 +192,7 @@ mod telemetry;
 
 pub use client::admin::{DueTimeline, NodeInfo, Redrive, TaskQuery, MAX_PAGE, REDRIVE_GROUP};
 pub use client::connection::CallerConnection;
+pub use client::export::PendingTask;
 pub use client::schedule::{Schedule, Scheduled};
 pub use client::store::{Store, StoreBuilder};
 pub use error::Error;

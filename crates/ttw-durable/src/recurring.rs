@@ -73,6 +73,16 @@ pub enum CatchUp {
 }
 
 impl CatchUp {
+    /// Its name: `skip`, `last` or `all`.
+    pub fn name(self) -> &'static str {
+        self.as_sql()
+    }
+
+    /// The policy of a name [`CatchUp::name`] gives, if it is one.
+    pub fn from_name(name: &str) -> Option<CatchUp> {
+        CatchUp::from_sql(name).ok()
+    }
+
     fn as_sql(self) -> &'static str {
         match self {
             CatchUp::Skip => "skip",
@@ -381,6 +391,49 @@ pub struct RecurringInfo {
     pub queue: String,
     /// The priority of its occurrences' tasks.
     pub priority: i16,
+}
+
+impl RecurringInfo {
+    /// The schedule to register in another store: the same rule, time
+    /// zone, catch-up policy and task. An interval schedule registered anew
+    /// counts its first occurrence from then, so its phase is not kept; a
+    /// cron schedule's times are its expression's. Whether it is paused is
+    /// [`RecurringInfo::paused`], for the caller to apply.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// use ttw_durable::{Recurring, Store};
+    ///
+    /// let (from, to) = (Store::sqlite_in_memory().await?, Store::sqlite_in_memory().await?);
+    /// from.register_recurring(Recurring::cron("nightly", "0 3 * * *").time_zone("Europe/Paris")).await?;
+    /// for schedule in from.list_recurring().await? {
+    ///     to.register_recurring(schedule.to_recurring()).await?;
+    /// }
+    /// assert_eq!(to.list_recurring().await?[0].next_at, from.list_recurring().await?[0].next_at);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn to_recurring(&self) -> Recurring {
+        let mut schedule = match (&self.cron, self.every) {
+            (Some(cron), _) => Recurring::cron(self.name.clone(), cron.clone()),
+            (None, Some(every)) => Recurring::every(self.name.clone(), every),
+            (None, None) => Recurring::every(self.name.clone(), Duration::ZERO),
+        };
+        if let Some(zone) = &self.time_zone {
+            schedule = schedule.time_zone(zone.clone());
+        }
+        schedule = schedule
+            .payload(self.payload.clone())
+            .queue(self.queue.clone())
+            .priority(self.priority)
+            .catch_up(self.catch_up)
+            .missed_after(self.missed_after);
+        if let Some(n) = self.max_attempts {
+            schedule = schedule.max_attempts(n);
+        }
+        schedule
+    }
 }
 
 /// A schedule's row, read.

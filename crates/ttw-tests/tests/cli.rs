@@ -283,6 +283,88 @@ on_both! {
     }
 }
 
+on_both! {
+    /// A SQLite store moved to another store (PostgreSQL, or another SQLite
+    /// file) by `ttw export` and `ttw import`: every scheduled task with its
+    /// time, payload (bytes that are not UTF-8 too), queue, priority,
+    /// attempt limit, partition key and idempotency key (its own, or one
+    /// from its old id), every recurring schedule (paused stays paused), no
+    /// occurrence of a schedule, no finished task; a second import stores
+    /// nothing twice.
+    async fn a_store_moves_by_export_and_import(db: Db) {
+        let dir = std::env::temp_dir().join(format!("ttw-export-{}-{:?}", std::process::id(), db.backend));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let source = dir.join("from.db");
+        let from = ttw_durable::Store::sqlite(&source).await.unwrap();
+        let hour = Duration::from_secs(3_600);
+        let keyed = from.schedule("keyed").delay(hour).idempotency_key("order-42").queue("emails").priority(3).max_attempts(7).partition_key("tenant-a").await.unwrap();
+        let keyless = from.schedule(vec![0xff, 0x00, 0xfe]).delay(2 * hour).await.unwrap();
+        let done = from.schedule("done already").await.unwrap();
+        let cancelled = from.schedule("cancelled").delay(hour).await.unwrap();
+        assert!(from.cancel(cancelled).await.unwrap());
+        from.register_recurring(Recurring::cron("nightly", "0 3 * * *").time_zone("Europe/Paris").payload("n").queue("emails")).await.unwrap();
+        from.register_recurring(Recurring::every("tick", Duration::from_secs(60))).await.unwrap();
+        assert!(from.pause_recurring("tick").await.unwrap());
+        from.register_recurring(Recurring::every("soon", Duration::from_secs(2))).await.unwrap();
+        // One task run to its end, and an occurrence made a task ahead of
+        // its time.
+        let scheduler = Scheduler::builder(from.clone())
+            .start(|_task| async { Ok::<_, String>(()) })
+            .await
+            .unwrap();
+        for _ in 0..400 {
+            let page = from.pending_page(None, 1_000).await.unwrap();
+            let finished = from.get(done).await.unwrap().unwrap().state == ttw_durable::TaskState::Done;
+            if finished && page.iter().any(|t| t.recurring.is_some()) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        scheduler.shutdown().await.unwrap();
+        let before = from.pending_page(None, 1_000).await.unwrap();
+        assert!(before.iter().any(|t| t.recurring.is_some()), "an occurrence waits as a task");
+        drop(from);
+
+        let file = dir.join("export.jsonl");
+        let exported = super::run(&["--database".into(), source.display().to_string(), "export".into(), "--output".into(), file.display().to_string()]).await;
+        assert_eq!(exported.code, 0, "{exported:?}");
+        assert!(exported.stderr.contains("exported 2 scheduled tasks and 3 recurring schedules"), "{exported:?}");
+        let lines = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(lines.lines().count(), 5, "{lines}");
+
+        ttw(&db, &["migrate"]).await;
+        let first = ttw(&db, &["import", file.to_str().unwrap()]).await;
+        assert_eq!(first.code, 0, "{first:?}");
+        assert!(first.stdout.contains("imported 2 tasks (0 already there) and 3 recurring schedules (0 already there)"), "{first:?}");
+        let again = ttw(&db, &["import", file.to_str().unwrap()]).await;
+        assert!(again.stdout.contains("imported 0 tasks (2 already there) and 0 recurring schedules (3 already there)"), "{again:?}");
+
+        let to = db.open_with(ttw_durable::Store::builder()).await;
+        let moved = to.pending_page(None, 1_000).await.unwrap();
+        let moved: Vec<_> = moved.iter().filter(|t| t.recurring.is_none()).collect();
+        assert_eq!(moved.len(), 2, "{moved:?}");
+        let find = |key: &str| moved.iter().find(|t| t.idempotency_key.as_deref() == Some(key)).unwrap_or_else(|| panic!("no task keyed {key}: {moved:?}"));
+        let (a, b) = (find("order-42"), find(&format!("ttw-import:{}", keyless.get())));
+        let original = |id| before.iter().find(|t| t.id == id).unwrap();
+        let (oa, ob) = (original(keyed), original(keyless));
+        assert_eq!((a.run_at, &a.payload, &a.queue, a.priority, a.max_attempts, &a.partition_key), (oa.run_at, &oa.payload, &oa.queue, 3, Some(7), &oa.partition_key));
+        assert_eq!(a.partition_key.as_deref(), Some("tenant-a"));
+        assert_eq!((b.run_at, &b.payload, &b.queue), (ob.run_at, &ob.payload, &ob.queue));
+        assert_eq!(b.payload, [0xff, 0x00, 0xfe]);
+        let schedules = to.list_recurring().await.unwrap();
+        let nightly = schedules.iter().find(|s| s.name == "nightly").unwrap();
+        assert_eq!((nightly.cron.as_deref(), nightly.time_zone.as_deref(), nightly.queue.as_str(), nightly.paused), (Some("0 3 * * *"), Some("Europe/Paris"), "emails", false));
+        let tick = schedules.iter().find(|s| s.name == "tick").unwrap();
+        assert_eq!((tick.every, tick.paused), (Some(Duration::from_secs(60)), true));
+
+        // A file that is not an export is refused before anything is written.
+        std::fs::write(dir.join("bad.jsonl"), format!("{}\n{{\"task\": {{\"id\": 1}}}}\n", lines.lines().next().unwrap())).unwrap();
+        ttw(&db, &["import", dir.join("bad.jsonl").to_str().unwrap()]).await.refused("line 2");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 /// Regression: `ttw --help` opened with the timer crate's description ("A
 /// shared, fast, loss-free hierarchical timing wheel...") instead of saying
 /// what the tool does.

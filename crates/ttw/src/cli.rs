@@ -60,6 +60,12 @@ pub(crate) enum Command {
     Redrive(RedriveArgs),
     /// The recurring schedules, with their next run.
     Schedules,
+    /// Write the scheduled tasks and recurring schedules as JSON lines, to
+    /// move them to another store with `ttw import` (SQLite to PostgreSQL).
+    Export(ExportArgs),
+    /// Schedule what `ttw export` wrote in this store: keys kept, none
+    /// twice (a task without a key is keyed by its old id).
+    Import(ImportArgs),
     /// A queue's settings every node obeys: pause, resume, global
     /// concurrency and rate.
     #[command(subcommand)]
@@ -159,6 +165,20 @@ pub(crate) struct ScheduleArgs {
     /// Attempts before the task is dead (default: the scheduler's).
     #[arg(long)]
     pub(crate) max_attempts: Option<u32>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ExportArgs {
+    /// Write to this file instead of standard output.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) output: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ImportArgs {
+    /// The file `ttw export` wrote (`-` for standard input).
+    #[arg(value_name = "FILE")]
+    pub(crate) file: PathBuf,
 }
 
 #[derive(Debug, Args)]

@@ -401,11 +401,7 @@ pub(crate) async fn schedules(store: &Store, json: bool) -> Result<()> {
         (None, Some(every)) => format!("every {}", output::span(every)),
         (None, None) => "-".to_string(),
     };
-    let catch_up = |c: CatchUp| match c {
-        CatchUp::Skip => "skip",
-        CatchUp::Last => "last",
-        CatchUp::All => "all",
-    };
+    let catch_up = CatchUp::name;
     if json {
         let list: Vec<_> = list
             .iter()

@@ -13,6 +13,7 @@
 mod cli;
 mod commands;
 mod error;
+mod moving;
 mod output;
 mod parse;
 mod queues;
@@ -92,6 +93,11 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Reschedule(args) => commands::reschedule(&store, args, json).await,
         Command::Redrive(args) => commands::redrive(&store, args, json).await,
         Command::Schedules => commands::schedules(&store, json).await,
+        Command::Export(args) => {
+            let mut out = moving::output(args.output.as_deref())?;
+            moving::export(&store, &mut out).await
+        }
+        Command::Import(args) => moving::import(&store, &args.file).await,
         Command::Queue(command) => queues::queue(&store, command, json).await,
         Command::Serve(args) => serve::serve(store, args).await,
         // Handled above, before a database is opened.

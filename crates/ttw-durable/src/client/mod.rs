@@ -6,6 +6,7 @@ pub(crate) mod admin;
 pub(crate) mod batch;
 pub(crate) mod connection;
 pub(crate) mod counts;
+pub(crate) mod export;
 pub(crate) mod flow;
 pub(crate) mod keys;
 pub(crate) mod schedule;

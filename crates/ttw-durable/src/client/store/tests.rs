@@ -64,7 +64,11 @@ async fn the_wal_is_checkpointed_while_writes_go_on() {
 async fn synced_commits_are_sqlite_s_full_synchronous_on_every_connection() {
     let dir = std::env::temp_dir().join(format!("ttw-commits-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    for (commits, level) in [(None, 1), (Some(Commits::Synced), 2), (Some(Commits::Flushed), 1)] {
+    for (commits, level) in [
+        (None, 1),
+        (Some(Commits::Synced), 2),
+        (Some(Commits::Flushed), 1),
+    ] {
         let path = dir.join(format!("tasks-{level}-{}.db", commits.is_some()));
         let mut builder = Store::builder();
         if let Some(commits) = commits {
@@ -92,6 +96,9 @@ async fn synced_commits_are_sqlite_s_full_synchronous_on_every_connection() {
     assert!("full".parse::<Commits>().unwrap() == Commits::Synced);
     assert!("normal".parse::<Commits>().unwrap() == Commits::Flushed);
     let err = "often".parse::<Commits>().unwrap_err();
-    assert!(err.is_config() && err.to_string().contains("power cut"), "{err}");
+    assert!(
+        err.is_config() && err.to_string().contains("power cut"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

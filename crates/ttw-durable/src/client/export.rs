@@ -1,0 +1,108 @@
+//! Moving a store: its scheduled tasks read a page at a time with all that
+//! [`NewTask`] takes, to be scheduled again in another store (`ttw export`
+//! and `ttw import` move a SQLite store to PostgreSQL this way).
+
+use std::time::SystemTime;
+
+use crate::client::store::Store;
+use crate::error::Error;
+use crate::model::new_task::NewTask;
+use crate::model::task::TaskId;
+use crate::sql::admin;
+
+/// A task waiting for its time, as [`Store::pending_page`] reads it: what
+/// scheduling it again takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PendingTask {
+    /// Its id in the store it was read from.
+    pub id: TaskId,
+    /// When it is due.
+    pub run_at: SystemTime,
+    /// The payload.
+    pub payload: Vec<u8>,
+    /// Its queue.
+    pub queue: String,
+    /// Its priority within its queue.
+    pub priority: i16,
+    /// Its own attempt limit, if it was scheduled with one.
+    pub max_attempts: Option<u32>,
+    /// Its idempotency key.
+    pub idempotency_key: Option<String>,
+    /// Its partition key.
+    pub partition_key: Option<String>,
+    /// The recurring schedule it is an occurrence of, if any: such a task
+    /// is made again by its schedule in the store the schedule moves to.
+    pub recurring: Option<String>,
+}
+
+impl PendingTask {
+    /// The key it is scheduled with in another store: its own, or
+    /// `ttw-import:<its id>` for a task without one.
+    pub fn import_key(&self) -> String {
+        self.idempotency_key
+            .clone()
+            .unwrap_or_else(|| format!("ttw-import:{}", self.id.get()))
+    }
+
+    /// The task to schedule in another store: the same time, payload,
+    /// queue, priority, limits and keys. A task without an idempotency key
+    /// gets `ttw-import:<its id>`, so that scheduling the same export twice
+    /// stores it once.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// use std::time::Duration;
+    /// use ttw_durable::{PendingTask, Store};
+    ///
+    /// let (from, to) = (Store::sqlite_in_memory().await?, Store::sqlite_in_memory().await?);
+    /// from.schedule("cancel order 42").delay(Duration::from_secs(900)).await?;
+    /// let page = from.pending_page(None, 1_000).await?;
+    /// to.schedule_batch(page.iter().map(PendingTask::to_new_task)).await?;
+    /// to.schedule_batch(page.iter().map(PendingTask::to_new_task)).await?; // stored once
+    /// assert_eq!(to.counts().await?.scheduled, 1);
+    /// assert_eq!(to.pending_page(None, 10).await?[0].run_at, page[0].run_at);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn to_new_task(&self) -> NewTask {
+        let mut task = NewTask::new(self.payload.clone())
+            .at(self.run_at)
+            .queue(self.queue.clone())
+            .priority(self.priority)
+            .idempotency_key(self.import_key());
+        if let Some(n) = self.max_attempts {
+            task = task.max_attempts(n);
+        }
+        if let Some(key) = &self.partition_key {
+            task = task.partition_key(key.clone());
+        }
+        task
+    }
+}
+
+impl Store {
+    /// Up to `limit` scheduled tasks (not yet running or finished) with ids
+    /// after `after`, in id order: a page of the store's pending work, for
+    /// moving it to another store ([`PendingTask::to_new_task`]). A task
+    /// that runs or is cancelled between two pages is not in a later one.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_config`] for a limit of 0 or over
+    /// [`MAX_PAGE`](crate::MAX_PAGE); [`Error::is_database`].
+    pub async fn pending_page(
+        &self,
+        after: Option<TaskId>,
+        limit: u32,
+    ) -> Result<Vec<PendingTask>, Error> {
+        if limit == 0 || limit > crate::MAX_PAGE {
+            return Err(Error::config(format!(
+                "a page holds 1 to {} tasks",
+                crate::MAX_PAGE
+            )));
+        }
+        admin::pending(self.db(), after.map(TaskId::get).unwrap_or(0), limit).await
+    }
+}
