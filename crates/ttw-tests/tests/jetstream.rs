@@ -163,6 +163,67 @@ on_both! {
     }
 }
 
+on_both! {
+    /// A cluster of three `nats-server`s and a stream with 3 replicas; the
+    /// server leading the stream is `SIGKILL`ed while tasks fall due: the
+    /// publishes it was to acknowledge fail or time out and are retried
+    /// (on the servers left, once they elect a new leader), and every task
+    /// is in the stream exactly once (`Nats-Msg-Id`), none lost. Prints the
+    /// pause: the longest gap between two messages of the stream.
+    #[cfg_attr(ttw_no_nats, ignore = "needs nats-server when built")]
+    async fn a_cluster_losing_its_stream_leader_loses_nothing(db: Db) {
+        let mut servers = Nats::cluster().await;
+        let client = Nats::cluster_client(&servers).await;
+        let js = jetstream::new(client.clone());
+        // The cluster elects its meta leader first: until then a stream
+        // cannot be created.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        let mut stream = loop {
+            let made = js
+                .get_or_create_stream(jetstream::stream::Config {
+                    name: "TASKS".into(),
+                    subjects: vec!["tasks.>".into()],
+                    storage: jetstream::stream::StorageType::File,
+                    num_replicas: 3,
+                    duplicate_window: Duration::from_secs(120),
+                    ..Default::default()
+                })
+                .await;
+            match made {
+                Ok(stream) => break stream,
+                Err(err) => {
+                    assert!(tokio::time::Instant::now() < deadline, "no stream within 60 s: {err}");
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+            }
+        };
+        let store = db.open().await;
+        let scheduler = scheduler(&store, target(client)).start_queues().await.unwrap();
+        let ids = schedule(&store, 300, Duration::from_secs(6)).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let leader = stream.info().await.unwrap().cluster.as_ref().and_then(|c| c.leader.clone()).expect("the stream has a leader");
+        let index: usize = leader.strip_prefix('n').and_then(|n| n.parse().ok()).expect("a server of the cluster");
+        servers[index].stop().await;
+        wait_for_state(&store, &ids, TaskState::Done, Duration::from_secs(90)).await;
+        let stats = scheduler.stats();
+        scheduler.shutdown().await.unwrap();
+
+        let messages = messages(&stream).await;
+        let tasks: Vec<i64> = messages.iter().map(|m| header(m, "ttw-task-id").parse().unwrap()).collect();
+        let unique: HashSet<i64> = tasks.iter().copied().collect();
+        assert_eq!(unique, ids.iter().map(|id| id.get()).collect(), "every task arrived");
+        assert_eq!(tasks.len(), ids.len(), "one message per task");
+        let pause = messages
+            .windows(2)
+            .map(|w| (w[1].time - w[0].time).as_seconds_f64())
+            .fold(0.0, f64::max);
+        println!(
+            "{:?}: stream leader {leader} killed; 300 tasks, {} retried publishes, longest gap between messages {pause:.2} s",
+            db.backend, stats.retried
+        );
+    }
+}
+
 /// The scheduler process the SIGKILL test starts: it publishes each task
 /// through the target, prints `PUBLISHED <id>` once the stream has
 /// acknowledged it, and then never returns, so no outcome is written. Run

@@ -19,24 +19,80 @@ pub struct Nats {
     child: Option<Child>,
     pub port: u16,
     store: PathBuf,
+    /// Its name and routes, for a server of a cluster.
+    cluster: Vec<String>,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl Nats {
     /// A server on a free port with a fresh store.
     pub async fn start() -> Nats {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let store = std::env::temp_dir().join(format!("ttw-nats-{}-{port}", std::process::id()));
+        let port = free_port();
         let mut nats = Nats {
             child: None,
             port,
-            store,
+            store: Self::store_for(port),
+            cluster: Vec::new(),
         };
         nats.resume().await;
         nats
+    }
+
+    fn store_for(port: u16) -> PathBuf {
+        std::env::temp_dir().join(format!("ttw-nats-{}-{port}", std::process::id()))
+    }
+
+    /// Three servers routed to each other on loopback (cluster `ttw`,
+    /// servers `n0`, `n1`, `n2`), JetStream on each: a stream created with
+    /// 3 replicas keeps a copy on every one.
+    pub async fn cluster() -> Vec<Nats> {
+        let routes: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let mut servers = Vec::new();
+        for (i, route) in routes.iter().enumerate() {
+            let others: Vec<String> = routes
+                .iter()
+                .filter(|r| *r != route)
+                .map(|r| format!("nats://127.0.0.1:{r}"))
+                .collect();
+            let port = free_port();
+            servers.push(Nats {
+                child: None,
+                port,
+                store: Self::store_for(port),
+                cluster: vec![
+                    "--server_name".into(),
+                    format!("n{i}"),
+                    "--cluster_name".into(),
+                    "ttw".into(),
+                    "--cluster".into(),
+                    format!("nats://127.0.0.1:{route}"),
+                    "--routes".into(),
+                    others.join(","),
+                ],
+            });
+        }
+        for server in &mut servers {
+            server.resume().await;
+        }
+        servers
+    }
+
+    /// A client of every server of `servers` that reconnects forever.
+    pub async fn cluster_client(servers: &[Nats]) -> async_nats::Client {
+        let urls: Vec<async_nats::ServerAddr> =
+            servers.iter().map(|s| s.url().parse().unwrap()).collect();
+        async_nats::ConnectOptions::new()
+            .retry_on_initial_connect()
+            .connect(urls)
+            .await
+            .expect("connect to the cluster")
     }
 
     /// The server's URL.
@@ -65,6 +121,7 @@ impl Nats {
                 "-sd",
             ])
             .arg(&self.store)
+            .args(&self.cluster)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
