@@ -39,11 +39,23 @@ as_pg() {
 # The data nodes' ports: the base port + 1 and + 2; the monitor's: the base.
 node_dir() { echo "$1/node$(($2 - base))"; }
 
-# SIGKILLs a process and every process below it, children first.
-kill_tree() {
+# A process and every process below it.
+tree() {
     local child
-    for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
-    kill -KILL "$1" 2>/dev/null || true
+    echo "$1"
+    for child in $(pgrep -P "$1" 2>/dev/null); do tree "$child"; done
+}
+
+# SIGKILLs a process and every process below it. All are stopped first:
+# pg_autoctl restarts a child that dies, and a child killed before its
+# supervisor would come back as an orphan.
+kill_tree() {
+    local pids
+    pids=$(tree "$1")
+    # shellcheck disable=SC2086
+    kill -STOP $pids 2>/dev/null || true
+    # shellcheck disable=SC2086
+    kill -KILL $pids 2>/dev/null || true
 }
 
 # SIGKILLs a pg_autoctl node (its supervisor, keeper and postgres): the
