@@ -3,7 +3,8 @@
 //! report shows them as not run instead of counting them as passed. The
 //! same for the dashboard's browser test without `chromedriver`, and the
 //! JetStream tests without `nats-server`, and the failover tests without
-//! `pg_autoctl` (pg_auto_failover), except
+//! `pg_autoctl` (pg_auto_failover), and the Python client's tests without
+//! pytest, except
 //! under `CI`, where `.ci/run` installs it and a missing one must fail.
 
 fn main() {
@@ -35,5 +36,13 @@ fn main() {
     println!("cargo:rustc-check-cfg=cfg(ttw_no_failover)");
     if !ci && !std::path::Path::new("/usr/bin/pg_autoctl").exists() {
         println!("cargo:rustc-cfg=ttw_no_failover");
+    }
+    println!("cargo:rustc-check-cfg=cfg(ttw_no_pytest)");
+    let pytest = std::process::Command::new("python3")
+        .args(["-m", "pytest", "--version"])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !ci && !pytest {
+        println!("cargo:rustc-cfg=ttw_no_pytest");
     }
 }

@@ -1,0 +1,165 @@
+"""The client against a real `ttw server`: every call the client has, its
+typed errors, its retries through a stopped server, and the signature of a
+real delivery; and its generated types held equal to the server's document."""
+
+import base64
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from conftest import HERE, SECRET, TOKEN, ttw_binary
+from ttw_client import CODES, Client, ConnectionFailed, InvalidSignature, errors, new_task, verify_webhook
+
+
+def scheduled(client, queue="later"):
+    return client.counts()["queues"].get(queue, {}).get("scheduled", 0)
+
+
+def unique(prefix):
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def test_generated_types_are_the_server_s_document(document):
+    """`_generated.py` is what generate.py makes of the running binary's
+    document: a code, an enum or a field the server changed fails here."""
+    out = subprocess.run([ttw_binary(), "server", "--openapi"], check=True, capture_output=True)
+    check = subprocess.run(
+        [sys.executable, str(HERE.parent / "generate.py"), "--check"], input=out.stdout, capture_output=True
+    )
+    assert check.returncode == 0, check.stderr.decode()
+    assert list(CODES) == document["components"]["schemas"]["Code"]["enum"]
+    for code in CODES:
+        assert issubclass(errors.BY_CODE[code], errors.ApiError)
+
+
+def test_one_task_scheduled_read_moved_and_cancelled_by_id_and_by_key(client):
+    key = unique("order")
+    at = datetime.now(timezone.utc) + timedelta(hours=1)
+    made = client.schedule({"order": 42}, run_at=at, queue="later", idempotency_key=key, priority=2)
+    assert made["outcome"] == "created"
+    again = client.schedule({"order": 42}, run_at=at, queue="later", idempotency_key=key)
+    assert again == {"id": made["id"], "outcome": "existing"}
+
+    task = client.get(made["id"])
+    assert (task["state"], task["queue"], task["priority"], task["idempotency_key"]) == ("scheduled", "later", 2, key)
+    assert task["payload"] == {"order": 42}
+    assert abs(datetime.fromisoformat(task["run_at"].replace("Z", "+00:00")) - at) < timedelta(milliseconds=1)
+    assert client.get_by_key(key)["id"] == made["id"]
+
+    moved = client.reschedule(made["id"], delay="2h")
+    assert moved["rescheduled"] is True
+    later = datetime.fromisoformat(client.get(made["id"])["run_at"].replace("Z", "+00:00"))
+    assert later - datetime.now(timezone.utc) > timedelta(minutes=119)
+    client.reschedule_by_key(key, run_at=at)
+    assert client.cancel_by_key(key)["cancelled"] is True
+    assert client.get(made["id"])["state"] == "cancelled"
+    with pytest.raises(errors.NotScheduled):
+        client.cancel(made["id"])
+
+    raw = client.schedule(payload_bytes=b"\x00\xff", delay=3600, queue="later")
+    assert base64.b64decode(client.get(raw["id"])["payload_base64"]) == b"\x00\xff"
+    assert client.cancel(raw["id"])["cancelled"] is True
+
+
+def test_a_batch_is_listed_back_page_by_page(client):
+    before = scheduled(client)
+    batch = [new_task({"n": n}, delay="1h", queue="later", partition_key="tenant-a") for n in range(250)]
+    answers = client.schedule_many(batch)["tasks"]
+    assert len(answers) == 250 and all(a["outcome"] == "created" for a in answers)
+    assert scheduled(client) == before + 250
+    pages = client.page(state="scheduled", queue="later", limit=100)
+    assert len(pages["tasks"]) == 100 and pages["next_cursor"]
+    ids = [t["id"] for t in client.tasks(state="scheduled", queue="later", limit=100)]
+    assert set(a["id"] for a in answers) <= set(ids)
+    assert ids == sorted(ids)
+
+
+def test_refusals_are_typed_by_code(client, server):
+    with pytest.raises(errors.NotFound) as missing:
+        client.get(999_999_999)
+    assert missing.value.status == 404 and missing.value.code == "not_found"
+    with pytest.raises(errors.UnknownQueue):
+        client.schedule("x", queue="no-such-queue")
+    with pytest.raises(errors.InvalidDelay):
+        client.schedule("x", delay="soonish", queue="later")
+    with pytest.raises(errors.InvalidTime):
+        client.schedule("x", run_at="tomorrow", queue="later")
+    with pytest.raises(errors.Unauthorized):
+        Client(server.url, "wrong-token-0123456789").counts()
+    with pytest.raises(ValueError):
+        client.schedule("x", delay="1s", run_at=datetime.now(timezone.utc))
+    with pytest.raises(ValueError):
+        client.schedule("x", run_at=datetime.now())
+    with pytest.raises(ConnectionFailed):
+        Client("http://127.0.0.1:1", TOKEN, retries=1, backoff=0.01).counts()
+
+
+def test_recurring_schedules_and_queues(client):
+    name = unique("nightly")
+    put = client.put_recurring(name, cron="0 3 * * *", time_zone="Europe/Paris", payload={"job": "report"}, queue="later")
+    assert put["outcome"] == "created"
+    assert client.put_recurring(name, cron="0 3 * * *", time_zone="Europe/Paris", payload={"job": "report"}, queue="later")["outcome"] == "unchanged"
+    listed = {r["name"]: r for r in client.recurring()}
+    assert listed[name]["cron"] == "0 3 * * *" and listed[name]["paused"] is False
+    assert client.pause_recurring(name)["paused"] is True
+    assert client.resume_recurring(name)["resumed"] is True
+    assert client.delete_recurring(name)["deleted"] is True
+    assert name not in {r["name"] for r in client.recurring()}
+
+    assert client.pause_queue("later")["paused"] is True
+    assert client.queue("later")["paused"] is True
+    assert client.resume_queue("later")["paused"] is False
+    limited = client.set_limits("later", concurrency=3, per_key_concurrency=1, rate={"count": 10, "per": "1s"})
+    assert (limited["concurrency"], limited["per_key_concurrency"]) == (3, 1)
+    assert client.set_retry("later", max_attempts=4, backoff={"base": "1s", "max": "1m"})["max_attempts"] == 4
+    assert "later" in {q["queue"] for q in client.queues()}
+
+
+def test_a_delivery_verifies_with_the_queue_s_secret(client, receiver):
+    while not receiver.received.empty():
+        receiver.received.get_nowait()
+    made = client.schedule({"hello": "webhook"}, queue="hooks")
+    deadline = time.time() + 30
+    while True:
+        headers, body = receiver.received.get(timeout=max(0.1, deadline - time.time()))
+        if headers.get("ttw-task-id") == str(made["id"]):
+            break
+    assert verify_webhook(SECRET, headers, body) == headers["webhook-id"]
+    with pytest.raises(InvalidSignature):
+        verify_webhook(SECRET, headers, body + b" ")
+    with pytest.raises(InvalidSignature):
+        verify_webhook(SECRET, headers, body, now=time.time() + 3600)
+    wrong = "whsec_" + base64.b64encode(b"another secret, 24 bytes").decode()
+    with pytest.raises(InvalidSignature):
+        verify_webhook(wrong, headers, body)
+
+
+def test_a_schedule_retried_through_a_stopped_server_is_stored_once(server):
+    """The server is stopped (SIGSTOP) when the schedule is sent: the
+    request times out and is sent again, with the same idempotency key,
+    until the server goes on (SIGCONT). It then reads both requests: the
+    task is stored once."""
+    client = Client(server.url, TOKEN, timeout=0.5, retries=8, backoff=0.2)
+    key = unique("retried")
+    before = scheduled(client)
+    os.kill(server.process.pid, signal.SIGSTOP)
+    threading.Timer(1.5, os.kill, (server.process.pid, signal.SIGCONT)).start()
+    started = time.monotonic()
+    try:
+        made = client.schedule("once", delay="1h", queue="later", idempotency_key=key)
+        waited = time.monotonic() - started
+    finally:
+        time.sleep(1.6)
+        os.kill(server.process.pid, signal.SIGCONT)
+    assert waited >= 1.0, "the answer came while the server was stopped"
+    assert made["outcome"] in ("created", "existing")
+    time.sleep(0.5)
+    assert scheduled(client) == before + 1
+    assert client.get_by_key(key)["id"] == made["id"]
