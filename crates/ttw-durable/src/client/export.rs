@@ -4,11 +4,12 @@
 
 use std::time::SystemTime;
 
+use crate::client::admin::MAX_PAGE;
 use crate::client::store::Store;
 use crate::error::Error;
 use crate::model::new_task::NewTask;
 use crate::model::task::TaskId;
-use crate::sql::admin;
+use crate::sql::admin::{self, PendingRow};
 
 /// A task waiting for its time, as [`Store::pending_page`] reads it: what
 /// scheduling it again takes.
@@ -97,12 +98,29 @@ impl Store {
         after: Option<TaskId>,
         limit: u32,
     ) -> Result<Vec<PendingTask>, Error> {
-        if limit == 0 || limit > crate::MAX_PAGE {
+        if limit == 0 || limit > MAX_PAGE {
             return Err(Error::config(format!(
                 "a page holds 1 to {} tasks",
-                crate::MAX_PAGE
+                MAX_PAGE
             )));
         }
-        admin::pending(self.db(), after.map(TaskId::get).unwrap_or(0), limit).await
+        let rows = admin::pending(self.db(), after.map(TaskId::get).unwrap_or(0), limit).await?;
+        Ok(rows.into_iter().map(PendingTask::from).collect())
+    }
+}
+
+impl From<PendingRow> for PendingTask {
+    fn from(row: PendingRow) -> PendingTask {
+        PendingTask {
+            id: TaskId(row.id),
+            run_at: crate::model::time::from_ms(row.run_at),
+            payload: row.payload,
+            queue: row.queue,
+            priority: crate::sql::db::priority_from_sql(row.priority),
+            max_attempts: row.max_attempts.map(crate::sql::db::clamp_u32),
+            idempotency_key: row.idempotency_key,
+            partition_key: row.partition_key,
+            recurring: row.recurring,
+        }
     }
 }

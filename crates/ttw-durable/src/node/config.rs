@@ -107,4 +107,19 @@ impl Config {
     pub(crate) fn reclaim_period(&self) -> Duration {
         self.lock_grace.max(self.heartbeat)
     }
+
+    /// How long from a failed claim or outcome until every lock it may
+    /// have left has run out and a reclaim has come after: the callback
+    /// timeout, the lock grace, a reclaim period and a heartbeat. Every
+    /// such lock ends within a callback timeout and the lock grace; a
+    /// reclaim runs at the first heartbeat a period after the last, so two
+    /// are up to a period and a heartbeat apart.
+    ///
+    /// (The watch once ended one period after the last lock: the last
+    /// reclaim could come just before the lock ran out, and a task whose
+    /// outcome was refused then waited for the safety net, a minute, to be
+    /// delivered again.)
+    pub(crate) fn lock_span(&self) -> Duration {
+        self.callback_timeout + self.lock_grace + self.reclaim_period() + self.heartbeat
+    }
 }

@@ -95,8 +95,8 @@ impl Dispatcher {
             tokio::select! {
                 biased;
                 _ = node.stopping.notified() => break,
-                _ = node.room.notified() => {
-                    if node.room_elsewhere.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                _ = node.wakes.room.notified() => {
+                    if node.wakes.take_room_elsewhere() {
                         self.ready.place_left_here();
                     }
                 }
@@ -457,7 +457,7 @@ async fn supervise(
             match outcome {
                 Ok(()) => {
                     permits.release_places();
-                    node.room.notify_one();
+                    node.wakes.room.notify_one();
                     if let Err(err) = outcomes.succeed(&task.attempt).await {
                         node.report(Failing::Outcome, &err);
                     }

@@ -6,9 +6,38 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::error::Error;
-use crate::node::report::{Failing, Reports};
+use crate::node::report::{Failing, LockWatch, Reports};
 use crate::node::window::Window;
 use crate::telemetry::NodeMetrics;
+
+/// How a node's duties and dispatch report a failed database call: what
+/// [`Events::database_failed`] counts and warns of, except an outcome
+/// refused by the fence (lost) or a node stopped (closed), which are not
+/// failures of the database. A failed claim or outcome may still have
+/// committed (the reply was lost) or left a task claimed: its lock will run
+/// out, so the locks are watched ([`LockWatch`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Reporter {
+    events: Arc<Events>,
+    locks: Arc<LockWatch>,
+}
+
+impl Reporter {
+    pub(crate) fn new(events: Arc<Events>, locks: Arc<LockWatch>) -> Reporter {
+        Reporter { events, locks }
+    }
+
+    /// Reports `err`, a failure of a call of kind `kind`.
+    pub(crate) fn report(&self, kind: Failing, err: &Error) {
+        if err.is_lost() || err.is_closed() {
+            return;
+        }
+        self.events.database_failed(kind, err);
+        if matches!(kind, Failing::Claim | Failing::Outcome) {
+            self.locks.watch();
+        }
+    }
+}
 
 /// Counters of one node, from [`Scheduler::stats`](crate::Scheduler::stats).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -19,6 +19,7 @@
 //! a restart that took its shards back) fails in the database; the age of
 //! a heartbeat only decides when a lease may be taken over.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use crate::error::Error;
@@ -41,6 +42,19 @@ pub(crate) struct Beat {
     /// Sessions on this machine whose process was found gone, and whose
     /// membership this heartbeat ended.
     pub(crate) gone: Vec<String>,
+}
+
+/// Whether the node counts itself in, and the lock under which a heartbeat
+/// writes its membership and leases.
+#[derive(Debug, Default)]
+pub(crate) struct Membership {
+    /// Held by a heartbeat while it writes membership and leases, and by a
+    /// shutdown while it starts leaving: a heartbeat that began before
+    /// `leaving` was set must not write the membership row (counted in the
+    /// shares again) after the shutdown marked it leaving.
+    pub(crate) lock: tokio::sync::Mutex<()>,
+    /// Shutting down: heartbeats give shards back as they come idle.
+    pub(crate) leaving: AtomicBool,
 }
 
 /// The lease statements of one node session.

@@ -20,6 +20,7 @@ pub(crate) mod ready;
 pub(crate) mod report;
 pub(crate) mod scheduler;
 pub(crate) mod shards;
+pub(crate) mod wakes;
 pub(crate) mod window;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,13 +31,12 @@ use tokio::sync::{Notify, Semaphore};
 use crate::client::store::Store;
 use crate::error::Error;
 use crate::node::config::Config;
-use crate::node::duties::rescuer::Rescuer;
-use crate::node::duties::{heartbeat, loader};
-use crate::node::events::{Events, SchedulerStats};
+use crate::node::events::{Events, Reporter, SchedulerStats};
 use crate::node::faults::Faults;
-use crate::node::lease::Leases;
+use crate::node::lease::{Leases, Membership};
 use crate::node::outcome::Outcomes;
-use crate::node::report::Failing;
+use crate::node::report::{Failing, LockWatch};
+use crate::node::wakes::Wakes;
 use crate::node::window::Window;
 use crate::sql::claims::Claims;
 
@@ -46,7 +46,7 @@ pub(crate) struct Node {
     pub(crate) config: Config,
     pub(crate) window: Arc<Window>,
     pub(crate) claims: Claims,
-    pub(crate) leases: Leases,
+    pub(crate) leases: Arc<Leases>,
     pub(crate) outcomes: Arc<Outcomes>,
     /// One permit per handler running (or streamed delivery unsettled),
     /// up to `max_concurrency`.
@@ -56,41 +56,29 @@ pub(crate) struct Node {
     /// returns, and this bounds the successes waiting for their write
     /// behind it, so claims cannot run ahead of outcomes.
     pub(crate) settling: Arc<Semaphore>,
-    /// A place was given back before its task's outcome was written:
-    /// dispatch looks for room again.
-    pub(crate) room: Notify,
-    /// Another node left a place to a key waiting here: the queues waiting
-    /// for a place look again (see
-    /// [`Ready::place_left_here`](crate::node::ready::Ready::place_left_here)).
-    pub(crate) room_elsewhere: std::sync::atomic::AtomicBool,
+    /// The signals its duties and dispatch send one another.
+    pub(crate) wakes: Arc<Wakes>,
     /// One permit per delivery in flight in each queue with a limit of its
     /// own, by queue index (see [`Lanes`](crate::model::lanes::Lanes)).
     pub(crate) queue_limits: Vec<Option<Arc<Semaphore>>>,
     /// A graceful shutdown began: dispatch takes no more fired tasks.
     pub(crate) stopping: Notify,
-    /// Load the window now (shards were taken, or announcements missed).
-    reload: Notify,
-    /// Make the occurrences of recurring schedules tasks now (shards were
-    /// taken, or a schedule changed in another process).
-    recurring_wake: Notify,
     /// The store: recurring schedules are made tasks through it.
-    store: Store,
-    /// Claims again what was left running (see [`Rescuer`]).
-    rescuer: Arc<Rescuer>,
+    pub(crate) store: Store,
+    /// Whether locks may run out unseen: failed claims and outcomes, and
+    /// shards taken over, watch them; the rescuer reads it.
+    pub(crate) locks: Arc<LockWatch>,
     /// The `LISTEN` connection is up (PostgreSQL): announcements bring
     /// every change, and the catch-up poll rests.
     pub(crate) listening: Arc<AtomicBool>,
-    /// Held by a heartbeat while it writes membership and leases, and by a
-    /// shutdown while it starts leaving: a heartbeat that began before
-    /// `leaving` was set must not write the membership row (counted in the
-    /// shares again) after the shutdown marked it leaving.
-    membership: tokio::sync::Mutex<()>,
-    /// Shutting down: heartbeats give shards back as they come idle.
-    leaving: AtomicBool,
+    /// Whether it counts itself in, and the heartbeat's lock.
+    pub(crate) membership: Arc<Membership>,
     pub(crate) faults: Arc<Faults>,
     /// The node's event sink: every count and metric of what happens to
     /// its tasks and its database calls goes through it.
-    events: Arc<Events>,
+    pub(crate) events: Arc<Events>,
+    /// How its failed database calls are reported.
+    reporter: Reporter,
 }
 
 impl Node {
@@ -125,28 +113,25 @@ impl Node {
                     .map(|&n| Arc::new(Semaphore::new(n)))
             })
             .collect();
-        let rescuer = Arc::new(Rescuer::new(&config));
+        let locks = Arc::new(LockWatch::new(config.lock_span()));
         Node {
             semaphore: Arc::new(Semaphore::new(config.max_concurrency)),
             settling: Arc::new(Semaphore::new(config.max_concurrency.saturating_mul(2))),
-            room: Notify::new(),
-            room_elsewhere: std::sync::atomic::AtomicBool::new(false),
+            wakes: Arc::default(),
             queue_limits,
             node_id,
             config,
             window,
             claims,
-            leases,
+            leases: Arc::new(leases),
             outcomes,
             stopping: Notify::new(),
-            reload: Notify::new(),
-            recurring_wake: Notify::new(),
             store,
-            rescuer,
             listening: Arc::new(AtomicBool::new(false)),
-            membership: tokio::sync::Mutex::new(()),
-            leaving: AtomicBool::new(false),
+            membership: Arc::default(),
             faults,
+            reporter: Reporter::new(events.clone(), locks.clone()),
+            locks,
             events,
         }
     }
@@ -160,32 +145,14 @@ impl Node {
         self.events().snapshot(&self.window)
     }
 
-    /// Warns of a failed database call, at most once per interval for each
-    /// kind. An outcome refused by the fence (lost) or a node stopped
-    /// (closed) is not a failure of the database and is not reported.
-    ///
-    /// A failed claim or outcome may still have committed (the reply was
-    /// lost) or left a task claimed: its lock will run out, so reclaims
-    /// watch for it (see [`Rescuer::watch_locks`]).
+    /// Warns of a failed database call (see [`Reporter`]).
     pub(crate) fn report(&self, kind: Failing, err: &Error) {
-        if !err.is_lost() && !err.is_closed() {
-            self.events.database_failed(kind, err);
-            if matches!(kind, Failing::Claim | Failing::Outcome) {
-                self.rescuer.watch_locks();
-            }
-        }
+        self.reporter.report(kind, err);
     }
 
-    /// Joins, takes this node's shards and loads their window: what
-    /// `start` does before it returns.
-    pub(crate) async fn join(&self) -> Result<(), Error> {
-        self.leases.add_lease_rows().await?;
-        heartbeat::beat(self).await?;
-        self.rescuer.reclaim_if_due(self).await?;
-        loader::load(self).await?;
-        // The first heartbeat asked for a window load, which just happened.
-        let _ = futures::FutureExt::now_or_never(self.reload.notified());
-        Ok(())
+    /// How its duties report failed database calls.
+    pub(crate) fn reporter(&self) -> Reporter {
+        self.reporter.clone()
     }
 
     /// Begins a graceful shutdown: marks the node leaving, so the other
@@ -197,8 +164,8 @@ impl Node {
             // A heartbeat under way has read `leaving` already: let it
             // finish first, or its membership write could count the node in
             // again.
-            let _membership = self.membership.lock().await;
-            self.leaving.store(true, Ordering::SeqCst);
+            let _membership = self.membership.lock.lock().await;
+            self.membership.leaving.store(true, Ordering::SeqCst);
             if let Err(err) = self.leases.leave().await {
                 tracing::warn!(node = %self.node_id, %err, "could not leave before the deliveries in flight ended");
             }

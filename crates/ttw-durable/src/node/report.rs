@@ -9,6 +9,43 @@ use tokio::time::Instant;
 
 use crate::error::Error;
 
+/// Until when locks may run out without an outcome in the shards held: a
+/// failed claim or outcome may have left a task claimed (or committed with
+/// its answer lost), and shards taken from a silent owner hold its locks.
+/// The rescuer reclaims every period while this is watched (see
+/// [`Rescuer`](crate::node::duties::rescuer::Rescuer)).
+#[derive(Debug)]
+pub(crate) struct LockWatch {
+    /// How long from now every such lock has surely run out and a reclaim
+    /// come after.
+    span: Duration,
+    until: Mutex<Option<Instant>>,
+}
+
+impl LockWatch {
+    pub(crate) fn new(span: Duration) -> LockWatch {
+        LockWatch {
+            span,
+            until: Mutex::new(None),
+        }
+    }
+
+    /// Locks may run out unseen from now on, for a span.
+    pub(crate) fn watch(&self) {
+        let until = Instant::now() + self.span;
+        let mut watched = self.until.lock().unwrap_or_else(|e| e.into_inner());
+        *watched = Some(watched.map_or(until, |t| t.max(until)));
+    }
+
+    /// Whether locks may still run out unseen.
+    pub(crate) fn watching(&self) -> bool {
+        self.until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|t| Instant::now() < t)
+    }
+}
+
 /// The shortest time between two warnings of one kind.
 pub(crate) const REPORT_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -99,6 +136,19 @@ impl Reports {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn locks_are_watched_for_a_span_from_the_last_failure() {
+        let locks = LockWatch::new(Duration::from_secs(10));
+        assert!(!locks.watching());
+        locks.watch();
+        tokio::time::advance(Duration::from_secs(6)).await;
+        locks.watch();
+        tokio::time::advance(Duration::from_secs(9)).await;
+        assert!(locks.watching(), "10 s from the second failure");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(!locks.watching());
+    }
 
     #[test]
     fn a_second_failure_within_the_interval_is_counted_not_logged() {

@@ -457,8 +457,7 @@ impl SchedulerBuilder {
         // Subscribed before the first window load, so that nothing scheduled
         // in-process from here on is missed.
         let listener = store.notifier().listen(node.listening.clone());
-        node.join().await?;
-        let duties = Duties::start(&node, &node.config, listener);
+        let duties = Duties::join(&node, &node.config, listener).await?;
         let dispatcher = tokio::spawn(dispatch(node.clone(), expirations, mode));
         Ok(Scheduler {
             node,

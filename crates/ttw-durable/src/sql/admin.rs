@@ -4,9 +4,8 @@
 
 use std::fmt::Write as _;
 
-use crate::client::export::PendingTask;
 use crate::error::Error;
-use crate::model::task::{TaskId, TaskInfo, TaskState};
+use crate::model::task::{TaskInfo, TaskState};
 #[cfg(feature = "postgres")]
 use crate::sql::announce;
 use crate::sql::announce::{Announced, AnnouncedRow, ANNOUNCED};
@@ -129,20 +128,20 @@ pub(crate) async fn page(db: &Db, page: Page<'_>) -> Result<Vec<TaskInfo>, Error
 
 /// A scheduled task as [`pending`] reads it.
 #[derive(Debug, sqlx::FromRow)]
-struct PendingRow {
-    id: i64,
-    run_at: i64,
-    payload: Vec<u8>,
-    queue: String,
-    priority: i64,
-    max_attempts: Option<i64>,
-    idempotency_key: Option<String>,
-    partition_key: Option<String>,
-    recurring: Option<String>,
+pub(crate) struct PendingRow {
+    pub(crate) id: i64,
+    pub(crate) run_at: i64,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) queue: String,
+    pub(crate) priority: i64,
+    pub(crate) max_attempts: Option<i64>,
+    pub(crate) idempotency_key: Option<String>,
+    pub(crate) partition_key: Option<String>,
+    pub(crate) recurring: Option<String>,
 }
 
 /// Up to `limit` scheduled tasks with ids above `after`, in id order.
-pub(crate) async fn pending(db: &Db, after: i64, limit: u32) -> Result<Vec<PendingTask>, Error> {
+pub(crate) async fn pending(db: &Db, after: i64, limit: u32) -> Result<Vec<PendingRow>, Error> {
     let sql = format!(
         "SELECT id, run_at, payload, queue, priority, max_attempts, idempotency_key, \
          partition_key, recurring FROM ttw_tasks WHERE state = 'scheduled' AND id > $1 \
@@ -151,20 +150,7 @@ pub(crate) async fn pending(db: &Db, after: i64, limit: u32) -> Result<Vec<Pendi
     let rows: Vec<PendingRow> = with_pool!(db, pool => {
         sqlx::query_as(&sql).bind(after).fetch_all(pool).await?
     });
-    Ok(rows
-        .into_iter()
-        .map(|row| PendingTask {
-            id: TaskId(row.id),
-            run_at: crate::model::time::from_ms(row.run_at),
-            payload: row.payload,
-            queue: row.queue,
-            priority: crate::sql::db::priority_from_sql(row.priority),
-            max_attempts: row.max_attempts.map(crate::sql::db::clamp_u32),
-            idempotency_key: row.idempotency_key,
-            partition_key: row.partition_key,
-            recurring: row.recurring,
-        })
-        .collect())
+    Ok(rows)
 }
 
 /// A node's row, with the database's time and the leases it holds.

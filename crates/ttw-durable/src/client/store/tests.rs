@@ -102,3 +102,36 @@ async fn synced_commits_are_sqlite_s_full_synchronous_on_every_connection() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `DATABASE_URL` with a dead host put before it.
+#[cfg(feature = "postgres")]
+fn behind_a_dead_host(attrs: &str) -> String {
+    let url = std::env::var("DATABASE_URL").expect("built with DATABASE_URL");
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let (userinfo, rest) = rest.rsplit_once('@').map_or(("", rest), |(u, r)| (u, r));
+    let at = if userinfo.is_empty() { "" } else { "@" };
+    format!("{scheme}://{userinfo}{at}127.0.0.1:1,{rest}{attrs}")
+}
+
+/// A store on a multi-host URL opens on the first host of the list that
+/// takes writes (the first one here refuses connections), and works.
+#[cfg(feature = "postgres")]
+#[tokio::test]
+#[cfg_attr(ttw_no_postgres, ignore = "needs DATABASE_URL when built")]
+async fn a_store_opens_on_the_first_host_that_takes_writes() {
+    let url = behind_a_dead_host("?target_session_attrs=read-write");
+    let schema = format!("ttw_primary_{}", std::process::id());
+    let store = StoreBuilder::default()
+        .postgres_schema(schema.clone())
+        .postgres(&url)
+        .await
+        .unwrap();
+    let id = store.schedule("on the second host").await.unwrap();
+    assert!(store.get(id).await.unwrap().is_some());
+    crate::sql::db::with_pool!(store.db(), pool => {
+        sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+            .execute(pool)
+            .await
+            .unwrap();
+    });
+}

@@ -4,24 +4,22 @@
 
 use std::sync::Arc;
 
-use crate::node::Node;
+use crate::node::wakes::Wakes;
+use crate::node::window::Window;
 use crate::notify::{Heard, Listener};
 
-/// Hears until the listener closes.
-pub(crate) async fn run(node: Arc<Node>, mut listener: Listener) {
+/// Hears until the listener closes: arms what falls due in `window`, and
+/// wakes the duties (and dispatch) what it heard concerns.
+pub(crate) async fn run(window: Arc<Window>, wakes: Arc<Wakes>, mut listener: Listener) {
     loop {
         match listener.next().await {
-            Heard::Due(task) => node.window.arm_announced(&task).await,
+            Heard::Due(task) => window.arm_announced(&task).await,
             Heard::Missed => {
-                node.reload.notify_one();
-                node.recurring_wake.notify_one();
+                wakes.reload.notify_one();
+                wakes.recurring.notify_one();
             }
-            Heard::Recurring => node.recurring_wake.notify_one(),
-            Heard::Room => {
-                node.room_elsewhere
-                    .store(true, std::sync::atomic::Ordering::SeqCst);
-                node.room.notify_one();
-            }
+            Heard::Recurring => wakes.recurring.notify_one(),
+            Heard::Room => wakes.room_left_elsewhere(),
             Heard::Closed => return,
         }
     }

@@ -5,18 +5,65 @@
 //! window (on SQLite the only way such tasks arrive; on PostgreSQL it
 //! rests while the `LISTEN` connection is up).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::MissedTickBehavior;
 
 use crate::error::Error;
+use crate::model::clock::Clock;
 use crate::model::time::ms;
 use crate::node::config::Config;
+use crate::node::events::Reporter;
+use crate::node::faults::Faults;
 use crate::node::poll::Poll;
 use crate::node::report::Failing;
-use crate::node::Node;
+use crate::node::wakes::Wakes;
+use crate::node::window::Window;
+use crate::sql::claims::Claims;
+
+/// What a window load and a catch-up poll use: the node's statements, its
+/// window, its clock, how far ahead it loads, and its injected faults.
+#[derive(Clone)]
+pub(crate) struct Load {
+    pub(crate) claims: Claims,
+    pub(crate) window: Arc<Window>,
+    pub(crate) clock: Clock,
+    /// How far ahead tasks are loaded.
+    pub(crate) ahead: Duration,
+    pub(crate) faults: Arc<Faults>,
+}
+
+impl Load {
+    /// Loads every scheduled task of the held shards due within the window.
+    pub(crate) async fn load(&self) -> Result<(), Error> {
+        if self.faults.fail_load() {
+            return Err(Error::injected("the window load"));
+        }
+        let horizon = self.clock.now_ms().saturating_add(ms(self.ahead));
+        self.window.extend(horizon);
+        for due in self.claims.due_before(horizon).await? {
+            self.window.arm(due).await;
+        }
+        Ok(())
+    }
+
+    /// Loads the window, noting whether it failed.
+    async fn reload(&self, failed: &mut bool) -> Result<(), Error> {
+        let result = self.load().await;
+        *failed = result.is_err();
+        result
+    }
+
+    /// One catch-up poll: arms what changed since the last.
+    async fn catch_up_once(&self, poll: &mut Poll) -> Result<(), Error> {
+        for due in poll.poll(&self.claims, self.window.horizon()).await? {
+            self.window.arm(due).await;
+        }
+        Ok(())
+    }
+}
 
 /// The loader's settings.
 #[derive(Debug, Clone, Copy)]
@@ -41,7 +88,13 @@ impl Loader {
     /// Loads and polls. A load runs when a heartbeat took shards; the two
     /// run side by side, and a load that raced a change of ownership is
     /// followed by another.
-    pub(crate) async fn run(self, node: Arc<Node>) {
+    pub(crate) async fn run(
+        self,
+        load: Load,
+        listening: Arc<AtomicBool>,
+        wakes: Arc<Wakes>,
+        reporter: Reporter,
+    ) {
         let mut window = tokio::time::interval(self.window / 2);
         let mut catch_up = tokio::time::interval(self.catch_up);
         for i in [&mut window, &mut catch_up] {
@@ -55,57 +108,25 @@ impl Loader {
         let mut load_failed = false;
         loop {
             let result = tokio::select! {
-                _ = node.reload.notified() => reload(&node, &mut load_failed).await,
-                _ = window.tick() => reload(&node, &mut load_failed).await,
+                _ = wakes.reload.notified() => load.reload(&mut load_failed).await,
+                _ = window.tick() => load.reload(&mut load_failed).await,
                 _ = catch_up.tick() => {
                     if load_failed {
-                        reload(&node, &mut load_failed).await
-                    } else if node.listening.load(Ordering::SeqCst) {
+                        load.reload(&mut load_failed).await
+                    } else if listening.load(Ordering::SeqCst) {
                         // Notifications bring every change; the poll starts
                         // again from the window load that follows a lost
                         // connection, looking back its slack.
                         poll.restart();
                         Ok(())
                     } else {
-                        catch_up_once(&node, &mut poll).await
+                        load.catch_up_once(&mut poll).await
                     }
                 }
             };
             if let Err(err) = result {
-                node.report(Failing::Control, &err);
+                reporter.report(Failing::Control, &err);
             }
         }
     }
-}
-
-/// Loads every scheduled task of the held shards due within the window.
-pub(crate) async fn load(node: &Node) -> Result<(), Error> {
-    if node.faults.fail_load() {
-        return Err(Error::injected("the window load"));
-    }
-    let horizon = node
-        .config
-        .clock
-        .now_ms()
-        .saturating_add(ms(node.config.window));
-    node.window.extend(horizon);
-    for due in node.claims.due_before(horizon).await? {
-        node.window.arm(due).await;
-    }
-    Ok(())
-}
-
-/// Loads the window, noting whether it failed.
-async fn reload(node: &Node, failed: &mut bool) -> Result<(), Error> {
-    let result = load(node).await;
-    *failed = result.is_err();
-    result
-}
-
-/// One catch-up poll: arms what changed since the last.
-async fn catch_up_once(node: &Node, poll: &mut Poll) -> Result<(), Error> {
-    for due in poll.poll(&node.claims, node.window.horizon()).await? {
-        node.window.arm(due).await;
-    }
-    Ok(())
 }

@@ -11,7 +11,9 @@
 //! - [`recurring`]: recurring schedules' occurrences made tasks;
 //! - [`announcements`]: what the listener hears, armed.
 //!
-//! A duty's failures are reported through the node ([`Node::report`]).
+//! Each duty is handed what it uses (statements, window, clock, wake-ups,
+//! a [`Reporter`](crate::node::events::Reporter) for its failures), never
+//! the node, and has its tests beside it.
 //! Dispatch is not a duty: it is the node's reason to be
 //! ([`crate::node::dispatch`]).
 
@@ -26,7 +28,12 @@ use std::sync::Arc;
 
 use tokio::task::JoinHandle;
 
+use crate::error::Error;
 use crate::node::config::Config;
+use crate::node::duties::heartbeat::Beat;
+use crate::node::duties::loader::Load;
+use crate::node::duties::recurring::Occurring;
+use crate::node::duties::rescuer::{Reclaim, Rescuer};
 use crate::node::Node;
 use crate::notify::Listener;
 
@@ -36,17 +43,78 @@ pub(crate) struct Duties {
 }
 
 impl Duties {
-    /// Starts every duty of `node`, each with its settings from `config`.
-    pub(crate) fn start(node: &Arc<Node>, config: &Config, listener: Listener) -> Duties {
+    /// Joins: takes this node's shards, reclaims what their last owner
+    /// left running and loads their window (what `start` does before it
+    /// returns); then starts every duty of `node`, each with its settings
+    /// from `config` and the handles it uses.
+    pub(crate) async fn join(
+        node: &Arc<Node>,
+        config: &Config,
+        listener: Listener,
+    ) -> Result<Duties, Error> {
+        let rescuer = Arc::new(Rescuer::new(config, node.locks.clone()));
+        let beat = Beat {
+            node_id: node.node_id.clone(),
+            leases: node.leases.clone(),
+            window: node.window.clone(),
+            membership: node.membership.clone(),
+            rescuer: rescuer.clone(),
+            wakes: node.wakes.clone(),
+            events: node.events.clone(),
+            faults: node.faults.clone(),
+        };
+        let load = Load {
+            claims: node.claims.clone(),
+            window: node.window.clone(),
+            clock: config.clock.clone(),
+            ahead: config.window,
+            faults: node.faults.clone(),
+        };
+        let reclaim = Reclaim {
+            claims: node.claims.clone(),
+            clock: config.clock.clone(),
+            window: node.window.clone(),
+            events: node.events.clone(),
+        };
+        let occurring = Occurring {
+            store: node.store.clone(),
+            claims: node.claims.clone(),
+            clock: config.clock.clone(),
+        };
+        node.leases.add_lease_rows().await?;
+        beat.beat().await?;
+        rescuer.reclaim_if_due(&reclaim).await?;
+        load.load().await?;
+        // The first heartbeat asked for a window load, which just happened.
+        let _ = futures::FutureExt::now_or_never(node.wakes.reload.notified());
+
+        let report = || node.reporter();
         let tasks = vec![
-            tokio::spawn(heartbeat::Heartbeat::new(config).run(node.clone())),
-            tokio::spawn(node.rescuer.clone().run(node.clone())),
-            tokio::spawn(loader::Loader::new(config).run(node.clone())),
-            tokio::spawn(sweeper::Sweeper::new(config).run(node.clone())),
-            tokio::spawn(recurring::Occurrences::new(config).run(node.clone())),
-            tokio::spawn(announcements::run(node.clone(), listener)),
+            tokio::spawn(heartbeat::Heartbeat::new(config).run(beat, report())),
+            tokio::spawn(rescuer.run(reclaim, report())),
+            tokio::spawn(loader::Loader::new(config).run(
+                load,
+                node.listening.clone(),
+                node.wakes.clone(),
+                report(),
+            )),
+            tokio::spawn(sweeper::Sweeper::new(config).run(
+                node.claims.clone(),
+                config.clock.clone(),
+                report(),
+            )),
+            tokio::spawn(recurring::Occurrences::new(config).run(
+                occurring,
+                node.wakes.clone(),
+                report(),
+            )),
+            tokio::spawn(announcements::run(
+                node.window.clone(),
+                node.wakes.clone(),
+                listener,
+            )),
         ];
-        Duties { tasks }
+        Ok(Duties { tasks })
     }
 
     /// Stops them all, and waits until they have stopped.

@@ -10,11 +10,24 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::client::store::Store;
 use crate::error::Error;
+use crate::model::clock::Clock;
 use crate::node::config::Config;
+use crate::node::events::Reporter;
 use crate::node::report::Failing;
-use crate::node::Node;
+use crate::node::wakes::Wakes;
 use crate::recurring;
+use crate::sql::claims::Claims;
+
+/// Where occurrences are made tasks: the store, the session whose shards
+/// they are looked for in (its statements), and the clock.
+#[derive(Clone)]
+pub(crate) struct Occurring {
+    pub(crate) store: Store,
+    pub(crate) claims: Claims,
+    pub(crate) clock: Clock,
+}
 
 /// The settings of the occurrences' duty.
 #[derive(Debug, Clone, Copy)]
@@ -36,18 +49,19 @@ impl Occurrences {
         }
     }
 
-    /// Passes over the schedules when due, or when woken.
-    pub(crate) async fn run(self, node: Arc<Node>) {
-        let mut changed = node.store.notifier().watch_recurring();
+    /// Passes over the schedules of the shards `claims`' session holds
+    /// when due, or when woken.
+    pub(crate) async fn run(self, with: Occurring, wakes: Arc<Wakes>, reporter: Reporter) {
+        let mut changed = with.store.notifier().watch_recurring();
         let mut at = Instant::now();
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(at) => {}
-                _ = node.recurring_wake.notified() => {}
+                _ = wakes.recurring.notified() => {}
                 Ok(()) = changed.changed() => {}
             }
-            if let Err(err) = self.pass(&node, &mut at).await {
-                node.report(Failing::Control, &err);
+            if let Err(err) = self.pass(&with, &mut at).await {
+                reporter.report(Failing::Control, &err);
             }
         }
     }
@@ -55,19 +69,19 @@ impl Occurrences {
     /// One pass; sets `at` to when to come back: `ahead` before the
     /// earliest next occurrence, at most the longest wait; after a
     /// failure, a catch-up period later.
-    async fn pass(&self, node: &Node, at: &mut Instant) -> Result<(), Error> {
+    async fn pass(&self, with: &Occurring, at: &mut Instant) -> Result<(), Error> {
         let now = Instant::now();
         *at = now + self.retry;
-        let earliest = node
+        let earliest = with
             .store
-            .make_occurrences(node.claims.session(), self.ahead)
+            .make_occurrences(with.claims.session(), self.ahead)
             .await?;
         let fallback = now + self.longest;
         *at = match earliest {
             Some(next) => {
                 let wait = next
                     .saturating_sub(self.ahead)
-                    .saturating_sub(node.config.clock.now_ms())
+                    .saturating_sub(with.clock.now_ms())
                     .max(0);
                 (now + Duration::from_millis(wait as u64)).min(fallback)
             }

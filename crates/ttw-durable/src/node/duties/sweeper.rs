@@ -4,13 +4,14 @@
 //! half a window and [`LONGEST`] apart): finished tasks may outlive the
 //! retention by that much.
 
-use std::sync::Arc;
 use std::time::Duration;
 
+use crate::model::clock::Clock;
 use crate::model::time::ms;
 use crate::node::config::Config;
+use crate::node::events::Reporter;
 use crate::node::report::Failing;
-use crate::node::Node;
+use crate::sql::claims::Claims;
 
 /// The most rows one statement of the sweep deletes.
 const BATCH: u64 = 1_000;
@@ -41,19 +42,15 @@ impl Sweeper {
 
     /// Sweeps half a window after the start, then every period; a sweep
     /// that failed is tried again half a window later.
-    pub(crate) async fn run(self, node: Arc<Node>) {
+    pub(crate) async fn run(self, claims: Claims, clock: Clock, reporter: Reporter) {
         let mut wait = self.first;
         loop {
             tokio::time::sleep(wait).await;
-            let before = node
-                .config
-                .clock
-                .now_ms()
-                .saturating_sub(ms(self.retention));
-            wait = match node.claims.sweep(before, BATCH).await {
+            let before = clock.now_ms().saturating_sub(ms(self.retention));
+            wait = match claims.sweep(before, BATCH).await {
                 Ok(_) => self.every,
                 Err(err) => {
-                    node.report(Failing::Control, &err);
+                    reporter.report(Failing::Control, &err);
                     self.first
                 }
             };
