@@ -24,3 +24,51 @@ pub(crate) async fn run(window: Arc<Window>, wakes: Arc<Wakes>, mut listener: Li
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::node::duties::fixture::Parts;
+
+    /// A task scheduled in this process is armed in the window of the
+    /// shards held; a recurring schedule registered wakes the occurrences'
+    /// duty; a lagging listener asks for a window load.
+    #[tokio::test]
+    async fn what_is_heard_is_armed_or_wakes_its_duty() {
+        let parts = Parts::new().await;
+        parts.take_shards().await;
+        parts.load().load().await.unwrap();
+        let listener = parts
+            .store
+            .notifier()
+            .listen(Arc::new(AtomicBool::new(false)));
+        let task = tokio::spawn(run(parts.window.clone(), parts.wakes.clone(), listener));
+
+        parts
+            .store
+            .schedule("soon")
+            .delay(Duration::from_secs(30))
+            .await
+            .unwrap();
+        for _ in 0..200 {
+            if parts.armed().await == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(parts.armed().await, 1, "the announced task is armed");
+
+        parts
+            .store
+            .register_recurring(crate::Recurring::every("tick", Duration::from_secs(60)))
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(5), parts.wakes.recurring.notified())
+            .await
+            .expect("the occurrences' duty is woken");
+        task.abort();
+    }
+}

@@ -122,3 +122,40 @@ impl Beat {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::node::duties::fixture::Parts;
+
+    /// A node alone takes every shard at its first beat and wakes the
+    /// window load and the occurrences' duty; once leaving, a beat gives
+    /// its idle shards back.
+    #[tokio::test]
+    async fn a_beat_takes_the_shards_and_a_leaving_one_gives_them_back() {
+        let parts = Parts::new().await;
+        parts.leases.add_lease_rows().await.unwrap();
+        let beat = parts.beat();
+        beat.beat().await.unwrap();
+        assert_eq!(parts.window.shards.owned_count(), 4);
+        for woken in [&parts.wakes.reload, &parts.wakes.recurring] {
+            tokio::time::timeout(Duration::from_secs(1), woken.notified())
+                .await
+                .expect("woken by the shards taken");
+        }
+        beat.membership.leaving.store(true, Ordering::SeqCst);
+        parts.leases.leave().await.unwrap();
+        beat.beat().await.unwrap();
+        assert_eq!(
+            parts.window.shards.owned_count(),
+            0,
+            "idle shards given back"
+        );
+
+        // A paused heartbeat (an injected fault) writes nothing.
+        parts.faults.pause_heartbeat(true);
+        beat.beat().await.unwrap();
+    }
+}

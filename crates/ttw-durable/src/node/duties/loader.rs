@@ -130,3 +130,84 @@ impl Loader {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::node::duties::fixture::Parts;
+
+    /// A load arms the tasks of the held shards due within the window, and
+    /// not one due later; a load that fails (injected) says so.
+    #[tokio::test]
+    async fn a_load_arms_what_falls_due_within_the_window() {
+        let parts = Parts::new().await;
+        parts.take_shards().await;
+        let within = parts.config.window / 2;
+        parts.store.schedule("within").delay(within).await.unwrap();
+        parts
+            .store
+            .schedule("later")
+            .delay(parts.config.window * 3)
+            .await
+            .unwrap();
+        let load = parts.load();
+        load.load().await.unwrap();
+        assert_eq!(
+            parts.armed().await,
+            1,
+            "only the task due within the window"
+        );
+        assert!(load.window.horizon() >= parts.config.clock.now_ms() + ms(within));
+
+        parts.faults.fail_loads(1);
+        assert!(
+            load.load().await.is_err(),
+            "the injected failure is reported"
+        );
+    }
+
+    /// Without a `LISTEN` connection (SQLite), the catch-up poll arms what
+    /// another process scheduled into the window after the load.
+    #[tokio::test]
+    async fn the_catch_up_poll_arms_what_came_after_the_load() {
+        let parts = Parts::new().await;
+        parts.take_shards().await;
+        parts.load().load().await.unwrap();
+        let loader = Loader {
+            window: Duration::from_secs(3600),
+            catch_up: Duration::from_millis(20),
+        };
+        let task = tokio::spawn(loader.run(
+            parts.load(),
+            Arc::new(AtomicBool::new(false)),
+            parts.wakes.clone(),
+            parts.reporter(),
+        ));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Written straight to the table, as another process would: no
+        // announcement in this one.
+        let crate::sql::db::Db::Sqlite(pool, _) = parts.store.db() else {
+            unreachable!("an SQLite store")
+        };
+        let at = parts.config.clock.now_ms() + 5_000;
+        sqlx::query(
+            "INSERT INTO ttw_tasks (state, run_at, payload, attempts, created_at, updated_at, claims, queue, priority) \
+             VALUES ('scheduled', $1, x'00', 0, $2, $2, 0, 'default', 0)",
+        )
+        .bind(at)
+        .bind(parts.config.clock.now_ms())
+        .execute(pool)
+        .await
+        .unwrap();
+        for _ in 0..400 {
+            if parts.armed().await == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        task.abort();
+        assert_eq!(parts.armed().await, 1, "the poll found it");
+    }
+}

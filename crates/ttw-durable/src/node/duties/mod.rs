@@ -18,6 +18,8 @@
 //! ([`crate::node::dispatch`]).
 
 pub(crate) mod announcements;
+#[cfg(test)]
+pub(crate) mod fixture;
 pub(crate) mod heartbeat;
 pub(crate) mod loader;
 pub(crate) mod recurring;

@@ -90,3 +90,46 @@ impl Occurrences {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::duties::fixture::Parts;
+
+    /// A pass makes the next occurrence of a schedule in a held shard a
+    /// task, and comes back before the one after falls due.
+    #[tokio::test]
+    async fn a_pass_makes_the_next_occurrence_a_task_and_comes_back_in_time() {
+        let parts = Parts::new().await;
+        parts.take_shards().await;
+        parts
+            .store
+            .register_recurring(crate::Recurring::every("tick", Duration::from_secs(60)))
+            .await
+            .unwrap();
+        let duty = Occurrences {
+            ahead: 70_000,
+            retry: Duration::from_secs(1),
+            longest: Duration::from_secs(600),
+        };
+        let mut at = Instant::now();
+        duty.pass(&parts.occurring(), &mut at).await.unwrap();
+        let made: Vec<_> = parts
+            .store
+            .pending_page(None, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|t| t.recurring.as_deref() == Some("tick"))
+            .collect();
+        assert_eq!(made.len(), 1, "the occurrence within reach: {made:?}");
+        // The next one is 120 s out, made 70 s ahead: back within 50 s.
+        assert!(
+            at <= Instant::now() + Duration::from_secs(51),
+            "back in time"
+        );
+        duty.pass(&parts.occurring(), &mut at).await.unwrap();
+        let again = parts.store.pending_page(None, 10).await.unwrap();
+        assert_eq!(again.len(), 1, "an occurrence is made once");
+    }
+}

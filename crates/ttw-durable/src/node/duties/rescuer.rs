@@ -126,3 +126,70 @@ impl Rescuer {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::task::TaskState;
+    use crate::node::duties::fixture::Parts;
+
+    /// A task left running by another owner whose lock ran out is claimed
+    /// back and armed; a second look right after is not due; shards taken
+    /// over from an owner watch the locks.
+    #[tokio::test]
+    async fn a_lock_run_out_is_reclaimed_and_armed() {
+        let mut parts = Parts::new().await;
+        parts.take_shards().await;
+        let id = parts.store.schedule("left running").await.unwrap();
+        let crate::sql::db::Db::Sqlite(pool, _) = parts.store.db() else {
+            unreachable!("an SQLite store")
+        };
+        sqlx::query(
+            "UPDATE ttw_tasks SET state = 'running', attempts = 1, claims = 1, \
+             locked_by = 'other/1', lock_epoch = 1000000, locked_until = $1 WHERE id = $2",
+        )
+        .bind(parts.config.clock.now_ms() - 1_000)
+        .bind(id.get())
+        .execute(pool)
+        .await
+        .unwrap();
+        let rescuer = Rescuer::new(&parts.config, parts.locks.clone());
+        parts.window.extend(parts.config.clock.now_ms() + 60_000);
+        rescuer.reclaim_if_due(&parts.reclaim()).await.unwrap();
+        assert_eq!(
+            parts.store.get(id).await.unwrap().unwrap().state,
+            TaskState::Scheduled
+        );
+        // Armed again, and due at once: the wheel fires it.
+        let fired = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            futures::StreamExt::next(&mut parts.fired),
+        )
+        .await
+        .expect("fired")
+        .expect("a timer");
+        assert_eq!(*fired.key(), id.get(), "armed again");
+        assert_eq!(parts.events.snapshot(&parts.window).reclaimed, 1);
+
+        // Not due again at once: the same lock, set again, stays.
+        sqlx::query("UPDATE ttw_tasks SET state = 'running', locked_by = 'other/1', locked_until = 0 WHERE id = $1")
+            .bind(id.get())
+            .execute(pool)
+            .await
+            .unwrap();
+        rescuer.reclaim_if_due(&parts.reclaim()).await.unwrap();
+        assert_eq!(
+            parts.store.get(id).await.unwrap().unwrap().state,
+            TaskState::Running
+        );
+        // Shards taken: owed at once, and locks watched.
+        assert!(!parts.locks.watching());
+        rescuer.took_shards(true);
+        assert!(parts.locks.watching());
+        rescuer.reclaim_if_due(&parts.reclaim()).await.unwrap();
+        assert_eq!(
+            parts.store.get(id).await.unwrap().unwrap().state,
+            TaskState::Scheduled
+        );
+    }
+}

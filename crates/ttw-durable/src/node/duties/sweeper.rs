@@ -57,3 +57,72 @@ impl Sweeper {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::node::duties::fixture::Parts;
+
+    /// Finished tasks older than the retention are deleted from the
+    /// history; a newer one and a task still scheduled stay.
+    #[tokio::test]
+    async fn finished_tasks_past_the_retention_are_swept_and_no_others() {
+        let parts = Parts::new().await;
+        let old = parts.store.schedule("old").await.unwrap();
+        let new = parts.store.schedule("new").await.unwrap();
+        let pending = parts
+            .store
+            .schedule("pending")
+            .delay(Duration::from_secs(3600))
+            .await
+            .unwrap();
+        let now = parts.config.clock.now_ms();
+        let crate::sql::db::Db::Sqlite(pool, _) = parts.store.db() else {
+            unreachable!("an SQLite store")
+        };
+        for (id, finished) in [(old, now - 120_000), (new, now)] {
+            sqlx::query(
+                "INSERT INTO ttw_history (id, state, run_at, payload, attempts, created_at, updated_at, finished_at, claims, queue, priority) \
+                 SELECT id, 'done', run_at, payload, 1, created_at, updated_at, $1, 1, queue, priority FROM ttw_tasks WHERE id = $2",
+            )
+            .bind(finished)
+            .bind(id.get())
+            .execute(pool)
+            .await
+            .unwrap();
+            sqlx::query("DELETE FROM ttw_tasks WHERE id = $1")
+                .bind(id.get())
+                .execute(pool)
+                .await
+                .unwrap();
+        }
+        let sweeper = Sweeper {
+            retention: Duration::from_secs(60),
+            first: Duration::from_millis(1),
+            every: Duration::from_millis(10),
+        };
+        let task = tokio::spawn(sweeper.run(
+            parts.claims.clone(),
+            parts.config.clock.clone(),
+            parts.reporter(),
+        ));
+        for _ in 0..500 {
+            if parts.store.get(old).await.unwrap().is_none() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        task.abort();
+        assert!(parts.store.get(old).await.unwrap().is_none(), "swept");
+        assert!(
+            parts.store.get(new).await.unwrap().is_some(),
+            "inside the retention"
+        );
+        assert!(
+            parts.store.get(pending).await.unwrap().is_some(),
+            "not finished"
+        );
+    }
+}
