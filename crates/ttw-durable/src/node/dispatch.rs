@@ -46,7 +46,7 @@ pub(crate) enum Mode {
 /// delivery under its own supervisor, until a graceful shutdown stops it;
 /// then waits for the deliveries in flight.
 pub(crate) async fn dispatch(node: Arc<Node>, expirations: Expirations<i64, Due>, mode: Mode) {
-    let ready = Ready::new(node.window.lanes.queues().len());
+    let ready = Ready::new(&node.config, node.window.lanes.clone());
     let dispatcher = Dispatcher {
         node,
         mode,
@@ -59,7 +59,7 @@ pub(crate) async fn dispatch(node: Arc<Node>, expirations: Expirations<i64, Due>
 /// A node's dispatch: the fired tasks waiting for room (`ready`, with the
 /// flow control it saw), the deliveries running, and where they go. Its
 /// claims and the sorting out of what they left are its methods; the
-/// places (the node's semaphores) are taken through `ready`.
+/// places its deliveries take (its semaphores) are `ready`'s.
 struct Dispatcher {
     node: Arc<Node>,
     mode: Mode,
@@ -83,7 +83,7 @@ impl Dispatcher {
         let mut fired = expirations.ready_chunks(batch);
         loop {
             let now = Instant::now();
-            let room = self.ready.take(&node, batch, now);
+            let room = self.ready.take(batch, now);
             if !room.is_empty() {
                 if let Err(err) = self.claim_and_run(room).await {
                     node.report(Failing::Claim, &err);
@@ -109,7 +109,7 @@ impl Dispatcher {
                 chunk = fired.next() => match chunk {
                     Some(chunk) => {
                         for expired in chunk {
-                            self.ready.push_fired(&node, expired.into_parts().1);
+                            self.ready.push_fired(expired.into_parts().1);
                         }
                     }
                     None => break,
@@ -266,7 +266,7 @@ impl Dispatcher {
             }
             node.window.exit(due.lane);
             if held.binary_search(&due.id).is_ok() {
-                self.ready.push(&node, *due);
+                self.ready.push(*due);
             } else {
                 missing.push(*due);
             }
@@ -342,7 +342,7 @@ impl Dispatcher {
                 Verdict::Controlled => {
                     let index = node.window.lanes.index_of(due.lane);
                     self.ready.control[index].limited = true;
-                    self.ready.push(&node, due);
+                    self.ready.push(due);
                 }
             }
         }

@@ -26,7 +26,7 @@ pub(crate) mod window;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 
 use crate::client::store::Store;
 use crate::error::Error;
@@ -48,19 +48,8 @@ pub(crate) struct Node {
     pub(crate) claims: Claims,
     pub(crate) leases: Arc<Leases>,
     pub(crate) outcomes: Arc<Outcomes>,
-    /// One permit per handler running (or streamed delivery unsettled),
-    /// up to `max_concurrency`.
-    pub(crate) semaphore: Arc<Semaphore>,
-    /// One permit per claimed task whose outcome is not yet written, up to
-    /// twice `max_concurrency`: a handler's place is given back when it
-    /// returns, and this bounds the successes waiting for their write
-    /// behind it, so claims cannot run ahead of outcomes.
-    pub(crate) settling: Arc<Semaphore>,
     /// The signals its duties and dispatch send one another.
     pub(crate) wakes: Arc<Wakes>,
-    /// One permit per delivery in flight in each queue with a limit of its
-    /// own, by queue index (see [`Lanes`](crate::model::lanes::Lanes)).
-    pub(crate) queue_limits: Vec<Option<Arc<Semaphore>>>,
     /// A graceful shutdown began: dispatch takes no more fired tasks.
     pub(crate) stopping: Notify,
     /// The store: recurring schedules are made tasks through it.
@@ -102,23 +91,9 @@ impl Node {
             faults.clone(),
             events.clone(),
         ));
-        let queue_limits = window
-            .lanes
-            .queues()
-            .iter()
-            .map(|queue| {
-                config
-                    .queue_concurrency
-                    .get(&**queue)
-                    .map(|&n| Arc::new(Semaphore::new(n)))
-            })
-            .collect();
         let locks = Arc::new(LockWatch::new(config.lock_span()));
         Node {
-            semaphore: Arc::new(Semaphore::new(config.max_concurrency)),
-            settling: Arc::new(Semaphore::new(config.max_concurrency.saturating_mul(2))),
             wakes: Arc::default(),
-            queue_limits,
             node_id,
             config,
             window,

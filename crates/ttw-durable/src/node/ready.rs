@@ -5,12 +5,14 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use crate::node::Node;
+use crate::model::lanes::Lanes;
+use crate::node::config::Config;
 use crate::sql::claims::{Due, Wait};
 
 /// How long a node holding fired tasks of a paused queue waits before it
@@ -20,6 +22,38 @@ const PAUSED_RETRY: Duration = Duration::from_millis(500);
 /// before it tries again, when none of its own deliveries of the queue
 /// ends first (a place freed on another node is seen this way).
 const FULL_RETRY: Duration = Duration::from_millis(25);
+
+/// The places a node's deliveries take, each a semaphore: one per handler
+/// running (or streamed delivery unsettled) up to `max_concurrency`; one
+/// per claimed task whose outcome is not yet written, up to twice that (a
+/// handler's place is given back when it returns, and this bounds the
+/// successes waiting for their write behind it, so claims cannot run ahead
+/// of outcomes); and one per delivery in flight in each queue with a limit
+/// of its own, by queue index.
+struct Places {
+    running: Arc<Semaphore>,
+    settling: Arc<Semaphore>,
+    queues: Vec<Option<Arc<Semaphore>>>,
+}
+
+impl Places {
+    fn new(config: &Config, lanes: &Lanes) -> Places {
+        Places {
+            running: Arc::new(Semaphore::new(config.max_concurrency)),
+            settling: Arc::new(Semaphore::new(config.max_concurrency.saturating_mul(2))),
+            queues: lanes
+                .queues()
+                .iter()
+                .map(|queue| {
+                    config
+                        .queue_concurrency
+                        .get(&**queue)
+                        .map(|&n| Arc::new(Semaphore::new(n)))
+                })
+                .collect(),
+        }
+    }
+}
 
 /// What a delivery holds: its place under the node's `max_concurrency`,
 /// and under its queue's if the queue has a limit, while its handler runs;
@@ -155,6 +189,10 @@ impl Keyed {
 /// room comes the most urgent of its queue (of its key, the keys taking
 /// turns) goes first.
 pub(crate) struct Ready {
+    /// The places its tasks take when they are claimed.
+    places: Places,
+    /// The node's queues and shards: which queue a task's lane is of.
+    lanes: Arc<Lanes>,
     queues: Vec<Keyed>,
     /// The ids in the heaps: a task fired twice waits once.
     ids: HashSet<i64>,
@@ -179,8 +217,12 @@ pub(crate) struct Control {
 }
 
 impl Ready {
-    pub(crate) fn new(queues: usize) -> Ready {
+    /// The fired tasks of `lanes`' queues, claimed under `config`'s limits.
+    pub(crate) fn new(config: &Config, lanes: Arc<Lanes>) -> Ready {
+        let queues = lanes.queues().len();
         Ready {
+            places: Places::new(config, &lanes),
+            lanes,
             queues: (0..queues).map(|_| Keyed::default()).collect(),
             ids: HashSet::new(),
             next: 0,
@@ -269,25 +311,25 @@ impl Ready {
     /// the key as waiting, so the other nodes leave it the next place freed
     /// (see `sql::claims::limited`). (Tasks a claim held back come back by
     /// [`push`](Self::push), which leaves the queue waiting.)
-    pub(crate) fn push_fired(&mut self, node: &Node, due: Due) {
-        let index = node.window.lanes.index_of(due.lane);
+    pub(crate) fn push_fired(&mut self, due: Due) {
+        let index = self.lanes.index_of(due.lane);
         let control = &mut self.control[index];
         if control.full && !self.ids.contains(&due.id) && !self.queues[index].has_key(due.key) {
             control.blocked_until = None;
             control.full = false;
         }
-        self.push(node, due);
+        self.push(due);
     }
 
-    pub(crate) fn push(&mut self, node: &Node, due: Due) {
+    pub(crate) fn push(&mut self, due: Due) {
         if self.ids.insert(due.id) {
-            self.queues[node.window.lanes.index_of(due.lane)].push(due);
+            self.queues[self.lanes.index_of(due.lane)].push(due);
         }
     }
 
     /// Takes up to `max` tasks there is room for, a permit each: one from
     /// each queue in turn, most urgent first.
-    pub(crate) fn take(&mut self, node: &Node, max: usize, now: Instant) -> Vec<(Due, Permits)> {
+    pub(crate) fn take(&mut self, max: usize, now: Instant) -> Vec<(Due, Permits)> {
         let mut taken = Vec::new();
         let count = self.queues.len();
         let start = self.next;
@@ -302,13 +344,13 @@ impl Ready {
                 if self.blocked(index, now) || !self.queues[index].has_turn(now) {
                     continue;
                 }
-                let Ok(settling) = node.settling.clone().try_acquire_owned() else {
+                let Ok(settling) = self.places.settling.clone().try_acquire_owned() else {
                     return taken;
                 };
-                let Ok(node_permit) = node.semaphore.clone().try_acquire_owned() else {
+                let Ok(node_permit) = self.places.running.clone().try_acquire_owned() else {
                     return taken;
                 };
-                let queue_permit = match &node.queue_limits[index] {
+                let queue_permit = match &self.places.queues[index] {
                     None => None,
                     Some(limit) => match limit.clone().try_acquire_owned() {
                         Ok(permit) => Some(permit),
@@ -391,5 +433,38 @@ mod tests {
         let rest: Vec<i64> = std::iter::from_fn(|| q.pop()).map(|d| d.id).collect();
         assert_eq!(rest, [3, 4, 5]);
         assert!(q.is_empty());
+    }
+
+    /// A claim takes only the places `Ready` owns: at most the node's
+    /// concurrency, and its queue's; a place given back lets the next task
+    /// be taken, while the settling place stays held until the outcome.
+    #[tokio::test]
+    async fn tasks_are_taken_only_as_places_allow() {
+        let config = Config {
+            max_concurrency: 2,
+            ..Config::default()
+        };
+        let lanes = Arc::new(Lanes::new(vec!["default".into()], 1).unwrap());
+        let mut ready = Ready::new(&config, lanes);
+        for id in 1..=4 {
+            ready.push_fired(due(id, 0, id));
+        }
+        let now = Instant::now();
+        let mut taken = ready.take(10, now);
+        assert_eq!(taken.iter().map(|(d, _)| d.id).collect::<Vec<_>>(), [1, 2]);
+        assert!(ready.take(10, now).is_empty(), "both places held");
+        taken[0].1.release_places();
+        assert_eq!(
+            ready
+                .take(10, now)
+                .iter()
+                .map(|(d, _)| d.id)
+                .collect::<Vec<_>>(),
+            [3]
+        );
+        // Every place given back: the last task is taken.
+        drop(taken);
+        let more = ready.take(10, now);
+        assert_eq!(more.iter().map(|(d, _)| d.id).collect::<Vec<_>>(), [4]);
     }
 }
