@@ -347,9 +347,16 @@ async fn recurring_and_leases_case(store: &Store) {
         session: "n1/a",
         ttl_ms: 60_000,
     };
-    leases::join(db, me, Some("host:1"), "default")
-        .await
-        .unwrap();
+    leases::join(
+        db,
+        me,
+        leases::Joining {
+            process: Some("host:1"),
+            queues: "default",
+        },
+    )
+    .await
+    .unwrap();
     let around = leases::look_around(db, me).await.unwrap();
     assert!(around.stamped && around.members.is_empty() && around.leases.is_empty());
     let search = leases::Search {
@@ -364,9 +371,16 @@ async fn recurring_and_leases_case(store: &Store) {
         [0, 1, 2, 3]
     );
     assert!(free.iter().all(|f| f.owner_session.is_none()));
-    let took = leases::take(db, me, "default", &[0, 1, 2, 3])
-        .await
-        .unwrap();
+    let took = leases::take(
+        db,
+        me,
+        leases::Shards {
+            queue: "default",
+            shards: &[0, 1, 2, 3],
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(took.len(), 4);
     assert_eq!(leases::look_around(db, me).await.unwrap().leases.len(), 4);
     assert_eq!(
@@ -380,7 +394,16 @@ async fn recurring_and_leases_case(store: &Store) {
         session: "n2/b",
         ttl_ms: 60_000,
     };
-    leases::join(db, other, None, "default").await.unwrap();
+    leases::join(
+        db,
+        other,
+        leases::Joining {
+            process: None,
+            queues: "default",
+        },
+    )
+    .await
+    .unwrap();
     assert!(
         leases::free_shards(db, other, search)
             .await
@@ -388,10 +411,17 @@ async fn recurring_and_leases_case(store: &Store) {
             .is_empty(),
         "held shards are not free"
     );
-    assert!(leases::take(db, other, "default", &[0])
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(leases::take(
+        db,
+        other,
+        leases::Shards {
+            queue: "default",
+            shards: &[0]
+        }
+    )
+    .await
+    .unwrap()
+    .is_empty());
     let seen = leases::look_around(db, other).await.unwrap();
     assert_eq!(seen.members.len(), 1);
     assert_eq!(
@@ -434,9 +464,11 @@ async fn recurring_and_leases_case(store: &Store) {
     assert!(recurring::change(
         db,
         names,
-        "tick",
-        Change::Define(definition("tick", 30_000)),
-        7
+        recurring::Changing {
+            name: "tick",
+            change: Change::Define(definition("tick", 30_000)),
+            now: 7
+        }
     )
     .await
     .unwrap());
@@ -446,28 +478,77 @@ async fn recurring_and_leases_case(store: &Store) {
         tasks::get(db, Which::Key(key)).await.unwrap().is_none(),
         "its pending occurrence is deleted"
     );
-    assert!(recurring::change(db, names, "tick", Change::Pause, 8)
-        .await
-        .unwrap());
-    assert!(!recurring::change(db, names, "tick", Change::Pause, 9)
-        .await
-        .unwrap());
+    assert!(recurring::change(
+        db,
+        names,
+        recurring::Changing {
+            name: "tick",
+            change: Change::Pause,
+            now: 8
+        }
+    )
+    .await
+    .unwrap());
+    assert!(!recurring::change(
+        db,
+        names,
+        recurring::Changing {
+            name: "tick",
+            change: Change::Pause,
+            now: 9
+        }
+    )
+    .await
+    .unwrap());
     assert!(
         recurring::held(db, "n1/a").await.unwrap().is_empty(),
         "a paused schedule is not held"
     );
-    assert!(recurring::change(db, names, "tick", Change::Resume, 10)
-        .await
-        .unwrap());
-    assert!(recurring::change(db, names, "tick", Change::Delete, 11)
-        .await
-        .unwrap());
-    assert!(!recurring::change(db, names, "tick", Change::Delete, 12)
-        .await
-        .unwrap());
+    assert!(recurring::change(
+        db,
+        names,
+        recurring::Changing {
+            name: "tick",
+            change: Change::Resume,
+            now: 10
+        }
+    )
+    .await
+    .unwrap());
+    assert!(recurring::change(
+        db,
+        names,
+        recurring::Changing {
+            name: "tick",
+            change: Change::Delete,
+            now: 11
+        }
+    )
+    .await
+    .unwrap());
+    assert!(!recurring::change(
+        db,
+        names,
+        recurring::Changing {
+            name: "tick",
+            change: Change::Delete,
+            now: 12
+        }
+    )
+    .await
+    .unwrap());
     assert!(recurring::list(db).await.unwrap().is_empty());
 
-    leases::release(db, "n1/a", "default", &[3]).await.unwrap();
+    leases::release(
+        db,
+        "n1/a",
+        leases::Shards {
+            queue: "default",
+            shards: &[3],
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(
         leases::free_shards(db, other, search).await.unwrap().len(),
         1
@@ -555,9 +636,16 @@ async fn admin_case(store: &Store) {
         admin::oldest_due(db, 10_000).await.unwrap(),
         [("a".to_string(), 2_000)]
     );
-    let mut buckets = admin::due_buckets(db, 10_000, 20_000, 100_000)
-        .await
-        .unwrap();
+    let mut buckets = admin::due_buckets(
+        db,
+        admin::Buckets {
+            now: 10_000,
+            width: 20_000,
+            end: 100_000,
+        },
+    )
+    .await
+    .unwrap();
     buckets.sort();
     assert_eq!(
         buckets,
@@ -571,7 +659,16 @@ async fn admin_case(store: &Store) {
     };
     assert_eq!(admin::count_finished(db, dead).await.unwrap(), 1);
     assert_eq!(
-        admin::finished_ids(db, dead, 0, 10).await.unwrap(),
+        admin::finished_ids(
+            db,
+            admin::FinishedPage {
+                filter: dead,
+                after: 0,
+                take: 10
+            }
+        )
+        .await
+        .unwrap(),
         [ids[3]]
     );
     let cancelled = admin::Filter {
@@ -579,21 +676,44 @@ async fn admin_case(store: &Store) {
         queue: None,
     };
     assert_eq!(
-        admin::finished_ids(db, cancelled, ids[0], 10)
-            .await
-            .unwrap(),
+        admin::finished_ids(
+            db,
+            admin::FinishedPage {
+                filter: cancelled,
+                after: ids[0],
+                take: 10
+            }
+        )
+        .await
+        .unwrap(),
         Vec::<i64>::new()
     );
-    let back = admin::redrive(db, names, &[ids[3]], TaskState::Dead, 400)
-        .await
-        .unwrap();
+    let back = admin::redrive(
+        db,
+        names,
+        admin::Redriving {
+            ids: &[ids[3]],
+            state: TaskState::Dead,
+            at: 400,
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(
         back.iter().map(|t| (t.id, t.run_at)).collect::<Vec<_>>(),
         [(ids[3], 400)]
     );
-    let back = admin::redrive(db, names, &[ids[0]], TaskState::Cancelled, 500)
-        .await
-        .unwrap();
+    let back = admin::redrive(
+        db,
+        names,
+        admin::Redriving {
+            ids: &[ids[0]],
+            state: TaskState::Cancelled,
+            at: 500,
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(
         back.iter().map(|t| (t.id, t.run_at)).collect::<Vec<_>>(),
         [(ids[0], 500)]
@@ -616,7 +736,7 @@ async fn claims_case(store: &Store) {
     use std::sync::Arc;
 
     use crate::model::lanes::Lanes;
-    use crate::sql::claims::{Claims, Failed, Success};
+    use crate::sql::claims::{Claiming, Claims, Failed, Success};
 
     let (db, names) = (store.db(), store.names());
     let me = leases::Session {
@@ -624,12 +744,28 @@ async fn claims_case(store: &Store) {
         session: "n1/a",
         ttl_ms: 60_000,
     };
-    leases::join(db, me, None, "default").await.unwrap();
+    leases::join(
+        db,
+        me,
+        leases::Joining {
+            process: None,
+            queues: "default",
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(
-        leases::take(db, me, "default", &[0, 1, 2, 3])
-            .await
-            .unwrap()
-            .len(),
+        leases::take(
+            db,
+            me,
+            leases::Shards {
+                queue: "default",
+                shards: &[0, 1, 2, 3]
+            }
+        )
+        .await
+        .unwrap()
+        .len(),
         4
     );
     let lanes = Arc::new(Lanes::new(vec!["default".to_string()], 4).unwrap());
@@ -651,19 +787,38 @@ async fn claims_case(store: &Store) {
         [(ids[0], 1_000), (ids[1], 2_000)]
     );
     let changes = claims
-        .changed_since(5_000, None, i64::MAX / 4)
+        .changed_since(crate::sql::claims::Since {
+            horizon: 5_000,
+            since: None,
+            slack: i64::MAX / 4,
+        })
         .await
         .unwrap();
     assert!(changes.db_now > 0);
     assert_eq!(changes.due.len(), 2);
 
-    let claimed = claims.claim(&due, 3_000, 100_000).await.unwrap();
+    let claimed = claims
+        .claim(Claiming {
+            fired: &due,
+            now: 3_000,
+            locked_until: 100_000,
+        })
+        .await
+        .unwrap();
     assert_eq!(claimed.len(), 2);
     assert!(claimed
         .iter()
         .all(|c| c.attempt.number == 1 && c.payload == b"p"));
     assert!(
-        claims.claim(&due, 3_000, 100_000).await.unwrap().is_empty(),
+        claims
+            .claim(Claiming {
+                fired: &due,
+                now: 3_000,
+                locked_until: 100_000
+            })
+            .await
+            .unwrap()
+            .is_empty(),
         "claimed once"
     );
     let first = claimed[0].attempt;
@@ -702,7 +857,11 @@ async fn claims_case(store: &Store) {
         (TaskState::Scheduled, Some("boom"))
     );
     let again = claims
-        .claim(&claims.due_before(5_000).await.unwrap(), 5_000, 6_000)
+        .claim(Claiming {
+            fired: &claims.due_before(5_000).await.unwrap(),
+            now: 5_000,
+            locked_until: 6_000,
+        })
         .await
         .unwrap();
     assert_eq!(again.len(), 1);

@@ -723,8 +723,12 @@ impl Store {
         change: Change<'_>,
         wake: bool,
     ) -> Result<bool, Error> {
-        let changed =
-            sql::change(self.db(), self.names(), name, change, self.clock().now_ms()).await?;
+        let changing = sql::Changing {
+            name,
+            change,
+            now: self.clock().now_ms(),
+        };
+        let changed = sql::change(self.db(), self.names(), changing).await?;
         if changed && wake {
             self.notifier().wake_recurring();
         }

@@ -379,7 +379,7 @@ impl Store {
         }
         let now = self.clock().now_ms();
         let end = now.saturating_add(width.saturating_mul(i64::from(buckets)));
-        let rows = admin::due_buckets(self.db(), now, width, end).await?;
+        let rows = admin::due_buckets(self.db(), admin::Buckets { now, width, end }).await?;
         let mut timeline = DueTimeline {
             overdue: 0,
             bucket,
@@ -460,7 +460,15 @@ impl Store {
         let mut after: i64 = 0;
         while done < total {
             let take = (total - done).min(REDRIVE_GROUP);
-            let ids = admin::finished_ids(self.db(), filter, after, take).await?;
+            let ids = admin::finished_ids(
+                self.db(),
+                admin::FinishedPage {
+                    filter,
+                    after,
+                    take,
+                },
+            )
+            .await?;
             let Some(&last) = ids.last() else {
                 break;
             };
@@ -470,7 +478,16 @@ impl Store {
                 i64::try_from(i128::from(spread) * i128::from(done) / i128::from(total.max(1)))
                     .unwrap_or(0);
             let at = start.saturating_add(offset);
-            let changed = admin::redrive(self.db(), self.names(), &ids, redrive.state, at).await?;
+            let changed = admin::redrive(
+                self.db(),
+                self.names(),
+                admin::Redriving {
+                    ids: &ids,
+                    state: redrive.state,
+                    at,
+                },
+            )
+            .await?;
             done += ids.len() as u64;
             redriven += changed.len() as u64;
             self.notifier().committed(changed, Made::Moved);

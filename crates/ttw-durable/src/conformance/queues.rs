@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::*;
 use crate::model::flow::{QueueLimits, Rate, RetryPolicy};
 use crate::model::lanes::Lanes;
-use crate::sql::claims::{Claims, Due, Success, Wait};
+use crate::sql::claims::{Claiming, Claims, Due, Success, Wait};
 use crate::sql::queues;
 
 async fn queues_case(store: &Store) {
@@ -21,16 +21,32 @@ async fn queues_case(store: &Store) {
         session: "n1/a",
         ttl_ms: 60_000,
     };
-    leases::join(db, me, None, &all.join(",")).await.unwrap();
+    leases::join(
+        db,
+        me,
+        leases::Joining {
+            process: None,
+            queues: &all.join(","),
+        },
+    )
+    .await
+    .unwrap();
     for queue in all {
         crate::sql::schema::add_lease_rows(db, queue, 4)
             .await
             .unwrap();
         assert_eq!(
-            leases::take(db, me, queue, &[0, 1, 2, 3])
-                .await
-                .unwrap()
-                .len(),
+            leases::take(
+                db,
+                me,
+                leases::Shards {
+                    queue,
+                    shards: &[0, 1, 2, 3]
+                }
+            )
+            .await
+            .unwrap()
+            .len(),
             4
         );
     }
@@ -90,7 +106,14 @@ async fn queues_case(store: &Store) {
         every.sort_unstable_by_key(|d| d.id);
         every
     };
-    let plain = claims.claim(&every, 3_000, 100_000).await.unwrap();
+    let plain = claims
+        .claim(Claiming {
+            fired: &every,
+            now: 3_000,
+            locked_until: 100_000,
+        })
+        .await
+        .unwrap();
     assert_eq!(plain.len(), 5, "the free queue's five");
     let left: Vec<i64> = due[..3]
         .iter()
@@ -107,7 +130,14 @@ async fn queues_case(store: &Store) {
     // Concurrency 2: two claimed, three held back in claim order.
     let conc = &due[0].1;
     let first = claims
-        .claim_limited("conc", conc, 3_000, 100_000)
+        .claim_limited(
+            "conc",
+            Claiming {
+                fired: conc,
+                now: 3_000,
+                locked_until: 100_000,
+            },
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -119,7 +149,14 @@ async fn queues_case(store: &Store) {
         conc[2..].iter().map(|d| d.id).collect::<Vec<_>>()
     );
     let none = claims
-        .claim_limited("conc", &conc[2..], 3_000, 100_000)
+        .claim_limited(
+            "conc",
+            Claiming {
+                fired: &conc[2..],
+                now: 3_000,
+                locked_until: 100_000,
+            },
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -134,13 +171,27 @@ async fn queues_case(store: &Store) {
     };
     assert_eq!(claims.complete_many(&[done], 3_100).await.unwrap(), [done]);
     let one = claims
-        .claim_limited("conc", &conc[2..], 3_200, 100_000)
+        .claim_limited(
+            "conc",
+            Claiming {
+                fired: &conc[2..],
+                now: 3_200,
+                locked_until: 100_000,
+            },
+        )
         .await
         .unwrap();
     assert_eq!((one.claimed.len(), one.held.len()), (1, 2));
     // Past the running tasks' locks (a dead node's), their places are free.
     let later = claims
-        .claim_limited("conc", &conc[3..], 100_001, 200_000)
+        .claim_limited(
+            "conc",
+            Claiming {
+                fired: &conc[3..],
+                now: 100_001,
+                locked_until: 200_000,
+            },
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -151,12 +202,26 @@ async fn queues_case(store: &Store) {
     // Rate 2 a second, burst 2: two now, then a token in at most 500 ms.
     let rated = &due[1].1;
     let burst = claims
-        .claim_limited("rate", rated, 3_000, 100_000)
+        .claim_limited(
+            "rate",
+            Claiming {
+                fired: rated,
+                now: 3_000,
+                locked_until: 100_000,
+            },
+        )
         .await
         .unwrap();
     assert_eq!(burst.claimed.len(), 2);
     let next = claims
-        .claim_limited("rate", &rated[2..], 3_000, 100_000)
+        .claim_limited(
+            "rate",
+            Claiming {
+                fired: &rated[2..],
+                now: 3_000,
+                locked_until: 100_000,
+            },
+        )
         .await
         .unwrap();
     match next.wait {
@@ -180,7 +245,14 @@ async fn queues_case(store: &Store) {
 
     // Paused: nothing, everything held.
     let paused = claims
-        .claim_limited("paused", &due[2].1, 3_000, 100_000)
+        .claim_limited(
+            "paused",
+            Claiming {
+                fired: &due[2].1,
+                now: 3_000,
+                locked_until: 100_000,
+            },
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -189,7 +261,14 @@ async fn queues_case(store: &Store) {
     );
     queues::set_paused(db, "paused", false).await.unwrap();
     let resumed = claims
-        .claim_limited("paused", &due[2].1, 3_000, 100_000)
+        .claim_limited(
+            "paused",
+            Claiming {
+                fired: &due[2].1,
+                now: 3_000,
+                locked_until: 100_000,
+            },
+        )
         .await
         .unwrap();
     assert_eq!((resumed.claimed.len(), resumed.controlled), (5, false));
@@ -200,14 +279,28 @@ async fn queues_case(store: &Store) {
     crate::sql::schema::add_lease_rows(db, "keyed", 4)
         .await
         .unwrap();
-    leases::join(db, me, None, &[&all[..], &["keyed"]].concat().join(","))
-        .await
-        .unwrap();
+    leases::join(
+        db,
+        me,
+        leases::Joining {
+            process: None,
+            queues: &[&all[..], &["keyed"]].concat().join(","),
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(
-        leases::take(db, me, "keyed", &[0, 1, 2, 3])
-            .await
-            .unwrap()
-            .len(),
+        leases::take(
+            db,
+            me,
+            leases::Shards {
+                queue: "keyed",
+                shards: &[0, 1, 2, 3]
+            }
+        )
+        .await
+        .unwrap()
+        .len(),
         4
     );
     let keyed_lanes = Arc::new(Lanes::new(vec!["keyed".to_string()], 4).unwrap());
@@ -231,7 +324,14 @@ async fn queues_case(store: &Store) {
     assert_eq!(fired[0].key, crate::sql::announce::key_hash(Some("a")));
     assert_eq!(fired[5].key, 0);
     let first = keyed_claims
-        .claim_limited("keyed", &fired, 3_000, 100_000)
+        .claim_limited(
+            "keyed",
+            Claiming {
+                fired: &fired,
+                now: 3_000,
+                locked_until: 100_000,
+            },
+        )
         .await
         .unwrap();
     let ids = |v: &[usize]| v.iter().map(|&i| fired[i].id).collect::<Vec<_>>();
@@ -255,7 +355,14 @@ async fn queues_case(store: &Store) {
     want.sort_unstable();
     assert_eq!(full, want);
     let again = keyed_claims
-        .claim_limited("keyed", &fired, 3_000, 100_000)
+        .claim_limited(
+            "keyed",
+            Claiming {
+                fired: &fired,
+                now: 3_000,
+                locked_until: 100_000,
+            },
+        )
         .await
         .unwrap();
     assert!(again.claimed.is_empty() && again.held.len() == 3);
@@ -284,7 +391,14 @@ async fn queues_case(store: &Store) {
     waiting.sort_unstable_by_key(|d| d.id);
     assert_eq!(waiting.len(), 3, "a's third, b's second, c's first");
     let turn = keyed_claims
-        .claim_limited("keyed", &waiting, 3_000, 100_000)
+        .claim_limited(
+            "keyed",
+            Claiming {
+                fired: &waiting,
+                now: 3_000,
+                locked_until: 100_000,
+            },
+        )
         .await
         .unwrap();
     let taken: Vec<i64> = turn.claimed.iter().map(|c| c.attempt.id).collect();
@@ -309,11 +423,26 @@ async fn queues_case(store: &Store) {
     queues::set_limits(db, "keyed", &QueueLimits::new().concurrency(6))
         .await
         .unwrap();
-    queues::note_key_wait(db, "keyed", "z", "n9/z", 3_500)
-        .await
-        .unwrap();
+    queues::note_key_wait(
+        db,
+        queues::KeyWait {
+            queue: "keyed",
+            key: "z",
+            session: "n9/z",
+            until: 3_500,
+        },
+    )
+    .await
+    .unwrap();
     let shared = keyed_claims
-        .claim_limited("keyed", &waiting[..2], 3_000, 100_000)
+        .claim_limited(
+            "keyed",
+            Claiming {
+                fired: &waiting[..2],
+                now: 3_000,
+                locked_until: 100_000,
+            },
+        )
         .await
         .unwrap();
     let taken: Vec<i64> = shared.claimed.iter().map(|c| c.attempt.id).collect();
@@ -331,7 +460,14 @@ async fn queues_case(store: &Store) {
     );
     // Once z's wait is over (its node no longer asks), b takes the place.
     let later = keyed_claims
-        .claim_limited("keyed", &waiting[1..2], 3_600, 100_000)
+        .claim_limited(
+            "keyed",
+            Claiming {
+                fired: &waiting[1..2],
+                now: 3_600,
+                locked_until: 100_000,
+            },
+        )
         .await
         .unwrap();
     assert_eq!(later.claimed.len(), 1, "{later:?}");

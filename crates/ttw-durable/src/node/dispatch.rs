@@ -23,7 +23,7 @@ use crate::node::ready::{Ended, Permits, Ready};
 use crate::node::report::Failing;
 use crate::node::window::Retry;
 use crate::node::Node;
-use crate::sql::claims::{Claimed, Due, Unclaimed};
+use crate::sql::claims::{Claimed, Claiming, Due, Unclaimed};
 use tokio_timing_wheel::Expirations;
 
 /// The most ids claimed in one statement.
@@ -184,7 +184,13 @@ impl Dispatcher {
         let claimed = if node.faults.fail_claim() {
             Err(Error::injected("the claim"))
         } else {
-            node.claims.claim(&dues, times.now, times.lock).await
+            node.claims
+                .claim(Claiming {
+                    fired: &dues,
+                    now: times.now,
+                    locked_until: times.lock,
+                })
+                .await
         };
         let claimed = match claimed {
             Ok(claimed) => claimed,
@@ -242,7 +248,14 @@ impl Dispatcher {
             Err(Error::injected("the claim"))
         } else {
             node.claims
-                .claim_limited(&queue, &dues, times.now, times.lock)
+                .claim_limited(
+                    &queue,
+                    Claiming {
+                        fired: &dues,
+                        now: times.now,
+                        locked_until: times.lock,
+                    },
+                )
                 .await
         };
         let limited = match claimed {

@@ -207,7 +207,15 @@ impl Leases {
     /// id take it from each other in turn; ids must be unique).
     async fn join(&self) -> Result<(), Error> {
         let process = process::identity();
-        leases::join(&self.db, self.me(), process, &self.lanes.joined()).await
+        leases::join(
+            &self.db,
+            self.me(),
+            leases::Joining {
+                process,
+                queues: &self.lanes.joined(),
+            },
+        )
+        .await
     }
 
     /// Takes up to `want` free shards of the queue at `index`. Returns the
@@ -224,7 +232,15 @@ impl Leases {
         };
         let candidates = leases::free_shards(&self.db, self.me(), search).await?;
         let wanted: Vec<i64> = candidates.iter().map(|c| c.shard).collect();
-        let got = leases::take(&self.db, self.me(), queue, &wanted).await?;
+        let got = leases::take(
+            &self.db,
+            self.me(),
+            leases::Shards {
+                queue,
+                shards: &wanted,
+            },
+        )
+        .await?;
         let takeovers = got
             .iter()
             .filter(|&&shard| {
@@ -253,7 +269,15 @@ impl Leases {
                 .filter(|l| lanes.contains(l))
                 .map(|&l| i64::from(self.lanes.shard_of(l)))
                 .collect();
-            leases::release(&self.db, &self.session, queue, &shards).await?;
+            leases::release(
+                &self.db,
+                &self.session,
+                leases::Shards {
+                    queue,
+                    shards: &shards,
+                },
+            )
+            .await?;
         }
         Ok(())
     }

@@ -2,7 +2,7 @@
 //! processes, the only way to hear of it).
 
 use crate::error::Error;
-use crate::sql::claims::{Claims, Due};
+use crate::sql::claims::{Claims, Due, Since};
 
 /// The catch-up poll's place: the database clock reading it looks back
 /// from. Change stamps and the reading are both the database's clock, taken
@@ -39,7 +39,11 @@ impl Poll {
     /// `horizon` that changed since the last poll looked.
     pub(crate) async fn poll(&mut self, claims: &Claims, horizon: i64) -> Result<Vec<Due>, Error> {
         let changed = claims
-            .changed_since(horizon, self.since, self.slack)
+            .changed_since(Since {
+                horizon,
+                since: self.since,
+                slack: self.slack,
+            })
             .await?;
         self.since = Some(changed.db_now - self.slack);
         Ok(changed.due)

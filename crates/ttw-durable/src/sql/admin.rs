@@ -199,14 +199,19 @@ pub(crate) async fn oldest_due(db: &Db, now: i64) -> Result<Vec<(String, i64)>, 
     Ok(rows)
 }
 
+/// The buckets [`due_buckets`] counts in: `width` ms each from `now`,
+/// up to `end`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Buckets {
+    pub(crate) now: i64,
+    pub(crate) width: i64,
+    pub(crate) end: i64,
+}
+
 /// Scheduled tasks due before `end`, counted per bucket of `width` ms from
 /// `now`: (bucket, count), bucket -1 for those overdue.
-pub(crate) async fn due_buckets(
-    db: &Db,
-    now: i64,
-    width: i64,
-    end: i64,
-) -> Result<Vec<(i64, i64)>, Error> {
+pub(crate) async fn due_buckets(db: &Db, buckets: Buckets) -> Result<Vec<(i64, i64)>, Error> {
+    let Buckets { now, width, end } = buckets;
     let rows = with_pool!(db, pool => {
         sqlx::query_as(
             "SELECT CASE WHEN run_at < $1 THEN -1 ELSE (run_at - $1) / $2 END AS b, COUNT(*) \
@@ -245,14 +250,22 @@ pub(crate) async fn count_finished(db: &Db, filter: Filter<'_>) -> Result<i64, E
     Ok(count)
 }
 
-/// The ids of at most `take` finished tasks matching `filter`, after id
-/// `after`, in id order.
-pub(crate) async fn finished_ids(
-    db: &Db,
-    filter: Filter<'_>,
-    after: i64,
-    take: u64,
-) -> Result<Vec<i64>, Error> {
+/// A page of finished tasks' ids: at most `take` matching `filter`, after
+/// id `after`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FinishedPage<'a> {
+    pub(crate) filter: Filter<'a>,
+    pub(crate) after: i64,
+    pub(crate) take: u64,
+}
+
+/// The ids of a page of finished tasks, in id order.
+pub(crate) async fn finished_ids(db: &Db, page: FinishedPage<'_>) -> Result<Vec<i64>, Error> {
+    let FinishedPage {
+        filter,
+        after,
+        take,
+    } = page;
     let (clause, states, queue) = filter.clause();
     let bound = states.len() + usize::from(queue.is_some());
     let sql = format!(
@@ -271,16 +284,22 @@ pub(crate) async fn finished_ids(
     Ok(ids)
 }
 
-/// The tasks `ids` in finished state `state`, scheduled again at `at` with
-/// their attempts reset (back from the history for done and cancelled
-/// ones), announced. Returns them.
+/// A redrive: the tasks `ids` in finished state `state`, due again at `at`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Redriving<'a> {
+    pub(crate) ids: &'a [i64],
+    pub(crate) state: TaskState,
+    pub(crate) at: i64,
+}
+
+/// The tasks of a redrive scheduled again with their attempts reset (back
+/// from the history for done and cancelled ones), announced. Returns them.
 pub(crate) async fn redrive(
     db: &Db,
     names: &Names,
-    ids: &[i64],
-    state: TaskState,
-    at: i64,
+    redriving: Redriving<'_>,
 ) -> Result<Vec<Announced>, Error> {
+    let Redriving { ids, state, at } = redriving;
     if ids.is_empty() {
         return Ok(Vec::new());
     }

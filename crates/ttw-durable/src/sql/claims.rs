@@ -25,7 +25,7 @@ use fence::{checked, fenced, in_held_shard, retry_or_dead, task_lane, uncontroll
 pub(crate) use limited::Wait;
 use rows::{claimed, ChangedRow, ClaimedRow, DueRow, ReclaimedRow, UnclaimedRow, DUE_COLUMNS};
 pub(crate) use rows::{
-    AttemptFailed, Changes, Claimed, Due, Failed, Reclaimed, Success, Unclaimed,
+    AttemptFailed, Changes, Claimed, Claiming, Due, Failed, Reclaimed, Since, Success, Unclaimed,
 };
 
 /// `ids` as a PostgreSQL array literal: `{1,2,3}`.
@@ -150,12 +150,12 @@ impl Claims {
     /// scheduled tasks of this session's shards due before `horizon` whose
     /// change stamp is at or after `since` (or, on the first poll, `slack`
     /// before that clock).
-    pub(crate) async fn changed_since(
-        &self,
-        horizon: i64,
-        since: Option<i64>,
-        slack: i64,
-    ) -> Result<Changes, Error> {
+    pub(crate) async fn changed_since(&self, look: Since) -> Result<Changes, Error> {
+        let Since {
+            horizon,
+            since,
+            slack,
+        } = look;
         let sql = format!(
             "WITH c AS (SELECT {} AS db_now) \
              SELECT c.db_now, {DUE_COLUMNS} FROM c LEFT JOIN ttw_tasks \
@@ -185,18 +185,19 @@ impl Claims {
         Ok(Changes { db_now, due })
     }
 
-    /// The claim, in one statement: of `fired` (in id order), those still
-    /// scheduled, due by `now`, in a lane whose lease this session holds,
-    /// and in a queue with no flow control (see [`uncontrolled`]) move to
-    /// running, with the attempt counted, the session and lease epoch
-    /// stamped, and a lock until `locked_until`. The tasks of a paused or
-    /// limited queue are left to [`claim_limited`](Self::claim_limited).
-    pub(crate) async fn claim(
-        &self,
-        fired: &[Due],
-        now: i64,
-        locked_until: i64,
-    ) -> Result<Vec<Claimed>, Error> {
+    /// The claim, in one statement: of the fired tasks (in id order),
+    /// those still scheduled, due by `now`, in a lane whose lease this
+    /// session holds, and in a queue with no flow control (see
+    /// [`uncontrolled`]) move to running, with the attempt counted, the
+    /// session and lease epoch stamped, and a lock until `locked_until`.
+    /// The tasks of a paused or limited queue are left to
+    /// [`claim_limited`](Self::claim_limited).
+    pub(crate) async fn claim(&self, claim: Claiming<'_>) -> Result<Vec<Claimed>, Error> {
+        let Claiming {
+            fired,
+            now,
+            locked_until,
+        } = claim;
         let sql = self.claim_sql(fired.len(), true);
         let claimed = write_with_pool!(&self.db, Urgency::Urgent, pool => {
             let query = sqlx::query_as::<_, ClaimedRow>(&sql)

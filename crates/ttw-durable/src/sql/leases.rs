@@ -187,15 +187,25 @@ async fn mark_alive(db: &Db, s: Session<'_>) -> Result<bool, Error> {
     Ok(n == 1)
 }
 
+/// What a session joins with: where it runs (`process`), and the queues it
+/// serves (comma-separated).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Joining<'a> {
+    pub(crate) process: Option<&'a str>,
+    pub(crate) queues: &'a str,
+}
+
+/// Some shards of one queue.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shards<'a> {
+    pub(crate) queue: &'a str,
+    pub(crate) shards: &'a [i64],
+}
+
 /// Writes the session's membership row, taking the node id's row from an
-/// earlier session if there is one: `process` is where it runs, `queues`
-/// those it serves (comma-separated).
-pub(crate) async fn join(
-    db: &Db,
-    s: Session<'_>,
-    process: Option<&str>,
-    queues: &str,
-) -> Result<(), Error> {
+/// earlier session if there is one.
+pub(crate) async fn join(db: &Db, s: Session<'_>, joining: Joining<'_>) -> Result<(), Error> {
+    let Joining { process, queues } = joining;
     let sql = format!(
         "INSERT INTO ttw_nodes (node_id, session, heartbeat_at, process, leaving, queues, lease_ttl_ms) \
          VALUES ($1, $2, {}, $3, 0, $4, $5) \
@@ -268,15 +278,11 @@ pub(crate) async fn free_shards(
         .collect())
 }
 
-/// Takes the leases of `shards` of `queue` that are still free (of two
-/// sessions racing for a shard, only one gets it), bumping each one's
-/// epoch. Returns the shards taken.
-pub(crate) async fn take(
-    db: &Db,
-    s: Session<'_>,
-    queue: &str,
-    shards: &[i64],
-) -> Result<Vec<i64>, Error> {
+/// Takes the leases of the shards that are still free (of two sessions
+/// racing for a shard, only one gets it), bumping each one's epoch.
+/// Returns the shards taken.
+pub(crate) async fn take(db: &Db, s: Session<'_>, wanted: Shards<'_>) -> Result<Vec<i64>, Error> {
+    let Shards { queue, shards } = wanted;
     if shards.is_empty() {
         return Ok(Vec::new());
     }
@@ -313,13 +319,9 @@ pub(crate) async fn release_all(db: &Db, session: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// Gives back the leases of `shards` of `queue` that `session` holds.
-pub(crate) async fn release(
-    db: &Db,
-    session: &str,
-    queue: &str,
-    shards: &[i64],
-) -> Result<(), Error> {
+/// Gives back the leases of the shards that `session` holds.
+pub(crate) async fn release(db: &Db, session: &str, given: Shards<'_>) -> Result<(), Error> {
+    let Shards { queue, shards } = given;
     if shards.is_empty() {
         return Ok(());
     }

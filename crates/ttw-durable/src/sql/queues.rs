@@ -221,17 +221,28 @@ pub(crate) async fn history_partition_key(db: &Db, id: i64) -> Result<Option<Str
     Ok(key)
 }
 
+/// A wait for a place: `session`'s for `key`'s tasks of `queue`, until
+/// `until`.
+#[cfg(test)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KeyWait<'a> {
+    pub(crate) queue: &'a str,
+    pub(crate) key: &'a str,
+    pub(crate) session: &'a str,
+    pub(crate) until: i64,
+}
+
 /// Notes that `session` waits for a place for `key`'s tasks of `queue`
 /// until `until` (for the conformance suite: as another node's limited
 /// claim would).
 #[cfg(test)]
-pub(crate) async fn note_key_wait(
-    db: &Db,
-    queue: &str,
-    key: &str,
-    session: &str,
-    until: i64,
-) -> Result<(), Error> {
+pub(crate) async fn note_key_wait(db: &Db, wait: KeyWait<'_>) -> Result<(), Error> {
+    let KeyWait {
+        queue,
+        key,
+        session,
+        until,
+    } = wait;
     with_pool!(db, pool => {
         sqlx::query(
             "INSERT INTO ttw_key_waits (queue, partition_key, session, wait_until) VALUES ($1, $2, $3, $4)",

@@ -140,18 +140,21 @@ pub(crate) enum Change<'a> {
     Delete,
 }
 
-/// One change of an operator to schedule `name` at `now`, in one
-/// transaction: its occurrences made tasks and not yet started are deleted,
-/// then the change is made, and (but for a pause or a deletion) other
-/// processes' schedulers are told. Returns whether the change found the
-/// schedule in the state it needs (if not, nothing is deleted either).
-pub(crate) async fn change(
-    db: &Db,
-    names: &Names,
-    name: &str,
-    change: Change<'_>,
-    now: i64,
-) -> Result<bool, Error> {
+/// One change of an operator to schedule `name`, at `now`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Changing<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) change: Change<'a>,
+    pub(crate) now: i64,
+}
+
+/// One change, in one transaction: the schedule's occurrences made tasks
+/// and not yet started are deleted, then the change is made, and (but for a
+/// pause or a deletion) other processes' schedulers are told. Returns
+/// whether the change found the schedule in the state it needs (if not,
+/// nothing is deleted either).
+pub(crate) async fn change(db: &Db, names: &Names, changing: Changing<'_>) -> Result<bool, Error> {
+    let Changing { name, change, now } = changing;
     let delete = format!(
         "DELETE FROM {} WHERE recurring = $1 AND state = 'scheduled' AND attempts = 0 RETURNING run_at",
         names.tasks

@@ -147,10 +147,13 @@ impl Claims {
     pub(crate) async fn claim_limited(
         &self,
         queue: &str,
-        fired: &[Due],
-        now: i64,
-        locked_until: i64,
+        claim: Claiming<'_>,
     ) -> Result<LimitedClaim, Error> {
+        let Claiming {
+            fired,
+            now,
+            locked_until,
+        } = claim;
         let (least, greatest) = (least(&self.db), greatest(&self.db));
         let refill = format!(
             "WITH c AS (SELECT {} AS now) UPDATE ttw_queues SET \

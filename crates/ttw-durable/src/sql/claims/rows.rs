@@ -22,6 +22,25 @@ pub(crate) struct Due {
     pub(crate) key: u64,
 }
 
+/// A catch-up poll's parameters: the tasks due before `horizon` whose
+/// change stamp is at or after `since` (or, on the first poll, `slack`
+/// before the database's clock).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Since {
+    pub(crate) horizon: i64,
+    pub(crate) since: Option<i64>,
+    pub(crate) slack: i64,
+}
+
+/// A claim's parameters: the fired tasks it claims (in id order), the
+/// time it claims them at, and the lock it takes until.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Claiming<'a> {
+    pub(crate) fired: &'a [Due],
+    pub(crate) now: i64,
+    pub(crate) locked_until: i64,
+}
+
 /// The columns a [`Due`] is read from.
 pub(super) const DUE_COLUMNS: &str = "id, run_at, queue, priority, partition_key";
 
