@@ -3,8 +3,8 @@
 //! report shows them as not run instead of counting them as passed. The
 //! same for the dashboard's browser test without `chromedriver`, and the
 //! JetStream tests without `nats-server`, and the failover tests without
-//! `pg_autoctl` (pg_auto_failover), and the Python client's tests without
-//! pytest, except
+//! `pg_autoctl` (pg_auto_failover), the Python client's tests without
+//! pytest and the TypeScript client's without its `npm ci`, except
 //! under `CI`, where `.ci/run` installs it and a missing one must fail.
 
 fn main() {
@@ -44,5 +44,12 @@ fn main() {
         .is_ok_and(|out| out.status.success());
     if !ci && !pytest {
         println!("cargo:rustc-cfg=ttw_no_pytest");
+    }
+    println!("cargo:rustc-check-cfg=cfg(ttw_no_npm_client)");
+    let manifest = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
+    let tsc = manifest.join("../../clients/typescript/node_modules/.bin/tsc");
+    println!("cargo:rerun-if-changed={}", tsc.display());
+    if !ci && !tsc.exists() {
+        println!("cargo:rustc-cfg=ttw_no_npm_client");
     }
 }

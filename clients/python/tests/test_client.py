@@ -18,6 +18,18 @@ from conftest import HERE, SECRET, TOKEN, ttw_binary
 from ttw_client import CODES, Client, ConnectionFailed, InvalidSignature, errors, new_task, verify_webhook
 
 
+def every_thread_stopped(pid):
+    """A stop signal reaches each thread of a process in its own time: waits
+    until every thread of `pid` is stopped."""
+    for _ in range(500):
+        tasks = os.listdir(f"/proc/{pid}/task")
+        states = [open(f"/proc/{pid}/task/{t}/stat").read().rsplit(") ", 1)[1][0] for t in tasks]
+        if all(s in "Tt" for s in states):
+            return
+        time.sleep(0.002)
+    raise AssertionError("the server did not stop")
+
+
 def scheduled(client, queue="later"):
     return client.counts()["queues"].get(queue, {}).get("scheduled", 0)
 
@@ -150,6 +162,7 @@ def test_a_schedule_retried_through_a_stopped_server_is_stored_once(server):
     key = unique("retried")
     before = scheduled(client)
     os.kill(server.process.pid, signal.SIGSTOP)
+    every_thread_stopped(server.process.pid)
     threading.Timer(1.5, os.kill, (server.process.pid, signal.SIGCONT)).start()
     started = time.monotonic()
     try:

@@ -1,0 +1,418 @@
+// A typed client of the ttw delayed-task service (`ttw server`), on the
+// platform's `fetch`: Node 18 and newer, and browsers.
+
+import {
+  CODES,
+  type BatchView,
+  type CancelledView,
+  type Code,
+  type NewLimits,
+  type NewRecurring,
+  type NewRetry,
+  type NewTask,
+  type PageView,
+  type QueueCountsView,
+  type QueueView,
+  type RecurringChanged,
+  type RecurringPut,
+  type RecurringView,
+  type RedrivenView,
+  type RescheduledView,
+  type ScheduledView,
+  type StateName,
+  type TaskView,
+} from "./generated.js";
+
+export * from "./generated.js";
+
+/** Anything this client throws. */
+export class TtwError extends Error {}
+
+/** No answer from the service after every retry (refused, reset, timed out). */
+export class ConnectionFailed extends TtwError {}
+
+/** The service refused: its HTTP status, its stable code and a message. */
+export class ApiError extends TtwError {
+  constructor(
+    readonly status: number,
+    readonly code: Code | string,
+    message: string,
+  ) {
+    super(`${status} ${code}: ${message}`);
+  }
+
+  /** Whether the service answered with `code`. */
+  is(code: Code): boolean {
+    return this.code === code;
+  }
+}
+
+/** A time: a `Date`, or RFC 3339 text with an offset. */
+export type When = Date | string;
+/** A delay: milliseconds, or text as the service reads it (`"15m"`, `"1h 30m"`). */
+export type Delay = number | string;
+
+/** One task to schedule: a JSON `payload` or raw `payloadBytes`, due after `delay` or at `runAt`. */
+export interface TaskInput {
+  payload?: unknown;
+  payloadBytes?: Uint8Array;
+  delay?: Delay;
+  runAt?: When;
+  queue?: string;
+  priority?: number;
+  maxAttempts?: number;
+  idempotencyKey?: string;
+  partitionKey?: string;
+  replacePending?: boolean;
+  maxWait?: Delay;
+}
+
+export interface ClientOptions {
+  /** Each request's limit, in ms (default 10,000). */
+  timeoutMs?: number;
+  /** Retries of a request that is safe to repeat (default 4). */
+  retries?: number;
+  /** The first wait before a retry, in ms, doubling after each (default 250). */
+  backoffMs?: number;
+  /** The `fetch` to use (default the platform's). */
+  fetch?: typeof fetch;
+}
+
+const delayText = (d: Delay): string => (typeof d === "number" ? `${Math.round(d)}ms` : d);
+const timeText = (t: When): string => (t instanceof Date ? t.toISOString() : t);
+
+function base64(bytes: Uint8Array): string {
+  let text = "";
+  for (const b of bytes) text += String.fromCharCode(b);
+  return btoa(text);
+}
+
+function randomKey(): string {
+  const bytes = new Uint8Array(16);
+  globalThis.crypto.getRandomValues(bytes);
+  return "ts-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** The body of one task, as `POST /v1/tasks` takes it. */
+export function newTask(input: TaskInput): NewTask {
+  if (input.payload !== undefined && input.payloadBytes !== undefined) {
+    throw new TypeError("payload or payloadBytes, not both");
+  }
+  if (input.delay !== undefined && input.runAt !== undefined) {
+    throw new TypeError("delay or runAt, not both");
+  }
+  const task: NewTask = {};
+  if (input.payload !== undefined) task.payload = input.payload;
+  if (input.payloadBytes !== undefined) task.payload_base64 = base64(input.payloadBytes);
+  if (input.delay !== undefined) task.delay = delayText(input.delay);
+  if (input.runAt !== undefined) task.run_at = timeText(input.runAt);
+  if (input.queue !== undefined) task.queue = input.queue;
+  if (input.priority !== undefined) task.priority = input.priority;
+  if (input.maxAttempts !== undefined) task.max_attempts = input.maxAttempts;
+  if (input.idempotencyKey !== undefined) task.idempotency_key = input.idempotencyKey;
+  if (input.partitionKey !== undefined) task.partition_key = input.partitionKey;
+  if (input.replacePending) task.replace_pending = true;
+  if (input.maxWait !== undefined) task.max_wait = delayText(input.maxWait);
+  return task;
+}
+
+/** Filters of a page of tasks. */
+export interface TaskFilter {
+  state?: StateName;
+  queue?: string;
+  dueFrom?: When;
+  dueBefore?: When;
+  limit?: number;
+}
+
+/**
+ * A client of one `ttw server`.
+ *
+ * Requests that are safe to repeat are retried on a 503 `unavailable` and
+ * on a lost, refused or timed-out connection: reads, cancels,
+ * reschedules, settings, and schedules, which always carry an idempotency
+ * key (a random one when none is given, so a schedule whose answer was lost
+ * is stored once). A redrive is never retried. Other refusals throw an
+ * {@link ApiError} with the service's stable code.
+ */
+export class Client {
+  private readonly base: string;
+  private readonly timeoutMs: number;
+  private readonly retries: number;
+  private readonly backoffMs: number;
+  private readonly fetch: typeof fetch;
+
+  constructor(
+    baseUrl: string,
+    private readonly token: string,
+    options: ClientOptions = {},
+  ) {
+    this.base = baseUrl.replace(/\/+$/, "");
+    this.timeoutMs = options.timeoutMs ?? 10_000;
+    this.retries = options.retries ?? 4;
+    this.backoffMs = options.backoffMs ?? 250;
+    this.fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
+  }
+
+  private async request<T>(
+    method: string,
+    path: string,
+    body?: unknown,
+    query?: Record<string, string | number | undefined>,
+    retry = true,
+  ): Promise<T> {
+    let url = this.base + path;
+    if (query) {
+      const params = new URLSearchParams();
+      for (const [k, v] of Object.entries(query)) if (v !== undefined) params.set(k, String(v));
+      const text = params.toString();
+      if (text) url += "?" + text;
+    }
+    const headers: Record<string, string> = { authorization: `Bearer ${this.token}`, accept: "application/json" };
+    if (body !== undefined) headers["content-type"] = "application/json";
+    const attempts = 1 + (retry ? this.retries : 0);
+    let wait = this.backoffMs;
+    for (let attempt = 0; ; attempt++) {
+      const last = attempt === attempts - 1;
+      let answer: Response;
+      try {
+        answer = await this.fetch(url, {
+          method,
+          headers,
+          body: body === undefined ? undefined : JSON.stringify(body),
+          signal: AbortSignal.timeout(this.timeoutMs),
+        });
+      } catch (lost) {
+        if (last) throw new ConnectionFailed(`${method} ${url}: ${String(lost)}`);
+        await sleep(wait);
+        wait *= 2;
+        continue;
+      }
+      const text = await answer.text();
+      if (answer.ok) return (text ? JSON.parse(text) : undefined) as T;
+      if (answer.status === 503 && !last) {
+        await sleep(wait);
+        wait *= 2;
+        continue;
+      }
+      let code = "";
+      let message = text;
+      try {
+        const detail = JSON.parse(text).error;
+        code = detail.code;
+        message = detail.message;
+      } catch {
+        // Not the service's JSON: the status and the text say what it was.
+      }
+      throw new ApiError(answer.status, code, message);
+    }
+  }
+
+  /** Schedules one task: its `id` and `outcome` (`created`, `existing` for a pending task of its key, `replaced`). */
+  schedule(input: TaskInput): Promise<ScheduledView> {
+    const task = newTask(input);
+    task.idempotency_key ??= randomKey();
+    return this.request("POST", "/v1/tasks", task);
+  }
+
+  /** Schedules a batch in one transaction: an answer per task, in order. */
+  scheduleMany(inputs: TaskInput[]): Promise<BatchView> {
+    const tasks = inputs.map((input) => {
+      const task = newTask(input);
+      task.idempotency_key ??= randomKey();
+      return task;
+    });
+    return this.request("POST", "/v1/tasks/batch", { tasks });
+  }
+
+  /** A task by id; an {@link ApiError} `not_found` if there is none. */
+  get(id: number): Promise<TaskView> {
+    return this.request("GET", `/v1/tasks/${id}`);
+  }
+
+  /** The task of an idempotency key. */
+  getByKey(key: string): Promise<TaskView> {
+    return this.request("GET", `/v1/keys/${encodeURIComponent(key)}`);
+  }
+
+  /** Cancels a scheduled task; `not_scheduled` once it ran. */
+  cancel(id: number): Promise<CancelledView> {
+    return this.request("DELETE", `/v1/tasks/${id}`);
+  }
+
+  /** Cancels the scheduled task of a key. */
+  cancelByKey(key: string): Promise<CancelledView> {
+    return this.request("DELETE", `/v1/keys/${encodeURIComponent(key)}`);
+  }
+
+  /** Moves a scheduled task to `delay` from now, or to `runAt`. */
+  reschedule(id: number, when: { delay?: Delay; runAt?: When }): Promise<RescheduledView> {
+    return this.request("POST", `/v1/tasks/${id}/reschedule`, newTime(when));
+  }
+
+  /** Moves the scheduled task of a key. */
+  rescheduleByKey(key: string, when: { delay?: Delay; runAt?: When }): Promise<RescheduledView> {
+    return this.request("POST", `/v1/keys/${encodeURIComponent(key)}/reschedule`, newTime(when));
+  }
+
+  /** One page of tasks in id order, and the cursor of the next. */
+  page(filter: TaskFilter = {}, cursor?: string): Promise<PageView> {
+    return this.request("GET", "/v1/tasks", undefined, {
+      state: filter.state,
+      queue: filter.queue,
+      due_from: filter.dueFrom === undefined ? undefined : timeText(filter.dueFrom),
+      due_before: filter.dueBefore === undefined ? undefined : timeText(filter.dueBefore),
+      limit: filter.limit,
+      cursor,
+    });
+  }
+
+  /** Every task that matches, page after page by cursor. */
+  async *tasks(filter: TaskFilter = {}): AsyncGenerator<TaskView> {
+    let cursor: string | undefined;
+    do {
+      const page = await this.page(filter, cursor);
+      yield* page.tasks;
+      cursor = page.next_cursor ?? undefined;
+    } while (cursor);
+  }
+
+  /** Runs finished tasks again (dead ones by default). Not retried. */
+  redrive(options: { state?: StateName; queue?: string; limit?: number; spread?: Delay } = {}): Promise<RedrivenView> {
+    const body: Record<string, unknown> = {};
+    if (options.state !== undefined) body.state = options.state;
+    if (options.queue !== undefined) body.queue = options.queue;
+    if (options.limit !== undefined) body.limit = options.limit;
+    if (options.spread !== undefined) body.spread = delayText(options.spread);
+    return this.request("POST", "/v1/tasks/redrive", body, undefined, false);
+  }
+
+  /** Tasks per queue and state. */
+  counts(): Promise<QueueCountsView> {
+    return this.request("GET", "/v1/counts");
+  }
+
+  /** Creates or updates a recurring schedule (`cron` with `time_zone`, or `every`). */
+  putRecurring(name: string, schedule: NewRecurring): Promise<RecurringPut> {
+    return this.request("PUT", `/v1/recurring/${encodeURIComponent(name)}`, schedule);
+  }
+
+  /** Every recurring schedule. */
+  async recurring(): Promise<RecurringView[]> {
+    return (await this.request<{ recurring: RecurringView[] }>("GET", "/v1/recurring")).recurring;
+  }
+
+  /** Stops making its occurrences tasks until resumed. */
+  pauseRecurring(name: string): Promise<RecurringChanged> {
+    return this.request("POST", `/v1/recurring/${encodeURIComponent(name)}/pause`);
+  }
+
+  /** Makes its occurrences tasks again, from the next one. */
+  resumeRecurring(name: string): Promise<RecurringChanged> {
+    return this.request("POST", `/v1/recurring/${encodeURIComponent(name)}/resume`);
+  }
+
+  /** Deletes it (occurrences already made tasks stay). */
+  deleteRecurring(name: string): Promise<RecurringChanged> {
+    return this.request("DELETE", `/v1/recurring/${encodeURIComponent(name)}`);
+  }
+
+  /** The settings of every queue. */
+  async queues(): Promise<QueueView[]> {
+    return (await this.request<{ queues: QueueView[] }>("GET", "/v1/queues")).queues;
+  }
+
+  /** One queue's settings. */
+  queue(name: string): Promise<QueueView> {
+    return this.request("GET", `/v1/queues/${encodeURIComponent(name)}`);
+  }
+
+  /** Every node stops starting the queue's tasks. */
+  pauseQueue(name: string): Promise<QueueView> {
+    return this.request("POST", `/v1/queues/${encodeURIComponent(name)}/pause`);
+  }
+
+  /** Every node starts the queue's tasks again. */
+  resumeQueue(name: string): Promise<QueueView> {
+    return this.request("POST", `/v1/queues/${encodeURIComponent(name)}/resume`);
+  }
+
+  /** Concurrency, per-key concurrency and rate, across every node. */
+  setLimits(name: string, limits: NewLimits): Promise<QueueView> {
+    return this.request("PUT", `/v1/queues/${encodeURIComponent(name)}/limits`, limits);
+  }
+
+  /** The attempt limit and backoff, over each node's own. */
+  setRetry(name: string, retry: NewRetry): Promise<QueueView> {
+    return this.request("PUT", `/v1/queues/${encodeURIComponent(name)}/retry`, retry);
+  }
+}
+
+function newTime(when: { delay?: Delay; runAt?: When }): { delay?: string; run_at?: string } {
+  if ((when.delay === undefined) === (when.runAt === undefined)) {
+    throw new TypeError("delay or runAt, one of them");
+  }
+  return when.delay !== undefined ? { delay: delayText(when.delay) } : { run_at: timeText(when.runAt!) };
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A delivery whose signature or timestamp does not check out. */
+export class InvalidSignature extends TtwError {}
+
+/**
+ * Checks a delivery (Standard Webhooks: `webhook-id`, `webhook-timestamp`,
+ * `webhook-signature`): its signature over `id.timestamp.body` with the
+ * queue's secret (`whsec_` and base64), and a timestamp within
+ * `toleranceS` seconds of now. Returns its `webhook-id` (deduplicate on
+ * it); throws {@link InvalidSignature} otherwise. Header names are matched
+ * without regard to case.
+ */
+export async function verifyWebhook(
+  secret: string,
+  headers: Record<string, string | string[] | undefined> | Headers,
+  body: Uint8Array | string,
+  toleranceS = 300,
+  nowS = Date.now() / 1000,
+): Promise<string> {
+  const get = (name: string): string => {
+    if (headers instanceof Headers) return headers.get(name) ?? "";
+    for (const [k, v] of Object.entries(headers)) {
+      if (k.toLowerCase() === name) return Array.isArray(v) ? v[0] ?? "" : v ?? "";
+    }
+    return "";
+  };
+  const id = get("webhook-id");
+  const stamp = get("webhook-timestamp");
+  const signatures = get("webhook-signature");
+  if (!id || !stamp || !signatures) {
+    throw new InvalidSignature("missing webhook-id, webhook-timestamp or webhook-signature");
+  }
+  const sent = Number(stamp);
+  if (!Number.isInteger(sent)) throw new InvalidSignature("webhook-timestamp is not a number");
+  if (Math.abs(nowS - sent) > toleranceS) throw new InvalidSignature("webhook-timestamp is too far from now");
+  const keyText = secret.startsWith("whsec_") ? secret.slice("whsec_".length) : secret;
+  const key = Uint8Array.from(atob(keyText), (c) => c.charCodeAt(0));
+  const bytes = typeof body === "string" ? new TextEncoder().encode(body) : body;
+  const signed = new Uint8Array([...new TextEncoder().encode(`${id}.${stamp}.`), ...bytes]);
+  const subtle = globalThis.crypto?.subtle ?? (await import("node:crypto")).webcrypto.subtle;
+  const hmac = await subtle.importKey("raw", key, { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  const expected = base64(new Uint8Array(await subtle.sign("HMAC", hmac, signed)));
+  for (const part of signatures.split(" ")) {
+    const [version, sig] = part.split(",", 2);
+    if (version === "v1" && sig !== undefined && constantTimeEqual(sig, expected)) return id;
+  }
+  throw new InvalidSignature("no signature matches");
+}
+
+function constantTimeEqual(a: string, b: string): boolean {
+  if (a.length !== b.length) return false;
+  let diff = 0;
+  for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
+  return diff === 0;
+}
+
+/** Whether `code` is one of the service's stable codes. */
+export function isCode(code: string): code is Code {
+  return (CODES as readonly string[]).includes(code);
+}

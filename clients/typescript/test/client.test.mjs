@@ -1,0 +1,221 @@
+// The client against a real `ttw server` (the workspace's binary, or
+// TTW_BIN): every call, its typed errors, its retries through a stopped
+// server, the signature of a real delivery, and its generated types held
+// equal to the server's document.
+import assert from "node:assert/strict";
+import { execFileSync, spawn } from "node:child_process";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { createServer } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
+
+import { ApiError, CODES, Client, ConnectionFailed, InvalidSignature, verifyWebhook } from "../dist/index.js";
+
+const here = fileURLToPath(new URL(".", import.meta.url));
+const TOKEN = "client-test-token-0123456789";
+const SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+function ttwBinary() {
+  if (process.env.TTW_BIN) return process.env.TTW_BIN;
+  const target = process.env.CARGO_TARGET_DIR ?? join(here, "..", "..", "..", "target");
+  const path = join(target, "debug", "ttw");
+  if (!existsSync(path)) throw new Error(`no ttw binary at ${path}: run \`cargo build -p ttw\` or set TTW_BIN`);
+  return path;
+}
+
+/** Waits until every thread of `pid` is stopped: a stop signal reaches
+ * each thread of a process in its own time. */
+async function everyThreadStopped(pid) {
+  for (let i = 0; i < 500; i++) {
+    const states = readdirSync(`/proc/${pid}/task`).map(
+      (t) => readFileSync(`/proc/${pid}/task/${t}/stat`, "utf8").split(") ")[1][0],
+    );
+    if (states.every((s) => s === "T" || s === "t")) return;
+    await sleep(2);
+  }
+  assert.fail("the server did not stop");
+}
+
+const unique = (prefix) => `${prefix}-${Math.random().toString(16).slice(2, 14)}`;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+let server;
+let receiver;
+const received = [];
+let client;
+
+before(async () => {
+  receiver = createServer((req, res) => {
+    const chunks = [];
+    req.on("data", (c) => chunks.push(c));
+    req.on("end", () => {
+      received.push({ headers: req.headers, body: Buffer.concat(chunks) });
+      res.writeHead(200, { "content-length": "0" });
+      res.end();
+    });
+  });
+  await new Promise((r) => receiver.listen(0, "127.0.0.1", r));
+  const dir = mkdtempSync(join(tmpdir(), "ttw-ts-client-"));
+  const config = join(dir, "ttw.toml");
+  writeFileSync(
+    config,
+    `listen = "127.0.0.1:0"
+database = "${dir}/tasks.db"
+
+[[queues]]
+name = "hooks"
+webhook = { url = "http://127.0.0.1:${receiver.address().port}/hook", secret_env = "TTW_HOOK_SECRET" }
+
+[[queues]]
+name = "later"
+
+[[tokens]]
+name = "app"
+secret_env = "TTW_TOKEN_APP"
+scopes = ["schedule", "read", "admin"]
+`,
+  );
+  const env = { ...process.env, TTW_TOKEN_APP: TOKEN, TTW_HOOK_SECRET: SECRET };
+  delete env.DATABASE_URL;
+  server = spawn(ttwBinary(), ["server", "--config", config], { env, stdio: ["ignore", "pipe", "ignore"] });
+  const lines = createInterface({ input: server.stdout });
+  const first = await new Promise((resolve) => lines.once("line", resolve));
+  const prefix = "ttw server: listening on ";
+  assert.ok(first.startsWith(prefix), `unexpected first line: ${first}`);
+  server.url = first.slice(prefix.length).replace(/\/+$/, "");
+  lines.on("line", () => {});
+  client = new Client(server.url, TOKEN);
+});
+
+after(() => {
+  server?.kill("SIGKILL");
+  receiver?.close();
+});
+
+const scheduled = async (queue = "later") => (await client.counts()).queues[queue]?.scheduled ?? 0;
+
+test("the generated types are the server's document", () => {
+  const doc = execFileSync(ttwBinary(), ["server", "--openapi"]);
+  execFileSync(process.execPath, [join(here, "..", "generate.mjs"), "--check"], { input: doc });
+  assert.deepEqual([...CODES], JSON.parse(doc).components.schemas.Code.enum);
+});
+
+test("one task scheduled, read, moved and cancelled by id and by key", async () => {
+  const key = unique("order");
+  const at = new Date(Date.now() + 3_600_000);
+  const made = await client.schedule({ payload: { order: 42 }, runAt: at, queue: "later", idempotencyKey: key, priority: 2 });
+  assert.equal(made.outcome, "created");
+  const again = await client.schedule({ payload: { order: 42 }, runAt: at, queue: "later", idempotencyKey: key });
+  assert.deepEqual(again, { id: made.id, outcome: "existing" });
+  const task = await client.get(made.id);
+  assert.deepEqual([task.state, task.queue, task.priority, task.idempotency_key], ["scheduled", "later", 2, key]);
+  assert.deepEqual(task.payload, { order: 42 });
+  assert.equal(new Date(task.run_at).getTime(), at.getTime());
+  assert.equal((await client.getByKey(key)).id, made.id);
+  assert.equal((await client.reschedule(made.id, { delay: "2h" })).rescheduled, true);
+  assert.ok(new Date((await client.get(made.id)).run_at).getTime() - Date.now() > 119 * 60_000);
+  await client.rescheduleByKey(key, { runAt: at });
+  assert.equal((await client.cancelByKey(key)).cancelled, true);
+  assert.equal((await client.get(made.id)).state, "cancelled");
+  await assert.rejects(client.cancel(made.id), (e) => e instanceof ApiError && e.is("not_scheduled"));
+  const raw = await client.schedule({ payloadBytes: new Uint8Array([0, 255]), delay: 3_600_000, queue: "later" });
+  assert.equal((await client.get(raw.id)).payload_base64, "AP8=");
+  assert.equal((await client.cancel(raw.id)).cancelled, true);
+});
+
+test("a batch is listed back page by page", async () => {
+  const before = await scheduled();
+  const inputs = Array.from({ length: 250 }, (_, n) => ({ payload: { n }, delay: "1h", queue: "later", partitionKey: "tenant-a" }));
+  const answers = (await client.scheduleMany(inputs)).tasks;
+  assert.equal(answers.length, 250);
+  assert.ok(answers.every((a) => a.outcome === "created"));
+  assert.equal(await scheduled(), before + 250);
+  const first = await client.page({ state: "scheduled", queue: "later", limit: 100 });
+  assert.equal(first.tasks.length, 100);
+  assert.ok(first.next_cursor);
+  const ids = [];
+  for await (const t of client.tasks({ state: "scheduled", queue: "later", limit: 100 })) ids.push(t.id);
+  assert.ok(answers.every((a) => ids.includes(a.id)));
+  assert.deepEqual(ids, [...ids].sort((a, b) => a - b));
+});
+
+test("refusals carry their status and stable code", async () => {
+  const code = async (promise) => {
+    try {
+      await promise;
+    } catch (e) {
+      assert.ok(e instanceof ApiError, String(e));
+      return [e.status, e.code];
+    }
+    assert.fail("not refused");
+  };
+  assert.deepEqual(await code(client.get(999_999_999)), [404, "not_found"]);
+  assert.deepEqual(await code(client.schedule({ payload: "x", queue: "no-such-queue" })), [400, "unknown_queue"]);
+  assert.deepEqual(await code(client.schedule({ payload: "x", delay: "soonish", queue: "later" })), [400, "invalid_delay"]);
+  assert.deepEqual(await code(client.schedule({ payload: "x", runAt: "tomorrow", queue: "later" })), [400, "invalid_time"]);
+  assert.deepEqual(await code(new Client(server.url, "wrong-token-0123456789").counts()), [401, "unauthorized"]);
+  assert.throws(() => client.schedule({ payload: "x", delay: 1, runAt: new Date() }), TypeError);
+  await assert.rejects(new Client("http://127.0.0.1:1", TOKEN, { retries: 1, backoffMs: 10 }).counts(), ConnectionFailed);
+});
+
+test("recurring schedules and queues", async () => {
+  const name = unique("nightly");
+  const schedule = { cron: "0 3 * * *", time_zone: "Europe/Paris", payload: { job: "report" }, queue: "later" };
+  assert.equal((await client.putRecurring(name, schedule)).outcome, "created");
+  assert.equal((await client.putRecurring(name, schedule)).outcome, "unchanged");
+  const listed = (await client.recurring()).find((r) => r.name === name);
+  assert.equal(listed.cron, "0 3 * * *");
+  assert.equal((await client.pauseRecurring(name)).paused, true);
+  assert.equal((await client.resumeRecurring(name)).resumed, true);
+  assert.equal((await client.deleteRecurring(name)).deleted, true);
+  assert.ok(!(await client.recurring()).some((r) => r.name === name));
+  assert.equal((await client.pauseQueue("later")).paused, true);
+  assert.equal((await client.queue("later")).paused, true);
+  assert.equal((await client.resumeQueue("later")).paused, false);
+  const limited = await client.setLimits("later", { concurrency: 3, per_key_concurrency: 1, rate: { count: 10, per: "1s" } });
+  assert.deepEqual([limited.concurrency, limited.per_key_concurrency], [3, 1]);
+  assert.equal((await client.setRetry("later", { max_attempts: 4, backoff: { base: "1s", max: "1m" } })).max_attempts, 4);
+  assert.ok((await client.queues()).some((q) => q.queue === "later"));
+});
+
+test("a delivery verifies with the queue's secret", async () => {
+  const made = await client.schedule({ payload: { hello: "webhook" }, queue: "hooks" });
+  let delivery;
+  for (let i = 0; i < 600 && !delivery; i++) {
+    delivery = received.find((r) => r.headers["ttw-task-id"] === String(made.id));
+    if (!delivery) await sleep(50);
+  }
+  assert.ok(delivery, "delivered within 30 s");
+  assert.equal(await verifyWebhook(SECRET, delivery.headers, delivery.body), delivery.headers["webhook-id"]);
+  await assert.rejects(verifyWebhook(SECRET, delivery.headers, Buffer.concat([delivery.body, Buffer.from(" ")])), InvalidSignature);
+  await assert.rejects(verifyWebhook(SECRET, delivery.headers, delivery.body, 300, Date.now() / 1000 + 3600), InvalidSignature);
+  await assert.rejects(verifyWebhook("whsec_" + btoa("another secret, 24 bytes"), delivery.headers, delivery.body), InvalidSignature);
+});
+
+test("a schedule retried through a stopped server is stored once", async () => {
+  // The server is stopped (SIGSTOP) when the schedule is sent: the request
+  // times out and is sent again with the same key until the server goes
+  // on (SIGCONT); it then reads both requests, and stores the task once.
+  const patient = new Client(server.url, TOKEN, { timeoutMs: 500, retries: 8, backoffMs: 200 });
+  const key = unique("retried");
+  const count = await scheduled();
+  process.kill(server.pid, "SIGSTOP");
+  await everyThreadStopped(server.pid);
+  const resumed = setTimeout(() => process.kill(server.pid, "SIGCONT"), 1500);
+  const started = Date.now();
+  let made;
+  try {
+    made = await patient.schedule({ payload: "once", delay: "1h", queue: "later", idempotencyKey: key });
+  } finally {
+    clearTimeout(resumed);
+    process.kill(server.pid, "SIGCONT");
+  }
+  assert.ok(Date.now() - started >= 1000, "the answer came while the server was stopped");
+  assert.ok(["created", "existing"].includes(made.outcome));
+  await sleep(500);
+  assert.equal(await scheduled(), count + 1);
+  assert.equal((await client.getByKey(key)).id, made.id);
+});
