@@ -24,6 +24,8 @@
 //! outside CI, the tests are compiled as ignored.
 #![cfg(target_os = "linux")]
 
+#[path = "support/child.rs"]
+mod child;
 #[path = "support/receiver.rs"]
 mod receiver;
 
@@ -38,7 +40,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use receiver::{Receiver, SECRET};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use ttw_durable::{Scheduler, Store, Webhook};
 
@@ -151,31 +152,19 @@ async fn child_scheduler() {
         .start_queues()
         .await
         .expect("the child's scheduler starts");
-    println!("ttw server: listening on (a library scheduler)");
+    println!("{} (a library scheduler)", child::READY);
     std::future::pending::<()>().await;
 }
 
 async fn library_scheduler(url: &str, hook: &str) -> Child {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["child_scheduler", "--exact", "--ignored", "--nocapture"])
-        .env("TTW_FAILOVER_URL", url)
-        .env("TTW_FAILOVER_HOOK", hook)
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the child starts");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    while let Some(line) = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-        .await
-        .expect("the child says it started")
-        .unwrap()
-    {
-        if line.starts_with("ttw server: listening on") {
-            break;
-        }
-    }
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    child
+    child::start(
+        "child_scheduler",
+        &[
+            ("TTW_FAILOVER_URL", url.as_ref()),
+            ("TTW_FAILOVER_HOOK", hook.as_ref()),
+        ],
+    )
+    .await
 }
 
 /// Now, in ms since the epoch: the receiver stamps arrivals on this clock.

@@ -172,6 +172,9 @@ on_both! {
     /// pause: the longest gap between two messages of the stream.
     #[cfg_attr(ttw_no_nats, ignore = "needs nats-server when built")]
     async fn a_cluster_losing_its_stream_leader_loses_nothing(db: Db) {
+        // One cluster at a time: each takes six ports and a leader election.
+        static ONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+        let _one = ONE.lock().await;
         let mut servers = Nats::cluster().await;
         let client = Nats::cluster_client(&servers).await;
         let js = jetstream::new(client.clone());

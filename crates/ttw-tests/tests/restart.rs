@@ -4,6 +4,8 @@
 //! again, and nothing else is delivered twice.
 #![cfg(target_os = "linux")]
 
+#[path = "support/child.rs"]
+mod child;
 #[path = "support/receiver.rs"]
 mod receiver;
 
@@ -12,12 +14,10 @@ mod ttw_server;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use receiver::{Receiver, SECRET};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use ttw_durable::{NewTask, Scheduler, Store, TaskQuery, TaskState, Webhook};
 
 const TOKEN: &str = "app-token-0123456789";
@@ -73,32 +73,20 @@ async fn child_scheduler() {
         .start_queues()
         .await
         .expect("the child's scheduler starts");
-    println!("ttw server: listening on (a library scheduler)");
+    println!("{} (a library scheduler)", child::READY);
     std::future::pending::<()>().await;
 }
 
 /// The library's scheduler as a child process on the SQLite file `db`.
 async fn library_scheduler(db: &Path, hook: &str) -> Child {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["child_scheduler", "--exact", "--ignored", "--nocapture"])
-        .env("TTW_RESTART_CHILD", db)
-        .env("TTW_RESTART_HOOK", hook)
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the child starts");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    while let Some(line) = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-        .await
-        .expect("the child says it started")
-        .unwrap()
-    {
-        if line.starts_with("ttw server: listening on") {
-            break;
-        }
-    }
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    child
+    child::start(
+        "child_scheduler",
+        &[
+            ("TTW_RESTART_CHILD", db.as_os_str()),
+            ("TTW_RESTART_HOOK", hook.as_ref()),
+        ],
+    )
+    .await
 }
 
 /// `ttw server` as a child process, once it says where it listens.

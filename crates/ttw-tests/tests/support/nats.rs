@@ -53,7 +53,16 @@ impl Nats {
     /// servers `n0`, `n1`, `n2`), JetStream on each: a stream created with
     /// 3 replicas keeps a copy on every one.
     pub async fn cluster() -> Vec<Nats> {
-        let routes: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        // Six distinct ports: every listener is held until all are bound.
+        let held: Vec<std::net::TcpListener> = (0..6)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let ports: Vec<u16> = held
+            .iter()
+            .map(|l| l.local_addr().unwrap().port())
+            .collect();
+        drop(held);
+        let (routes, clients) = ports.split_at(3);
         let mut servers = Vec::new();
         for (i, route) in routes.iter().enumerate() {
             let others: Vec<String> = routes
@@ -61,7 +70,7 @@ impl Nats {
                 .filter(|r| *r != route)
                 .map(|r| format!("nats://127.0.0.1:{r}"))
                 .collect();
-            let port = free_port();
+            let port = clients[i];
             servers.push(Nats {
                 child: None,
                 port,
@@ -133,6 +142,12 @@ impl Nats {
             .await
             .is_err()
         {
+            if let Ok(Some(status)) = self.child.as_mut().unwrap().try_wait() {
+                panic!(
+                    "nats-server on port {} exited ({status}) before it listened",
+                    self.port
+                );
+            }
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "nats-server did not listen within 30 s"
