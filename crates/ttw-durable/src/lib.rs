@@ -211,7 +211,7 @@ pub use node::scheduler::{Scheduler, SchedulerBuilder};
 pub use recurring::{
     CatchUp, Recurring, RecurringInfo, Registered, MAX_CATCH_UP, MAX_RECURRING_NAME, MIN_INTERVAL,
 };
-pub use sql::db::Commits;
+pub use sql::commits::Commits;
 pub use sql::schema::DEFAULT_SHARDS;
 pub use targets::{Delivered, Target};
 #[cfg(feature = "nats")]

@@ -15,7 +15,7 @@ use crate::model::task::{TaskId, TaskInfo, TaskState};
 use crate::model::time::to_ms;
 use crate::notify::{ListenOptions, Made, Notifier};
 #[cfg(feature = "sqlite")]
-use crate::sql::db::Commits;
+use crate::sql::commits::Commits;
 use crate::sql::db::{Db, Follower, MemoryKeeper, PoolSettings, SQLITE_MIN_SIZE};
 use crate::sql::names::Names;
 use crate::sql::schema;

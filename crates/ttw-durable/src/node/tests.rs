@@ -19,7 +19,6 @@ use crate::client::store::{Store, StoreBuilder};
 use crate::model::clock::Clock;
 use crate::model::task::TaskState;
 use crate::recurring::Recurring;
-use crate::sql::db::Db;
 use crate::Scheduler;
 
 /// Where the test clock starts: 2026-01-01T00:00:00Z.
@@ -85,18 +84,9 @@ async fn a_lock_is_reclaimed_when_it_runs_out_by_the_node_s_clock() {
     let (store, clock) = store_on_test_clock().await;
     let id = store.schedule("locked elsewhere").await.unwrap();
     let locked_until = clock.now_ms() + 5_000;
-    let Db::Sqlite(pool, _) = store.db() else {
-        unreachable!("an SQLite store")
-    };
-    sqlx::query(
-        "UPDATE ttw_tasks SET state = 'running', attempts = 1, claims = 1, \
-         locked_by = 'another/1', lock_epoch = 1000000, locked_until = $1 WHERE id = $2",
-    )
-    .bind(locked_until)
-    .bind(id.get())
-    .execute(pool)
-    .await
-    .unwrap();
+    crate::sql::testing::lock_elsewhere(store.db(), id.get(), locked_until)
+        .await
+        .unwrap();
 
     let (tx, mut delivered) = mpsc::unbounded_channel();
     let seen = clock.clone();

@@ -23,6 +23,7 @@ pub(crate) mod announce;
 #[cfg(feature = "sqlite")]
 pub(crate) mod checkpoint;
 pub(crate) mod claims;
+pub(crate) mod commits;
 #[cfg(feature = "postgres")]
 pub(crate) mod copy;
 pub(crate) mod db;
@@ -38,5 +39,7 @@ pub(crate) mod recurring;
 pub(crate) mod reserve;
 pub(crate) mod schema;
 pub(crate) mod tasks;
+#[cfg(test)]
+pub(crate) mod testing;
 #[cfg(feature = "sqlite")]
 pub(crate) mod wal;

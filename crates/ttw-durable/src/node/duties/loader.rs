@@ -188,19 +188,10 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         // Written straight to the table, as another process would: no
         // announcement in this one.
-        let crate::sql::db::Db::Sqlite(pool, _) = parts.store.db() else {
-            unreachable!("an SQLite store")
-        };
-        let at = parts.config.clock.now_ms() + 5_000;
-        sqlx::query(
-            "INSERT INTO ttw_tasks (state, run_at, payload, attempts, created_at, updated_at, claims, queue, priority) \
-             VALUES ('scheduled', $1, x'00', 0, $2, $2, 0, 'default', 0)",
-        )
-        .bind(at)
-        .bind(parts.config.clock.now_ms())
-        .execute(pool)
-        .await
-        .unwrap();
+        let now = parts.config.clock.now_ms();
+        crate::sql::testing::insert_unannounced(parts.store.db(), now + 5_000, now)
+            .await
+            .unwrap();
         for _ in 0..400 {
             if parts.armed().await == 1 {
                 break;

@@ -132,6 +132,7 @@ mod tests {
     use super::*;
     use crate::model::task::TaskState;
     use crate::node::duties::fixture::Parts;
+    use crate::sql::testing::lock_elsewhere;
 
     /// A task left running by another owner whose lock ran out is claimed
     /// back and armed; a second look right after is not due; shards taken
@@ -141,18 +142,10 @@ mod tests {
         let mut parts = Parts::new().await;
         parts.take_shards().await;
         let id = parts.store.schedule("left running").await.unwrap();
-        let crate::sql::db::Db::Sqlite(pool, _) = parts.store.db() else {
-            unreachable!("an SQLite store")
-        };
-        sqlx::query(
-            "UPDATE ttw_tasks SET state = 'running', attempts = 1, claims = 1, \
-             locked_by = 'other/1', lock_epoch = 1000000, locked_until = $1 WHERE id = $2",
-        )
-        .bind(parts.config.clock.now_ms() - 1_000)
-        .bind(id.get())
-        .execute(pool)
-        .await
-        .unwrap();
+        let db = parts.store.db();
+        lock_elsewhere(db, id.get(), parts.config.clock.now_ms() - 1_000)
+            .await
+            .unwrap();
         let rescuer = Rescuer::new(&parts.config, parts.locks.clone());
         parts.window.extend(parts.config.clock.now_ms() + 60_000);
         rescuer.reclaim_if_due(&parts.reclaim()).await.unwrap();
@@ -172,11 +165,7 @@ mod tests {
         assert_eq!(parts.events.snapshot(&parts.window).reclaimed, 1);
 
         // Not due again at once: the same lock, set again, stays.
-        sqlx::query("UPDATE ttw_tasks SET state = 'running', locked_by = 'other/1', locked_until = 0 WHERE id = $1")
-            .bind(id.get())
-            .execute(pool)
-            .await
-            .unwrap();
+        lock_elsewhere(db, id.get(), 0).await.unwrap();
         rescuer.reclaim_if_due(&parts.reclaim()).await.unwrap();
         assert_eq!(
             parts.store.get(id).await.unwrap().unwrap().state,

@@ -79,22 +79,8 @@ mod tests {
             .await
             .unwrap();
         let now = parts.config.clock.now_ms();
-        let crate::sql::db::Db::Sqlite(pool, _) = parts.store.db() else {
-            unreachable!("an SQLite store")
-        };
         for (id, finished) in [(old, now - 120_000), (new, now)] {
-            sqlx::query(
-                "INSERT INTO ttw_history (id, state, run_at, payload, attempts, created_at, updated_at, finished_at, claims, queue, priority) \
-                 SELECT id, 'done', run_at, payload, 1, created_at, updated_at, $1, 1, queue, priority FROM ttw_tasks WHERE id = $2",
-            )
-            .bind(finished)
-            .bind(id.get())
-            .execute(pool)
-            .await
-            .unwrap();
-            sqlx::query("DELETE FROM ttw_tasks WHERE id = $1")
-                .bind(id.get())
-                .execute(pool)
+            crate::sql::testing::finish_into_history(parts.store.db(), id.get(), finished)
                 .await
                 .unwrap();
         }

@@ -1,0 +1,59 @@
+//! Statements only tests run: they put a task in a state another process
+//! (or a crash) would have left it in, without the node under test seeing
+//! it happen.
+
+use crate::error::Error;
+use crate::sql::db::{with_pool, Db};
+
+/// Marks task `id` running under another node's lock until
+/// `locked_until` (attempt 1, an epoch no lease has), as a node that died
+/// while delivering it would have left it.
+pub(crate) async fn lock_elsewhere(db: &Db, id: i64, locked_until: i64) -> Result<(), Error> {
+    with_pool!(db, pool => {
+        sqlx::query(
+            "UPDATE ttw_tasks SET state = 'running', attempts = 1, claims = 1, \
+             locked_by = 'another/1', lock_epoch = 1000000, locked_until = $1 WHERE id = $2",
+        )
+        .bind(locked_until)
+        .bind(id)
+        .execute(pool)
+        .await?;
+    });
+    Ok(())
+}
+
+/// Writes a task of the default queue due at `run_at`, as another process
+/// would: no announcement reaches this one. Returns its id.
+pub(crate) async fn insert_unannounced(db: &Db, run_at: i64, now: i64) -> Result<i64, Error> {
+    let id = with_pool!(db, pool => {
+        sqlx::query_scalar(
+            "INSERT INTO ttw_tasks (state, run_at, payload, attempts, created_at, updated_at, claims, queue, priority) \
+             VALUES ('scheduled', $1, $2, 0, $3, $3, 0, 'default', 0) RETURNING id",
+        )
+        .bind(run_at)
+        .bind(vec![0u8])
+        .bind(now)
+        .fetch_one(pool)
+        .await?
+    });
+    Ok(id)
+}
+
+/// Moves task `id` into the history as done, finished at `finished_at`.
+pub(crate) async fn finish_into_history(db: &Db, id: i64, finished_at: i64) -> Result<(), Error> {
+    with_pool!(db, pool => {
+        sqlx::query(
+            "INSERT INTO ttw_history (id, state, run_at, payload, attempts, created_at, updated_at, finished_at, claims, queue, priority) \
+             SELECT id, 'done', run_at, payload, 1, created_at, updated_at, $1, 1, queue, priority FROM ttw_tasks WHERE id = $2",
+        )
+        .bind(finished_at)
+        .bind(id)
+        .execute(pool)
+        .await?;
+        sqlx::query("DELETE FROM ttw_tasks WHERE id = $1")
+            .bind(id)
+            .execute(pool)
+            .await?;
+    });
+    Ok(())
+}
