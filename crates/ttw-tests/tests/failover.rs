@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use receiver::{Receiver, SECRET};
 use tokio::process::{Child, Command};
-use ttw_durable::{Scheduler, Store, Webhook};
+use ttw_durable::{Scheduler, Store};
 
 const TOKEN: &str = "app-token-0123456789";
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/failover.sh");
@@ -142,18 +142,8 @@ async fn child_scheduler() {
         return;
     };
     let store = Store::postgres(url.to_str().unwrap()).await.unwrap();
-    let webhook = Webhook::builder(hook.to_str().unwrap())
-        .secret(SECRET)
-        .build()
-        .unwrap();
-    let _scheduler = Scheduler::builder(store)
-        .node_id("library")
-        .deliver("hooks", webhook)
-        .start_queues()
-        .await
-        .expect("the child's scheduler starts");
-    println!("{} (a library scheduler)", child::READY);
-    std::future::pending::<()>().await;
+    let builder = Scheduler::builder(store).node_id("library");
+    child::deliver_hooks(builder, hook.to_str().unwrap(), SECRET).await;
 }
 
 async fn library_scheduler(url: &str, hook: &str) -> Child {

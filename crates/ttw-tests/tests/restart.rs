@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use receiver::{Receiver, SECRET};
 use tokio::process::Child;
-use ttw_durable::{NewTask, Scheduler, Store, TaskQuery, TaskState, Webhook};
+use ttw_durable::{NewTask, Scheduler, Store, TaskQuery, TaskState};
 
 const TOKEN: &str = "app-token-0123456789";
 const TASKS: usize = 1_000;
@@ -64,17 +64,7 @@ async fn child_scheduler() {
         return;
     };
     let store = Store::sqlite(path).await.unwrap();
-    let webhook = Webhook::builder(url.to_str().unwrap())
-        .secret(SECRET)
-        .build()
-        .unwrap();
-    let _scheduler = Scheduler::builder(store)
-        .deliver("hooks", webhook)
-        .start_queues()
-        .await
-        .expect("the child's scheduler starts");
-    println!("{} (a library scheduler)", child::READY);
-    std::future::pending::<()>().await;
+    child::deliver_hooks(Scheduler::builder(store), url.to_str().unwrap(), SECRET).await;
 }
 
 /// The library's scheduler as a child process on the SQLite file `db`.

@@ -9,9 +9,24 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
+use ttw_durable::{SchedulerBuilder, Webhook};
 
 /// What a child prints once it is ready.
 pub const READY: &str = "ttw server: listening on";
+
+/// What a child runs as a library scheduler: `builder`'s scheduler
+/// delivering queue `hooks` by webhook to `hook`, signed with `secret`.
+/// Says it is ready, and never returns.
+pub async fn deliver_hooks(builder: SchedulerBuilder, hook: &str, secret: &str) {
+    let webhook = Webhook::builder(hook).secret(secret).build().unwrap();
+    let _scheduler = builder
+        .deliver("hooks", webhook)
+        .start_queues()
+        .await
+        .expect("the child's scheduler starts");
+    println!("{READY} (a library scheduler)");
+    std::future::pending::<()>().await;
+}
 
 /// Starts the ignored test `test` of this binary alone with `env`, killed
 /// when dropped; returns once it printed a line starting with [`READY`],
