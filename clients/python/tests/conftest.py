@@ -36,7 +36,9 @@ def ttw_binary():
 
 
 class Receiver:
-    """Deliveries received: (headers, body) in the order they came."""
+    """Deliveries received: (headers, body) in the order they came; each
+    delivery's method and path are in its headers as ``:method`` and
+    ``:path``."""
 
     def __init__(self):
         self.received = queue.Queue()
@@ -45,17 +47,22 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("content-length", "0")))
-                outer.received.put((dict(self.headers.items()), body))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                headers.update({":method": self.command, ":path": self.path})
+                outer.received.put((headers, body))
                 self.send_response(200)
                 self.send_header("content-length", "0")
                 self.end_headers()
+
+            do_PUT = do_POST
 
             def log_message(self, *args):
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = "http://127.0.0.1:%d/hook" % self.server.server_address[1]
+        self.base = "http://127.0.0.1:%d" % self.server.server_address[1]
+        self.url = self.base + "/hook"
 
 
 class Server:
@@ -77,6 +84,7 @@ name = "later"
 name = "app"
 secret_env = "TTW_TOKEN_APP"
 scopes = ["schedule", "read", "admin"]
+destinations = ["{receiver.base}/dest/"]
 '''
         )
         env = dict(os.environ, TTW_TOKEN_APP=TOKEN, TTW_HOOK_SECRET=SECRET)

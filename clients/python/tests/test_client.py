@@ -153,6 +153,45 @@ def test_a_delivery_verifies_with_the_queue_s_secret(client, receiver):
         verify_webhook(wrong, headers, body)
 
 
+def test_a_task_s_own_target_and_trace_context_go_with_its_delivery(client, receiver):
+    while not receiver.received.empty():
+        receiver.received.get_nowait()
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    made = client.schedule(
+        {"order": 7},
+        queue="hooks",
+        target={"url": receiver.base + "/dest/orders/7", "method": "PUT", "headers": {"x-tenant": "acme"}},
+        traceparent=traceparent,
+        tracestate="vendor=1",
+    )
+    stored = client.get(made["id"])
+    assert stored["target"]["url"] == receiver.base + "/dest/orders/7"
+    assert (stored["traceparent"], stored["tracestate"]) == (traceparent, "vendor=1")
+    deadline = time.time() + 30
+    while True:
+        headers, body = receiver.received.get(timeout=max(0.1, deadline - time.time()))
+        if headers.get("ttw-task-id") == str(made["id"]):
+            break
+    assert (headers[":method"], headers[":path"]) == ("PUT", "/dest/orders/7")
+    assert headers["x-tenant"] == "acme"
+    assert (headers["traceparent"], headers["tracestate"]) == (traceparent, "vendor=1")
+    assert verify_webhook(SECRET, headers, body) == headers["webhook-id"]
+
+
+def test_a_target_outside_the_token_s_destinations_is_refused(client, receiver):
+    for url in [receiver.base + "/hook", "http://169.254.169.254/dest/", receiver.base.replace("127.0.0.1", "localhost") + "/dest/x"]:
+        with pytest.raises(errors.DestinationNotAllowed):
+            client.schedule({}, queue="hooks", target={"url": url})
+    with pytest.raises(errors.DestinationNotAllowed):
+        client.schedule({}, queue="hooks", callback="http://10.0.0.1/dest/")
+    with pytest.raises(errors.DestinationNotAllowed):
+        client.schedule({}, queue="later", target={"url": receiver.base + "/dest/x"})
+    with pytest.raises(errors.InvalidDestination):
+        client.schedule({}, queue="hooks", target={"url": receiver.base + "/dest/x", "headers": {"webhook-id": "forged"}})
+    with pytest.raises(errors.InvalidTraceContext):
+        client.schedule({}, queue="hooks", traceparent="00-abc-01")
+
+
 def test_a_schedule_retried_through_a_stopped_server_is_stored_once(server):
     """The server is stopped (SIGSTOP) when the schedule is sent: the
     request times out and is sent again, with the same idempotency key,

@@ -22,6 +22,9 @@ export const CODES = [
   "invalid_limit",
   "invalid_schedule",
   "invalid_state",
+  "invalid_destination",
+  "destination_not_allowed",
+  "invalid_trace_context",
   "unavailable",
 ] as const;
 
@@ -152,6 +155,15 @@ export interface NewTask {
   max_wait?: string | null;
   /** A tenant or customer: keys take turns for a queue's places, and a */
   partition_key?: string | null;
+  target?: TargetSpec | null;
+  /** Told of the outcome (a signed `POST`) once the task is done; under */
+  callback?: string | null;
+  /** Told of the outcome once the task is dead; as `callback`. */
+  failure_callback?: string | null;
+  /** The W3C trace context of the scheduling request (as the */
+  traceparent?: string | null;
+  /** The W3C `tracestate` that goes with `traceparent` (at most 512 */
+  tracestate?: string | null;
 }
 
 /** A new due time: `run_at` or `delay`, one of them. */
@@ -273,6 +285,16 @@ export interface ScheduledView {
 /** Where a task is in its life. */
 export type StateName = "scheduled" | "running" | "done" | "dead" | "cancelled";
 
+/** Where one task is delivered, in place of its queue's webhook endpoint. */
+export interface TargetSpec {
+  /** An `http` or `https` URL. */
+  url: string;
+  /** `POST` (default), `PUT`, `PATCH`, `DELETE` or `GET` (no body). */
+  method?: string | null;
+  /** Headers of its own (at most 16; not `webhook-*`, `ttw-*`, */
+  headers?: Record<string, string>;
+}
+
 /** A task. */
 export interface TaskView {
   id: number;
@@ -291,4 +313,11 @@ export interface TaskView {
   payload_base64: string;
   /** The payload, when it is JSON, as it was written. */
   payload?: unknown;
+  partition_key?: string | null;
+  target?: TargetSpec | null;
+  callback?: string | null;
+  failure_callback?: string | null;
+  /** The trace context it was scheduled with, sent with each delivery. */
+  traceparent?: string | null;
+  tracestate?: string | null;
 }

@@ -20,6 +20,7 @@ import {
   type RescheduledView,
   type ScheduledView,
   type StateName,
+  type TargetSpec,
   type TaskView,
 } from "./generated.js";
 
@@ -65,6 +66,15 @@ export interface TaskInput {
   partitionKey?: string;
   replacePending?: boolean;
   maxWait?: Delay;
+  /** Deliver this task here rather than to its queue's webhook (under one of the token's `destinations`). */
+  target?: TargetSpec;
+  /** Told of the outcome (a signed POST) once the task is done. */
+  callback?: string;
+  /** Told of the outcome once the task is dead. */
+  failureCallback?: string;
+  /** The W3C trace context of the scheduling request, sent with every delivery. */
+  traceparent?: string;
+  tracestate?: string;
 }
 
 export interface ClientOptions {
@@ -113,6 +123,11 @@ export function newTask(input: TaskInput): NewTask {
   if (input.partitionKey !== undefined) task.partition_key = input.partitionKey;
   if (input.replacePending) task.replace_pending = true;
   if (input.maxWait !== undefined) task.max_wait = delayText(input.maxWait);
+  if (input.target !== undefined) task.target = input.target;
+  if (input.callback !== undefined) task.callback = input.callback;
+  if (input.failureCallback !== undefined) task.failure_callback = input.failureCallback;
+  if (input.traceparent !== undefined) task.traceparent = input.traceparent;
+  if (input.tracestate !== undefined) task.tracestate = input.tracestate;
   return task;
 }
 

@@ -52,7 +52,7 @@ before(async () => {
     const chunks = [];
     req.on("data", (c) => chunks.push(c));
     req.on("end", () => {
-      received.push({ headers: req.headers, body: Buffer.concat(chunks) });
+      received.push({ method: req.method, path: req.url, headers: req.headers, body: Buffer.concat(chunks) });
       res.writeHead(200, { "content-length": "0" });
       res.end();
     });
@@ -76,6 +76,7 @@ name = "later"
 name = "app"
 secret_env = "TTW_TOKEN_APP"
 scopes = ["schedule", "read", "admin"]
+destinations = ["http://127.0.0.1:${receiver.address().port}/dest/"]
 `,
   );
   const env = { ...process.env, TTW_TOKEN_APP: TOKEN, TTW_HOOK_SECRET: SECRET };
@@ -193,6 +194,46 @@ test("a delivery verifies with the queue's secret", async () => {
   await assert.rejects(verifyWebhook(SECRET, delivery.headers, Buffer.concat([delivery.body, Buffer.from(" ")])), InvalidSignature);
   await assert.rejects(verifyWebhook(SECRET, delivery.headers, delivery.body, 300, Date.now() / 1000 + 3600), InvalidSignature);
   await assert.rejects(verifyWebhook("whsec_" + btoa("another secret, 24 bytes"), delivery.headers, delivery.body), InvalidSignature);
+});
+
+test("a task's own target and trace context go with its delivery", async () => {
+  const base = `http://127.0.0.1:${receiver.address().port}`;
+  const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  const made = await client.schedule({
+    payload: { order: 7 },
+    queue: "hooks",
+    target: { url: `${base}/dest/orders/7`, method: "PUT", headers: { "x-tenant": "acme" } },
+    traceparent,
+    tracestate: "vendor=1",
+  });
+  const stored = await client.get(made.id);
+  assert.equal(stored.target?.url, `${base}/dest/orders/7`);
+  assert.equal(stored.traceparent, traceparent);
+  let delivery;
+  for (let i = 0; i < 600 && !delivery; i++) {
+    delivery = received.find((r) => r.headers["ttw-task-id"] === String(made.id));
+    if (!delivery) await sleep(50);
+  }
+  assert.ok(delivery, "delivered within 30 s");
+  assert.deepEqual([delivery.method, delivery.path], ["PUT", "/dest/orders/7"]);
+  assert.equal(delivery.headers["x-tenant"], "acme");
+  assert.equal(delivery.headers.traceparent, traceparent);
+  assert.equal(delivery.headers.tracestate, "vendor=1");
+  assert.equal(await verifyWebhook(SECRET, delivery.headers, delivery.body), delivery.headers["webhook-id"]);
+});
+
+test("a target outside the token's destinations is refused", async () => {
+  const base = `http://127.0.0.1:${receiver.address().port}`;
+  const refused = async (input, code) => {
+    await assert.rejects(client.schedule({ payload: {}, ...input }), (err) => err instanceof ApiError && err.code === code);
+  };
+  for (const url of [`${base}/hook`, "http://169.254.169.254/dest/", `${base.replace("127.0.0.1", "localhost")}/dest/x`]) {
+    await refused({ queue: "hooks", target: { url } }, "destination_not_allowed");
+  }
+  await refused({ queue: "hooks", failureCallback: "http://10.0.0.1/dest/" }, "destination_not_allowed");
+  await refused({ queue: "later", target: { url: `${base}/dest/x` } }, "destination_not_allowed");
+  await refused({ queue: "hooks", target: { url: `${base}/dest/x`, headers: { "ttw-task-id": "1" } } }, "invalid_destination");
+  await refused({ queue: "hooks", traceparent: "00-abc-01" }, "invalid_trace_context");
 });
 
 test("a schedule retried through a stopped server is stored once", async () => {

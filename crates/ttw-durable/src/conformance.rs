@@ -117,6 +117,7 @@ fn task<'a>(run_at: i64, key: Option<&'a str>, queue: &'a str) -> TaskParams<'a>
         queue,
         priority: 0,
         partition_key: None,
+        envelope: None,
     }
 }
 
@@ -578,7 +579,7 @@ conformance!(recurring_and_lease_statements, recurring_and_leases_case);
 /// tasks counted, listed and redriven from either table, and the sweep.
 async fn admin_case(store: &Store) {
     let (db, names) = (store.db(), store.names());
-    assert_eq!(admin::schema_version(db).await.unwrap(), Some(9));
+    assert_eq!(admin::schema_version(db).await.unwrap(), Some(10));
     let rows = [
         task(1_000, None, "a"),
         task(2_000, None, "a"),

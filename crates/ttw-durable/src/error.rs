@@ -48,6 +48,9 @@ enum Kind {
     InvalidQueue(String),
     /// A time written as text was not RFC 3339.
     InvalidTime(String),
+    /// A task's envelope (destination, trace context, callbacks) was
+    /// malformed.
+    InvalidEnvelope(String),
     Lost,
     Closed,
 }
@@ -96,6 +99,10 @@ impl Error {
 
     pub(crate) fn invalid_time(why: impl Into<String>) -> Self {
         Self::from_kind(Kind::InvalidTime(why.into()))
+    }
+
+    pub(crate) fn invalid_envelope(why: impl Into<String>) -> Self {
+        Self::from_kind(Kind::InvalidEnvelope(why.into()))
     }
 
     pub(crate) fn invalid_key(why: &'static str) -> Self {
@@ -251,6 +258,14 @@ impl Error {
         matches!(self.kind, Kind::InvalidTime(_))
     }
 
+    /// A task's [`Envelope`](crate::Envelope) was refused: a destination
+    /// or callback URL that is not `http` or `https` with a host, an
+    /// unknown method, a reserved or malformed header, a malformed trace
+    /// context, or one too large. Nothing was stored.
+    pub fn is_invalid_envelope(&self) -> bool {
+        matches!(self.kind, Kind::InvalidEnvelope(_))
+    }
+
     /// An `ack` or `nack` came too late: the attempt no longer belongs to
     /// this delivery (its deadline passed and it was counted as failed, or
     /// this node lost the task's shard). The task will be, or was, delivered
@@ -348,6 +363,7 @@ impl fmt::Display for Error {
             Kind::InvalidSchedule(why) => write!(f, "invalid recurring schedule: {why}"),
             Kind::InvalidQueue(why) => write!(f, "invalid queue name: {why}"),
             Kind::InvalidTime(why) => write!(f, "invalid time: {why}"),
+            Kind::InvalidEnvelope(why) => write!(f, "invalid envelope: {why}"),
             Kind::Lost => f.write_str("the delivery no longer holds its task"),
             Kind::Closed => f.write_str("the scheduler was shut down"),
         }

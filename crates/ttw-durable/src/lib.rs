@@ -198,6 +198,9 @@ pub use client::store::{Store, StoreBuilder};
 pub use error::Error;
 pub use model::attempt::Task;
 pub use model::backoff::Backoff;
+pub use model::envelope::{
+    url_is_under, Destination, Envelope, MAX_DESTINATION_HEADERS, MAX_ENVELOPE,
+};
 pub use model::failure::{Failure, MAX_RETRY_AFTER};
 pub use model::flow::{QueueLimits, QueueSettings, Rate, RetryPolicy, MAX_LIMIT};
 pub use model::limits::{MAX_IDEMPOTENCY_KEY, MAX_PARTITION_KEY, MAX_PAYLOAD, MAX_RUN_AT};

@@ -236,3 +236,45 @@ async fn a_batch_s_announcements_fill_notifications_that_each_fit() {
     log.assert_never_early();
     scheduler.shutdown().await.unwrap();
 }
+
+on_both! {
+    /// Every task of a batch keeps its own envelope, on each way a batch is
+    /// written (on PostgreSQL, 300 tasks without keys go by `COPY`, a few
+    /// with keys by the insert), and an export page carries it too.
+    async fn a_batch_keeps_each_task_s_envelope(db: Db) {
+        let store = db.open().await;
+        let envelope = |i: usize| {
+            ttw_durable::Envelope::new()
+                .destination(
+                    ttw_durable::Destination::new(format!("https://a.example/hooks/{i}"))
+                        .header("x-n", i.to_string()),
+                )
+                .traceparent(format!("00-{:032x}-00f067aa0ba902b7-01", i + 1))
+        };
+        let mut tasks: Vec<NewTask> = (0..300)
+            .map(|i| NewTask::new(b"x".to_vec()).envelope(envelope(i)))
+            .collect();
+        tasks.extend((300..305).map(|i| {
+            NewTask::new(b"x".to_vec())
+                .idempotency_key(format!("k{i}"))
+                .envelope(envelope(i))
+        }));
+        tasks.push(NewTask::new(b"plain".to_vec()));
+        let made = store.schedule_batch(tasks).await.unwrap();
+        for (i, s) in made.iter().enumerate() {
+            let info = store.get(s.id()).await.unwrap().unwrap();
+            let want = (i < 305).then(|| envelope(i));
+            assert_eq!(info.envelope, want, "task {i}");
+        }
+        let page = store.pending_page(None, 1000).await.unwrap();
+        assert_eq!(page.len(), 306);
+        assert_eq!(page[7].envelope, Some(envelope(7)));
+        assert_eq!(page[305].envelope, None);
+        let bad = store
+            .schedule_batch(vec![NewTask::new(b"x".to_vec())
+                .envelope(ttw_durable::Envelope::new().traceparent("nope"))])
+            .await
+            .unwrap_err();
+        assert!(bad.is_invalid_envelope() && bad.batch_index() == Some(0), "{bad}");
+    }
+}

@@ -18,7 +18,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use backends::{Backend, Db};
 use receiver::{Receiver, SECRET};
 use states::wait_for_state;
-use ttw_durable::{Backoff, Scheduler, SchedulerBuilder, Store, TaskId, TaskState, Webhook};
+use ttw_durable::{
+    Backoff, Destination, Envelope, Scheduler, SchedulerBuilder, Store, TaskId, TaskState, Webhook,
+};
 
 /// Milliseconds since the Unix epoch, now.
 fn now_ms() -> f64 {
@@ -218,6 +220,65 @@ on_both! {
         assert!(broken_at[1] - broken_at[0] < 1_500.0, "a 500 waits the backoff: {broken_at:?}");
         let broken = store.get(broken).await.unwrap().unwrap();
         assert_eq!(broken.attempts, 3);
+    }
+}
+
+on_both! {
+    /// A task's own destination: under a prefix the webhook allows, it goes
+    /// there (its method, its header, the trace context it was scheduled
+    /// with, signed as every delivery); under none, the task is dead at once
+    /// with the reason and no request is made.
+    async fn a_task_s_own_destination_is_used_only_under_an_allowed_prefix(db: Db) {
+        let store = db.open().await;
+        let receiver = Receiver::start().await;
+        let hook = Webhook::builder(receiver.url("/due"))
+            .secret(SECRET)
+            .timeout(Duration::from_secs(2))
+            .allow_destinations([receiver.url("/dest/")])
+            .build()
+            .unwrap();
+        let scheduler = scheduler(&store, hook).start_queues().await.unwrap();
+        let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let allowed = store
+            .schedule(b"order 7".to_vec())
+            .queue("hooks")
+            .envelope(
+                Envelope::new()
+                    .destination(
+                        Destination::new(receiver.url("/dest/orders/7"))
+                            .method("PUT")
+                            .header("x-tenant", "acme"),
+                    )
+                    .traceparent(traceparent)
+                    .tracestate("vendor=1"),
+            )
+            .await
+            .unwrap();
+        let elsewhere = store
+            .schedule(b"order 8".to_vec())
+            .queue("hooks")
+            .envelope(Envelope::new().destination(Destination::new(receiver.url("/other/8"))))
+            .await
+            .unwrap();
+        wait_for_state(&store, &[allowed], TaskState::Done, Duration::from_secs(30)).await;
+        wait_for_state(&store, &[elsewhere], TaskState::Dead, Duration::from_secs(30)).await;
+        scheduler.shutdown().await.unwrap();
+
+        let seen = receiver.requests();
+        assert_eq!(seen.len(), 1, "one request, to the allowed destination: {seen:?}");
+        let r = &seen[0];
+        assert_eq!(r["task"], allowed.get());
+        assert_eq!((r["method"].as_str(), r["path"].as_str()), (Some("PUT"), Some("/dest/orders/7")));
+        assert_eq!(r["tenant"], "acme");
+        assert_eq!(r["traceparent"], traceparent);
+        assert_eq!(r["tracestate"], "vendor=1");
+        assert_eq!(r["verified"], true);
+        let dead = store.get(elsewhere).await.unwrap().unwrap();
+        assert_eq!(dead.attempts, 1, "dead at once: {dead:?}");
+        let error = dead.last_error.unwrap_or_default();
+        assert!(error.contains("not under a prefix this webhook allows"), "{error}");
+        let kept = store.get(allowed).await.unwrap().unwrap().envelope.unwrap();
+        assert_eq!(kept.get_traceparent(), Some(traceparent));
     }
 }
 

@@ -24,6 +24,9 @@ CODES = (
     "invalid_limit",
     "invalid_schedule",
     "invalid_state",
+    "invalid_destination",
+    "destination_not_allowed",
+    "invalid_trace_context",
     "unavailable",
 )
 
@@ -155,6 +158,11 @@ class NewTask(TypedDict, total=False):
     replace_pending: bool
     max_wait: Optional[str]
     partition_key: Optional[str]
+    target: Optional["TargetSpec"]
+    callback: Optional[str]
+    failure_callback: Optional[str]
+    traceparent: Optional[str]
+    tracestate: Optional[str]
 
 
 class NewTime(TypedDict, total=False):
@@ -272,6 +280,14 @@ class ScheduledView(TypedDict, total=False):
     outcome: "Outcome"
 
 
+class TargetSpec(TypedDict, total=False):
+    """Where one task is delivered, in place of its queue's webhook endpoint. Always present: url."""
+
+    url: str
+    method: Optional[str]
+    headers: Dict[str, Any]
+
+
 class TaskView(TypedDict, total=False):
     """A task. Always present: attempts, id, payload_base64, priority, queue, run_at, state."""
 
@@ -286,4 +302,10 @@ class TaskView(TypedDict, total=False):
     priority: int
     payload_base64: str
     payload: Any
+    partition_key: Optional[str]
+    target: Optional["TargetSpec"]
+    callback: Optional[str]
+    failure_callback: Optional[str]
+    traceparent: Optional[str]
+    tracestate: Optional[str]
 

@@ -35,6 +35,8 @@ pub struct PendingTask {
     /// The recurring schedule it is an occurrence of, if any: such a task
     /// is made again by its schedule in the store the schedule moves to.
     pub recurring: Option<String>,
+    /// Its envelope (destination, trace context, callbacks), if any.
+    pub envelope: Option<crate::Envelope>,
 }
 
 impl PendingTask {
@@ -79,6 +81,9 @@ impl PendingTask {
         if let Some(key) = &self.partition_key {
             task = task.partition_key(key.clone());
         }
+        if let Some(envelope) = &self.envelope {
+            task = task.envelope(envelope.clone());
+        }
         task
     }
 }
@@ -105,13 +110,15 @@ impl Store {
             )));
         }
         let rows = admin::pending(self.db(), after.map(TaskId::get).unwrap_or(0), limit).await?;
-        Ok(rows.into_iter().map(PendingTask::from).collect())
+        rows.into_iter().map(PendingTask::try_from).collect()
     }
 }
 
-impl From<PendingRow> for PendingTask {
-    fn from(row: PendingRow) -> PendingTask {
-        PendingTask {
+impl TryFrom<PendingRow> for PendingTask {
+    type Error = Error;
+
+    fn try_from(row: PendingRow) -> Result<PendingTask, Error> {
+        Ok(PendingTask {
             id: TaskId(row.id),
             run_at: crate::model::time::from_ms(row.run_at),
             payload: row.payload,
@@ -121,6 +128,11 @@ impl From<PendingRow> for PendingTask {
             idempotency_key: row.idempotency_key,
             partition_key: row.partition_key,
             recurring: row.recurring,
-        }
+            envelope: row
+                .envelope
+                .as_deref()
+                .map(crate::Envelope::decode)
+                .transpose()?,
+        })
     }
 }

@@ -156,6 +156,30 @@ impl Schedule<'_> {
         self
     }
 
+    /// What the task carries for its delivery beside its payload (see
+    /// [`Envelope`](crate::Envelope)): a destination of its own, the trace
+    /// context of the request scheduling it, callback URLs. Checked before
+    /// anything is stored ([`Error::is_invalid_envelope`]). A
+    /// [replacement](Self::replace_pending) keeps the pending task's.
+    ///
+    /// ```
+    /// # use ttw_durable::{Destination, Envelope, Store};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// let envelope = Envelope::new()
+    ///     .destination(Destination::new("https://billing.internal/hooks/expire"))
+    ///     .traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+    /// let id = store.schedule(b"{}".to_vec()).envelope(envelope.clone()).await?;
+    /// assert_eq!(store.get(id).await?.unwrap().envelope, Some(envelope));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn envelope(mut self, envelope: crate::Envelope) -> Self {
+        self.task = self.task.envelope(envelope);
+        self
+    }
+
     /// The task's priority within its queue (default 0). Priority orders
     /// tasks that are due and wait for room under the node's or the
     /// queue's concurrency limit: the lowest number is claimed first, then

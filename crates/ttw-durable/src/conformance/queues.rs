@@ -314,6 +314,7 @@ async fn queues_case(store: &Store) {
         .enumerate()
         .map(|(i, &key)| crate::sql::tasks::TaskParams {
             partition_key: key,
+            envelope: None,
             ..task(1_000 + i as i64, None, "keyed")
         })
         .collect();
@@ -381,6 +382,7 @@ async fn queues_case(store: &Store) {
     // a's or b's waiting tasks, due first.
     let late = crate::sql::tasks::TaskParams {
         partition_key: Some("c"),
+        envelope: None,
         ..task(1_010, None, "keyed")
     };
     on_conn!(store, c => tasks::insert(c, names, &[late], 1).await.unwrap());

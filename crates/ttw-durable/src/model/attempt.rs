@@ -38,6 +38,8 @@ pub struct Task {
     pub(crate) payload: Vec<u8>,
     pub(crate) idempotency_key: Option<String>,
     pub(crate) queue: Arc<str>,
+    /// Boxed: most tasks have none, and a task is moved often.
+    pub(crate) envelope: Option<Box<crate::Envelope>>,
 }
 
 impl Task {
@@ -110,6 +112,12 @@ impl Task {
         // an attempt.
         let run = self.attempt.claim - i64::from(self.attempt.number);
         format!("ttw-{}-{run}", self.attempt.id)
+    }
+
+    /// What the task carries for its delivery beside its payload, if
+    /// anything ([`Schedule::envelope`](crate::Schedule::envelope)).
+    pub fn envelope(&self) -> Option<&crate::Envelope> {
+        self.envelope.as_deref()
     }
 
     /// Takes the payload.

@@ -4,6 +4,7 @@
 pub(crate) mod attempt;
 pub(crate) mod backoff;
 pub(crate) mod clock;
+pub(crate) mod envelope;
 pub(crate) mod failure;
 pub(crate) mod flow;
 pub(crate) mod lanes;

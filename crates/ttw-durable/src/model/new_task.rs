@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::error::Error;
 use crate::model::clock::Clock;
+use crate::model::envelope::Envelope;
 use crate::model::limits::{MAX_IDEMPOTENCY_KEY, MAX_PARTITION_KEY, MAX_PAYLOAD};
 use crate::model::queue::{check_queue, DEFAULT_QUEUE};
 use crate::model::time::to_ms;
@@ -45,6 +46,8 @@ pub struct NewTask {
     /// Its partition key (see
     /// [`Schedule::partition_key`](crate::Schedule::partition_key)).
     pub(crate) partition_key: Option<String>,
+    /// Its envelope (see [`Schedule::envelope`](crate::Schedule::envelope)).
+    pub(crate) envelope: Option<Envelope>,
 }
 
 impl NewTask {
@@ -60,6 +63,7 @@ impl NewTask {
             priority: None,
             max_wait: None,
             partition_key: None,
+            envelope: None,
         }
     }
 
@@ -108,6 +112,12 @@ impl NewTask {
         self.partition_key = Some(key.into());
         self
     }
+
+    /// The envelope, as [`Schedule::envelope`](crate::Schedule::envelope).
+    pub fn envelope(mut self, envelope: Envelope) -> Self {
+        self.envelope = Some(envelope);
+        self
+    }
 }
 
 /// When a task is due, as asked.
@@ -133,6 +143,8 @@ pub(crate) struct NewRow {
     /// the generation's first request.
     pub(crate) max_wait: Option<i64>,
     pub(crate) partition_key: Option<String>,
+    /// Its envelope, checked and encoded (`None` for none).
+    pub(crate) envelope: Option<String>,
 }
 
 impl NewRow {
@@ -154,7 +166,11 @@ impl NewRow {
             priority,
             max_wait,
             partition_key,
+            envelope,
         } = task;
+        if let Some(envelope) = &envelope {
+            envelope.check()?;
+        }
         let queue = queue.unwrap_or_else(|| DEFAULT_QUEUE.to_string());
         check_queue(&queue)?;
         if payload.len() > MAX_PAYLOAD {
@@ -214,6 +230,7 @@ impl NewRow {
             priority: priority.map(i64::from),
             max_wait,
             partition_key,
+            envelope: Envelope::stored(envelope.as_ref()),
         })
     }
 }

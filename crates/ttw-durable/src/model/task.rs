@@ -162,6 +162,11 @@ pub struct TaskInfo {
     pub queue: String,
     /// Its priority within its queue.
     pub priority: i16,
+    /// Its partition key.
+    pub partition_key: Option<String>,
+    /// What it carries for its delivery beside its payload, if anything
+    /// ([`Schedule::envelope`](crate::Schedule::envelope)).
+    pub envelope: Option<crate::Envelope>,
 }
 
 /// How many tasks are in each state, from

@@ -312,14 +312,20 @@ impl Dispatcher {
             node.events()
                 .delivered(node.outcomes.queue_of(&c.attempt), lateness_ms);
             let task = c.into_task(window.lanes.queue_of(dues[at].lane).clone());
-            // The handler, its outcome and whatever they log run in this span.
+            // The handler, its outcome and whatever they log run in this
+            // span, which carries the trace context the task was scheduled
+            // with, if any (a subscriber exporting traces links to it).
             let span = tracing::info_span!(
                 "ttw_delivery",
                 task_id = task.attempt.id,
                 queue = %task.queue,
                 attempt = task.attempt.number,
                 lateness_ms,
+                traceparent = tracing::field::Empty,
             );
+            if let Some(parent) = task.envelope().and_then(|e| e.get_traceparent()) {
+                span.record("traceparent", parent);
+            }
             let delivery = supervise(node.clone(), task, self.mode.clone(), permit, deadline);
             self.running.spawn(delivery.instrument(span));
         }

@@ -92,6 +92,7 @@ impl Store {
                 queue: &info.queue,
                 priority: i64::from(info.priority),
                 partition_key: None,
+                envelope: None,
             })
             .collect();
         let pass = Advance {

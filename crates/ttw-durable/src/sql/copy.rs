@@ -53,7 +53,7 @@ pub(crate) async fn insert_keyless(
     let mut copy = tx
         .copy_in_raw(&format!(
             "COPY {} (id, run_at, payload, max_attempts, recurring, queue, priority, \
-             partition_key, created_at, updated_at) FROM STDIN",
+             partition_key, envelope, created_at, updated_at) FROM STDIN",
             names.tasks
         ))
         .await?;
@@ -107,6 +107,8 @@ fn copy_row(out: &mut String, id: i64, row: &TaskParams<'_>, created_at: i64, no
     copy_text(out, Some(row.queue));
     let _ = write!(out, "\t{}\t", row.priority);
     copy_text(out, row.partition_key);
+    out.push('\t');
+    copy_text(out, row.envelope);
     let _ = writeln!(out, "\t{created_at}\t{now}");
 }
 
@@ -177,6 +179,7 @@ mod tests {
             queue,
             priority: -2,
             partition_key: key,
+            envelope: None,
         }
     }
 
@@ -192,7 +195,7 @@ mod tests {
         );
         assert_eq!(
             out,
-            "7\t1000\t\\\\x7b007d\t3\t\\N\tq\t-2\ta\\tb\\\\c\\nd\t5\t6\n"
+            "7\t1000\t\\\\x7b007d\t3\t\\N\tq\t-2\ta\\tb\\\\c\\nd\t\\N\t5\t6\n"
         );
     }
 

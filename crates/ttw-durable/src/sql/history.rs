@@ -18,7 +18,7 @@ use crate::sql::db::{write_with_pool, Db, Urgency};
 /// The columns of `ttw_history`, in the order of [`into_history`].
 pub(crate) const HISTORY_COLUMNS: &str =
     "id, state, run_at, payload, idempotency_key, max_attempts, attempts, last_error, \
-     created_at, updated_at, finished_at, claims, recurring, queue, priority, partition_key";
+     created_at, updated_at, finished_at, claims, recurring, queue, priority, partition_key, envelope";
 
 /// What a row of `ttw_tasks` becomes in `ttw_history` ([`HISTORY_COLUMNS`]):
 /// `state` (a literal), last changed at `updated` and finished at
@@ -26,7 +26,7 @@ pub(crate) const HISTORY_COLUMNS: &str =
 pub(crate) fn into_history(state: &str, updated: &str, finished: &str) -> String {
     format!(
         "id, '{state}', run_at, payload, idempotency_key, max_attempts, attempts, last_error, \
-         created_at, {updated}, {finished}, claims, recurring, queue, priority, partition_key"
+         created_at, {updated}, {finished}, claims, recurring, queue, priority, partition_key, envelope"
     )
 }
 
@@ -34,7 +34,7 @@ pub(crate) fn into_history(state: &str, updated: &str, finished: &str) -> String
 /// order of [`from_history`].
 pub(crate) const BACK_COLUMNS: &str =
     "id, state, run_at, payload, idempotency_key, max_attempts, attempts, last_error, \
-     created_at, updated_at, claims, recurring, queue, priority, partition_key";
+     created_at, updated_at, claims, recurring, queue, priority, partition_key, envelope";
 
 /// What a row of `ttw_history` becomes in `ttw_tasks` when redriven
 /// ([`BACK_COLUMNS`]): scheduled at `run_at` with its attempts reset, last
@@ -42,7 +42,7 @@ pub(crate) const BACK_COLUMNS: &str =
 pub(crate) fn from_history(run_at: &str, updated: &str) -> String {
     format!(
         "id, 'scheduled', {run_at}, payload, idempotency_key, max_attempts, 0, last_error, \
-         created_at, {updated}, claims, recurring, queue, priority, partition_key"
+         created_at, {updated}, claims, recurring, queue, priority, partition_key, envelope"
     )
 }
 

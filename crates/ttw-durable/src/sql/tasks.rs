@@ -31,6 +31,8 @@ pub(crate) struct TaskParams<'a> {
     pub(crate) queue: &'a str,
     pub(crate) priority: i64,
     pub(crate) partition_key: Option<&'a str>,
+    /// Its [`Envelope`](crate::Envelope), encoded; `None` for none.
+    pub(crate) envelope: Option<&'a str>,
 }
 
 impl<'a> From<&'a NewRow> for TaskParams<'a> {
@@ -44,6 +46,7 @@ impl<'a> From<&'a NewRow> for TaskParams<'a> {
             queue: &row.queue,
             priority: row.priority_or_default(),
             partition_key: row.partition_key.as_deref(),
+            envelope: row.envelope.as_deref(),
         }
     }
 }
@@ -58,7 +61,7 @@ pub(crate) struct Inserted {
 /// The columns every new task is given, in the order of [`insert`]'s
 /// parameters, then `created_at` and `updated_at`.
 const INSERT_COLUMNS: &str = "run_at, payload, idempotency_key, max_attempts, recurring, queue, \
-     priority, partition_key, created_at, updated_at";
+     priority, partition_key, envelope, created_at, updated_at";
 
 /// The insert's tail: nothing for a key that is taken (`ON CONFLICT DO
 /// NOTHING`), only when a row has a key (for rows without one no conflict
@@ -88,7 +91,7 @@ fn insert_values_sql(names: &Names, n: usize, keyed: bool) -> String {
         if i > 0 {
             values.push_str(", ");
         }
-        let _ = write!(values, "(?, ?, ?, ?, ?, ?, ?, ?, ?, {})", names.clock());
+        let _ = write!(values, "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {})", names.clock());
     }
     names.announcing(&format!(
         "INSERT INTO {} ({INSERT_COLUMNS}) VALUES {values}{}",
@@ -106,9 +109,9 @@ fn insert_values_sql(names: &Names, n: usize, keyed: bool) -> String {
 fn insert_arrays_sql(names: &Names, keyed: bool) -> String {
     names.announcing(&format!(
         "INSERT INTO {} ({INSERT_COLUMNS}) \
-         SELECT r, p, k, m, rc, q, pr, pk, $9, {} FROM unnest($1::BIGINT[], $2::BYTEA[], \
-         $3::TEXT[], $4::BIGINT[], $5::TEXT[], $6::TEXT[], $7::BIGINT[], $8::TEXT[]) \
-         AS u(r, p, k, m, rc, q, pr, pk){}",
+         SELECT r, p, k, m, rc, q, pr, pk, e, $10, {} FROM unnest($1::BIGINT[], $2::BYTEA[], \
+         $3::TEXT[], $4::BIGINT[], $5::TEXT[], $6::TEXT[], $7::BIGINT[], $8::TEXT[], $9::TEXT[]) \
+         AS u(r, p, k, m, rc, q, pr, pk, e){}",
         names.tasks,
         names.clock(),
         insert_tail(keyed)
@@ -150,6 +153,7 @@ pub(crate) async fn insert(
                     .bind(row.queue)
                     .bind(row.priority)
                     .bind(row.partition_key)
+                    .bind(row.envelope)
                     .bind(created_at);
             }
             Ok(query
@@ -179,6 +183,7 @@ pub(crate) async fn insert(
                 .bind(rows.iter().map(|r| r.queue).collect::<Vec<&str>>())
                 .bind(column(|r| r.priority))
                 .bind(text(|r| r.partition_key))
+                .bind(text(|r| r.envelope))
                 .bind(created_at)
                 .fetch_all(&mut *c)
                 .await?
@@ -262,7 +267,7 @@ macro_rules! bind_which {
 /// The columns a [`TaskInfo`] is read from, by [`read_task_info`].
 pub(crate) const TASK_INFO_COLUMNS: &str =
     "id, state, run_at, attempts, max_attempts, last_error, \
-     idempotency_key, payload, queue, priority";
+     idempotency_key, payload, queue, priority, partition_key, envelope";
 
 /// A row of [`TASK_INFO_COLUMNS`].
 #[derive(Debug, sqlx::FromRow)]
@@ -277,6 +282,8 @@ pub(crate) struct TaskInfoRow {
     payload: Vec<u8>,
     queue: String,
     priority: i64,
+    partition_key: Option<String>,
+    envelope: Option<String>,
 }
 
 impl TryFrom<TaskInfoRow> for TaskInfo {
@@ -295,6 +302,12 @@ impl TryFrom<TaskInfoRow> for TaskInfo {
             payload: row.payload,
             queue: row.queue,
             priority: crate::sql::db::priority_from_sql(row.priority),
+            partition_key: row.partition_key,
+            envelope: row
+                .envelope
+                .as_deref()
+                .map(crate::Envelope::decode)
+                .transpose()?,
         })
     }
 }

@@ -12,7 +12,10 @@
 //! Every delivery carries the same identifying fields, as HTTP headers or
 //! NATS message headers: [`MESSAGE_ID`] in the target's own header
 //! (`webhook-id`, `Nats-Msg-Id`), and [`TASK_ID`], [`ATTEMPT`], [`QUEUE`],
-//! [`RUN_AT`] and, when the task has one, [`IDEMPOTENCY_KEY`].
+//! [`RUN_AT`] and, when the task has them, [`IDEMPOTENCY_KEY`] and the W3C
+//! trace context it was scheduled with ([`TRACEPARENT`], [`TRACESTATE`]), so
+//! that a trace runs from the request that scheduled a task to the handler
+//! that runs it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -113,10 +116,16 @@ pub const IDEMPOTENCY_KEY: &str = "ttw-idempotency-key";
 /// What [`Task::message_id`] is sent as, besides the target's own id
 /// header: the same value.
 pub const MESSAGE_ID: &str = "ttw-message-id";
+/// The W3C trace context header of the request that scheduled the task,
+/// when it was scheduled with one ([`Envelope::traceparent`](crate::Envelope::traceparent)).
+pub const TRACEPARENT: &str = "traceparent";
+/// The W3C `tracestate` that goes with [`TRACEPARENT`], when there is one.
+pub const TRACESTATE: &str = "tracestate";
 
 /// The identifying headers of `task`'s delivery, as name and value.
 #[cfg_attr(not(any(feature = "webhook", feature = "nats")), allow(dead_code))]
-pub(crate) fn headers(task: &Task) -> [(&'static str, Option<String>); 6] {
+pub(crate) fn headers(task: &Task) -> [(&'static str, Option<String>); 8] {
+    let envelope = task.envelope();
     [
         (MESSAGE_ID, Some(task.message_id())),
         (TASK_ID, Some(task.id().get().to_string())),
@@ -124,6 +133,18 @@ pub(crate) fn headers(task: &Task) -> [(&'static str, Option<String>); 6] {
         (QUEUE, Some(task.queue().to_string())),
         (RUN_AT, Some(ms_since_epoch(task).to_string())),
         (IDEMPOTENCY_KEY, task.idempotency_key().map(str::to_string)),
+        (
+            TRACEPARENT,
+            envelope
+                .and_then(|e| e.get_traceparent())
+                .map(str::to_string),
+        ),
+        (
+            TRACESTATE,
+            envelope
+                .and_then(|e| e.get_tracestate())
+                .map(str::to_string),
+        ),
     ]
 }
 

@@ -26,8 +26,13 @@ const ERROR_BODY: usize = 256;
 /// Build one with [`Webhook::builder`] and bind it to a queue with
 /// [`SchedulerBuilder::deliver`](crate::SchedulerBuilder::deliver).
 ///
-/// The endpoint is the operator's, set here in code, never taken from a
-/// task: scheduling a task cannot make the scheduler call an address.
+/// The endpoint is the operator's, set here in code. A task may carry a
+/// [`Destination`](crate::Destination) of its own (its URL, method and
+/// headers); the webhook sends it there only when the URL is under one of
+/// the prefixes given to [`allow_destinations`](WebhookBuilder::allow_destinations)
+/// (none by default), and otherwise marks the task dead at once with the
+/// reason, without a request: scheduling a task cannot make the scheduler
+/// call an address the operator did not allow.
 ///
 /// # The request
 ///
@@ -97,6 +102,8 @@ struct Inner {
     max_in_flight: usize,
     content_type: HeaderValue,
     client: reqwest::Client,
+    /// The URL prefixes a task's destination may be under.
+    destinations: Vec<String>,
 }
 
 impl fmt::Debug for Webhook {
@@ -117,6 +124,7 @@ pub struct WebhookBuilder {
     timeout: Duration,
     max_in_flight: usize,
     content_type: String,
+    destinations: Vec<String>,
 }
 
 impl Webhook {
@@ -129,6 +137,7 @@ impl Webhook {
             timeout: Duration::from_secs(10),
             max_in_flight: 64,
             content_type: "application/octet-stream".to_string(),
+            destinations: Vec::new(),
         }
     }
 
@@ -152,12 +161,40 @@ impl Webhook {
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs();
-        let mut headers = HeaderMap::with_capacity(10);
+        let mut headers = HeaderMap::with_capacity(12);
         headers.insert(CONTENT_TYPE, inner.content_type.clone());
+        let (url, method) = match task.envelope().and_then(|e| e.get_destination()) {
+            None => (inner.url.clone(), reqwest::Method::POST),
+            Some(to) => {
+                let allowed = inner
+                    .destinations
+                    .iter()
+                    .any(|prefix| crate::url_is_under(to.url(), prefix));
+                let url = reqwest::Url::parse(to.url()).ok().filter(|_| allowed);
+                let method = reqwest::Method::from_bytes(to.get_method().as_bytes()).ok();
+                let (Some(url), Some(method)) = (url, method) else {
+                    return Err(Failure::new(format!(
+                        "destination {} is not under a prefix this webhook allows",
+                        to.url()
+                    ))
+                    .permanent());
+                };
+                for (name, v) in to.headers() {
+                    if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
+                        headers.append(name, value(v.clone()));
+                    }
+                }
+                (url, method)
+            }
+        };
         for (name, value) in headers_of(&task) {
             headers.insert(name, value);
         }
-        let body = task.into_payload();
+        let body = if method == reqwest::Method::GET {
+            Vec::new()
+        } else {
+            task.into_payload()
+        };
         let signature = self.sign(&id, timestamp, &body);
         headers.insert(
             HeaderName::from_static("webhook-timestamp"),
@@ -170,7 +207,7 @@ impl Webhook {
         headers.insert(HeaderName::from_static("webhook-id"), value(id));
         let answer = inner
             .client
-            .post(inner.url.clone())
+            .request(method, url)
             .headers(headers)
             .body(body)
             .send()
@@ -269,6 +306,19 @@ impl WebhookBuilder {
         self
     }
 
+    /// The URL prefixes a task's own [`Destination`](crate::Destination)
+    /// may be under (see [`url_is_under`](crate::url_is_under)); none by
+    /// default, so that every task goes to the webhook's URL.
+    #[must_use]
+    pub fn allow_destinations<I, S>(mut self, prefixes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.destinations = prefixes.into_iter().map(Into::into).collect();
+        self
+    }
+
     /// The webhook.
     ///
     /// # Errors
@@ -309,6 +359,10 @@ impl WebhookBuilder {
                 "a webhook's max_in_flight must be above zero",
             ));
         }
+        for prefix in &self.destinations {
+            crate::model::envelope::check_url("a destination prefix", prefix)
+                .map_err(|e| Error::config(e.to_string()))?;
+        }
         let content_type = HeaderValue::from_str(&self.content_type).map_err(|_| {
             Error::config(format!(
                 "webhook content type '{}' is not a valid header value",
@@ -332,6 +386,7 @@ impl WebhookBuilder {
                 max_in_flight: self.max_in_flight,
                 content_type,
                 client,
+                destinations: self.destinations,
             }),
         })
     }

@@ -54,6 +54,10 @@ class Handler(BaseHTTPRequestHandler):
         record = {
             "arrived_ms": arrived,
             "path": self.path,
+            "method": self.command,
+            "traceparent": h.get("traceparent"),
+            "tracestate": h.get("tracestate"),
+            "tenant": h.get("x-tenant"),
             "webhook_id": h.get("webhook-id"),
             "timestamp": h.get("webhook-timestamp"),
             "verified": verify(h.get("webhook-id", ""), h.get("webhook-timestamp", ""), body,
@@ -95,6 +99,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("content-length", str(len(answer)))
         self.end_headers()
         self.wfile.write(answer)
+
+    do_PUT = do_POST
 
     def log_message(self, *args):
         pass

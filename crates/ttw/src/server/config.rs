@@ -42,6 +42,8 @@
 //! secret_env = "TTW_TOKEN_CHECKOUT"
 //! scopes = ["schedule", "read"]
 //! queues = ["orders"]               # optional: only these queues
+//! # destinations = ["https://billing.internal/hooks/"]  # URL prefixes its tasks'
+//!                                   # own `target` and callbacks may be under (none by default)
 //! ```
 
 use std::collections::BTreeSet;
@@ -144,6 +146,8 @@ struct TokenFile {
     secret_env: String,
     scopes: Vec<Scope>,
     queues: Option<Vec<String>>,
+    #[serde(default)]
+    destinations: Vec<String>,
 }
 
 /// What a token may do.
@@ -227,6 +231,9 @@ pub(crate) struct Token {
     pub(crate) scopes: BTreeSet<Scope>,
     /// `None`: every queue.
     pub(crate) queues: Option<BTreeSet<String>>,
+    /// The URL prefixes a task's own `target` and callbacks may be under
+    /// (see [`ttw_durable::url_is_under`]): none by default.
+    pub(crate) destinations: Vec<String>,
 }
 
 /// The request body limit unless the file sets one: a payload of
@@ -398,11 +405,20 @@ fn resolve(file: File, env: impl Fn(&str) -> Option<String>) -> Result<Settings>
             }
             None => None,
         };
+        for prefix in &t.destinations {
+            if !ttw_durable::url_is_under(prefix, prefix) {
+                return fail(format!(
+                    "token {:?}: destination {prefix:?} is not an http or https URL with a host",
+                    t.name
+                ));
+            }
+        }
         tokens.push(std::sync::Arc::new(Token {
             name: t.name,
             secret: value,
             scopes: t.scopes.into_iter().collect(),
             queues,
+            destinations: t.destinations,
         }));
     }
     let dashboard = match file.dashboard {

@@ -1,6 +1,6 @@
 //! What a handler takes, checked before it runs: the caller's token for
 //! the route's scope ([`Auth`]), a JSON body ([`Body`]), a query
-//! ([`Params`]) and the `Idempotency-Key` header ([`KeyHeader`]), each
+//! ([`Params`]) and the headers of a schedule ([`TaskHeaders`]), each
 //! refused with the documented [`Code`]s. Axum runs the header extractors
 //! before the body's, so a request without a token is a 401 whatever its
 //! body.
@@ -17,6 +17,7 @@ use subtle::ConstantTimeEq;
 
 use super::config::{Scope, Token};
 use super::refusal::{Code, Refusal};
+use super::service::tasks::Headers;
 use super::service::Shared;
 
 /// A scope a route needs.
@@ -127,23 +128,30 @@ impl<T: DeserializeOwned + Send> FromRequestParts<Shared> for Params<T> {
     }
 }
 
-/// The `Idempotency-Key` header, if any: `invalid_key` when it is not
-/// text.
-pub(crate) struct KeyHeader(pub(crate) Option<String>);
+/// The headers a single schedule reads: `Idempotency-Key` (`invalid_key`
+/// when it is not text), `traceparent` and `tracestate`
+/// (`invalid_trace_context` when not text).
+pub(crate) struct TaskHeaders(pub(crate) Headers);
 
-impl FromRequestParts<Shared> for KeyHeader {
+impl FromRequestParts<Shared> for TaskHeaders {
     type Rejection = Refusal;
 
     async fn from_request_parts(parts: &mut Parts, _: &Shared) -> Result<Self, Refusal> {
-        let key = parts
-            .headers
-            .get("idempotency-key")
-            .map(|v| {
-                v.to_str()
-                    .map(str::to_string)
-                    .map_err(|_| Code::InvalidKey.refuse("the Idempotency-Key header is not text"))
-            })
-            .transpose()?;
-        Ok(KeyHeader(key))
+        let text = |name: &str, code: Code| {
+            parts
+                .headers
+                .get(name)
+                .map(|v| {
+                    v.to_str()
+                        .map(str::to_string)
+                        .map_err(|_| code.refuse(format!("the {name} header is not text")))
+                })
+                .transpose()
+        };
+        Ok(TaskHeaders(Headers {
+            key: text("idempotency-key", Code::InvalidKey)?,
+            traceparent: text("traceparent", Code::InvalidTraceContext)?,
+            tracestate: text("tracestate", Code::InvalidTraceContext)?,
+        }))
     }
 }

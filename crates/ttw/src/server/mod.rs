@@ -191,6 +191,16 @@ async fn start_scheduler(store: &Store, settings: &Settings) -> Result<Option<Sc
                 if let Some(n) = max_in_flight {
                     webhook = webhook.max_in_flight(*n);
                 }
+                // A task's own target goes out only under a prefix of a
+                // token that may schedule to this queue (each schedule is
+                // checked against its own token's; this is the last check).
+                let prefixes: std::collections::BTreeSet<&String> = settings
+                    .tokens
+                    .iter()
+                    .filter(|t| service::allow_queue(t, &queue.name).is_ok())
+                    .flat_map(|t| &t.destinations)
+                    .collect();
+                webhook = webhook.allow_destinations(prefixes.into_iter().cloned());
                 let webhook = webhook
                     .build()
                     .map_err(|err| Failure(format!("queue {:?}: {err}", queue.name)))?;

@@ -57,6 +57,15 @@ pub(crate) enum Code {
     InvalidSchedule,
     /// 400: a task state that is not one of the five.
     InvalidState,
+    /// 400: a `target` or callback URL that is malformed (not `http` or
+    /// `https` with a host, an unknown method, a reserved header).
+    InvalidDestination,
+    /// 400: a `target` or callback URL under none of the token's
+    /// `destinations`, or a `target` in a queue not delivered by webhook.
+    DestinationNotAllowed,
+    /// 400: a `traceparent` that is not a W3C trace context, or a
+    /// `tracestate` without one or too long.
+    InvalidTraceContext,
     /// 503: the database did not answer, or the server is stopping.
     Unavailable,
 }
@@ -64,7 +73,7 @@ pub(crate) enum Code {
 impl Code {
     /// Every code, for the tests.
     #[cfg(test)]
-    pub(crate) const ALL: [Code; 21] = [
+    pub(crate) const ALL: [Code; 24] = [
         Code::Unauthorized,
         Code::Forbidden,
         Code::NotFound,
@@ -85,6 +94,9 @@ impl Code {
         Code::InvalidLimit,
         Code::InvalidSchedule,
         Code::InvalidState,
+        Code::InvalidDestination,
+        Code::DestinationNotAllowed,
+        Code::InvalidTraceContext,
         Code::Unavailable,
     ];
 
@@ -111,7 +123,10 @@ impl Code {
             | Code::InvalidCursor
             | Code::InvalidLimit
             | Code::InvalidSchedule
-            | Code::InvalidState => StatusCode::BAD_REQUEST,
+            | Code::InvalidState
+            | Code::InvalidDestination
+            | Code::DestinationNotAllowed
+            | Code::InvalidTraceContext => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -138,6 +153,9 @@ impl Code {
             Code::InvalidLimit => "invalid_limit",
             Code::InvalidSchedule => "invalid_schedule",
             Code::InvalidState => "invalid_state",
+            Code::InvalidDestination => "invalid_destination",
+            Code::DestinationNotAllowed => "destination_not_allowed",
+            Code::InvalidTraceContext => "invalid_trace_context",
             Code::Unavailable => "unavailable",
         }
     }

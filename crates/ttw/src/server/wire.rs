@@ -69,6 +69,40 @@ pub(crate) struct NewTask {
     /// queue may cap each.
     #[schema(min_length = 1, max_length = 128)]
     pub(crate) partition_key: Option<String>,
+    /// Deliver this task here rather than to its queue's webhook endpoint,
+    /// signed as every delivery (`destination_not_allowed` unless the URL
+    /// is under one of the token's `destinations`, and the queue is
+    /// delivered by webhook).
+    pub(crate) target: Option<TargetSpec>,
+    /// Told of the outcome (a signed `POST`) once the task is done; under
+    /// the token's `destinations` as `target` is.
+    pub(crate) callback: Option<String>,
+    /// Told of the outcome once the task is dead; as `callback`.
+    pub(crate) failure_callback: Option<String>,
+    /// The W3C trace context of the scheduling request (as the
+    /// `traceparent` header, which is read when the field is absent): sent
+    /// with every delivery of the task.
+    #[schema(example = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")]
+    pub(crate) traceparent: Option<String>,
+    /// The W3C `tracestate` that goes with `traceparent` (at most 512
+    /// bytes).
+    #[schema(max_length = 512)]
+    pub(crate) tracestate: Option<String>,
+}
+
+/// Where one task is delivered, in place of its queue's webhook endpoint.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TargetSpec {
+    /// An `http` or `https` URL.
+    pub(crate) url: String,
+    /// `POST` (default), `PUT`, `PATCH`, `DELETE` or `GET` (no body).
+    pub(crate) method: Option<String>,
+    /// Headers of its own (at most 16; not `webhook-*`, `ttw-*`,
+    /// `traceparent`, `tracestate`, `host`, `content-length`,
+    /// `connection`, `transfer-encoding`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) headers: BTreeMap<String, String>,
 }
 
 /// Up to 1,000 tasks, scheduled in one transaction: every one or none.
@@ -191,11 +225,26 @@ pub(crate) struct TaskView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<serde_json::Value>)]
     pub(crate) payload: Option<Box<RawValue>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) partition_key: Option<String>,
+    /// Its own destination, if it was scheduled with one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) target: Option<TargetSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) callback: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) failure_callback: Option<String>,
+    /// The trace context it was scheduled with, sent with each delivery.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) traceparent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) tracestate: Option<String>,
 }
 
 impl From<&TaskInfo> for TaskView {
     fn from(info: &TaskInfo) -> TaskView {
         let (payload_base64, payload) = payload_views(&info.payload);
+        let envelope = info.envelope.as_ref();
         TaskView {
             id: info.id.get(),
             state: info.state.into(),
@@ -208,8 +257,24 @@ impl From<&TaskInfo> for TaskView {
             priority: info.priority,
             payload_base64,
             payload,
+            partition_key: info.partition_key.clone(),
+            target: envelope
+                .and_then(|e| e.get_destination())
+                .map(|d| TargetSpec {
+                    url: d.url().to_string(),
+                    method: Some(d.get_method().to_string()),
+                    headers: d.headers().iter().cloned().collect(),
+                }),
+            callback: text(envelope.and_then(|e| e.get_callback())),
+            failure_callback: text(envelope.and_then(|e| e.get_failure_callback())),
+            traceparent: text(envelope.and_then(|e| e.get_traceparent())),
+            tracestate: text(envelope.and_then(|e| e.get_tracestate())),
         }
     }
+}
+
+fn text(s: Option<&str>) -> Option<String> {
+    s.map(str::to_string)
 }
 
 /// The filters and the page of `GET /v1/tasks`.

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use crate::model::attempt::{Attempt, Task};
+use crate::model::envelope::Envelope;
 use crate::model::task::TaskState;
 use crate::model::time::from_ms;
 use crate::sql::db::clamp_u32;
@@ -109,6 +110,8 @@ pub(crate) struct Claimed {
     pub(crate) run_at: i64,
     pub(crate) payload: Vec<u8>,
     pub(crate) idempotency_key: Option<String>,
+    /// Its [`Envelope`](crate::Envelope), encoded, if it has one.
+    pub(crate) envelope: Option<String>,
 }
 
 impl Claimed {
@@ -120,6 +123,16 @@ impl Claimed {
             payload: self.payload,
             idempotency_key: self.idempotency_key,
             queue,
+            // Written only by this crate, after `Envelope::check`: a text
+            // that does not read was edited by hand, and the task is
+            // delivered as if it had none, said in the log.
+            envelope: self.envelope.and_then(|text| match Envelope::decode(&text) {
+                Ok(envelope) => Some(Box::new(envelope)),
+                Err(err) => {
+                    tracing::error!(task = self.attempt.id, %err, "delivered without its envelope");
+                    None
+                }
+            }),
         }
     }
 }
@@ -181,6 +194,7 @@ pub(crate) struct ClaimedRow {
     claims: i64,
     payload: Vec<u8>,
     idempotency_key: Option<String>,
+    envelope: Option<String>,
 }
 
 /// The [`Claimed`] tasks of the rows a claim statement returned, for the
@@ -201,6 +215,7 @@ pub(crate) fn claimed(rows: Vec<ClaimedRow>, fired: &[Due]) -> Vec<Claimed> {
                 run_at: row.run_at,
                 payload: row.payload,
                 idempotency_key: row.idempotency_key,
+                envelope: row.envelope,
             })
         })
         .collect()

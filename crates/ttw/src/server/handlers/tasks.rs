@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use ttw_durable::{Scheduled, TaskId};
 
-use super::super::extract::{Admin, Auth, Body, KeyHeader, Params, Read, Schedule};
+use super::super::extract::{Admin, Auth, Body, Params, Read, Schedule, TaskHeaders};
 use super::super::refusal::{Answer, ErrorBody};
 use super::super::service::tasks::{self, Named};
 use super::super::service::Shared;
@@ -26,20 +26,24 @@ fn status_of(s: &Scheduled) -> StatusCode {
 
 /// Schedule one task.
 #[utoipa::path(post, path = "/v1/tasks", tag = "tasks",
-    params(("Idempotency-Key" = Option<String>, Header, description = "The task's idempotency key (as `idempotency_key`)")),
+    params(
+        ("Idempotency-Key" = Option<String>, Header, description = "The task's idempotency key (as `idempotency_key`)"),
+        ("traceparent" = Option<String>, Header, description = "The W3C trace context, kept with the task and sent with each delivery (as `traceparent`)"),
+        ("tracestate" = Option<String>, Header, description = "The W3C `tracestate` that goes with it"),
+    ),
     request_body = NewTask,
     responses(
         (status = 201, description = "A new task", body = ScheduledView),
         (status = 200, description = "`existing`: the pending task of the key; `replaced`: it, replaced", body = ScheduledView),
-        (status = 400, description = "`invalid_time`, `invalid_delay`, `invalid_key`, `invalid_payload`, `payload_too_large`, `unknown_queue`", body = ErrorBody),
+        (status = 400, description = "`invalid_time`, `invalid_delay`, `invalid_key`, `invalid_payload`, `payload_too_large`, `unknown_queue`, `invalid_destination`, `destination_not_allowed`, `invalid_trace_context`", body = ErrorBody),
     ))]
 pub(crate) async fn schedule(
     State(api): State<Shared>,
     Auth(token, ..): Auth<Schedule>,
-    KeyHeader(key): KeyHeader,
+    TaskHeaders(headers): TaskHeaders,
     Body(task): Body<NewTask>,
 ) -> Answer<(StatusCode, Json<ScheduledView>)> {
-    let scheduled = tasks::schedule(&api, &token, task, key).await?;
+    let scheduled = tasks::schedule(&api, &token, task, headers).await?;
     Ok((status_of(&scheduled), Json(scheduled.into())))
 }
 
@@ -48,7 +52,7 @@ pub(crate) async fn schedule(
     request_body = NewBatch,
     responses(
         (status = 200, description = "Each task's id and outcome, in the request's order", body = BatchView),
-        (status = 400, description = "`batch_too_large`, `invalid_time`, `invalid_delay`, `invalid_key`, `invalid_payload`, `payload_too_large`, `unknown_queue` (the message names the task: `tasks[3]: ...`)", body = ErrorBody),
+        (status = 400, description = "`batch_too_large`, `invalid_time`, `invalid_delay`, `invalid_key`, `invalid_payload`, `payload_too_large`, `unknown_queue`, `invalid_destination`, `destination_not_allowed`, `invalid_trace_context` (the message names the task: `tasks[3]: ...`)", body = ErrorBody),
     ))]
 pub(crate) async fn schedule_batch(
     State(api): State<Shared>,

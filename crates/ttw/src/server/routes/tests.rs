@@ -211,6 +211,9 @@ async fn every_bound_and_code_the_document_states_is_the_servers() {
             body["replace_pending"] = true.into();
             body["idempotency_key"] = "debounce".into();
         }
+        if name == "tracestate" {
+            body["traceparent"] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into();
+        }
         let what = format!("task {name} = {value}");
         check(
             "POST",
@@ -410,6 +413,38 @@ async fn every_refusal_is_documented_under_its_route() {
             None,
             true,
             Code::NotFound,
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            "/v1/tasks",
+            Some(r#"{"callback": "ftp://x.example/"}"#),
+            true,
+            Code::InvalidDestination,
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            "/v1/tasks",
+            Some(r#"{"callback": "https://x.example/"}"#),
+            true,
+            Code::DestinationNotAllowed,
+        ),
+        (
+            "POST",
+            "/v1/tasks/batch",
+            "/v1/tasks/batch",
+            Some(r#"{"tasks": [{"target": {"url": "https://x.example/"}}]}"#),
+            true,
+            Code::DestinationNotAllowed,
+        ),
+        (
+            "POST",
+            "/v1/tasks",
+            "/v1/tasks",
+            Some(r#"{"traceparent": "00-1-2-01"}"#),
+            true,
+            Code::InvalidTraceContext,
         ),
         (
             "DELETE",

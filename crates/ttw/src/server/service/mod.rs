@@ -11,6 +11,7 @@ use super::config::{Scope, Settings, Token};
 use super::group::Grouper;
 use super::refusal::{Answer, Code};
 
+pub(crate) mod envelope;
 pub(crate) mod queues;
 pub(crate) mod recurring;
 pub(crate) mod tasks;

@@ -13,7 +13,7 @@ use super::super::group::Refused;
 use super::super::refusal::{Answer, Code};
 use super::super::wire::MAX_BATCH;
 use super::super::wire::{self, CountsView, ListQuery, NewBatch, NewTime, PageView, TaskView};
-use super::{allow_queue, duration, known_queue, Api};
+use super::{allow_queue, duration, envelope, known_queue, Api};
 
 /// When a task is due: `run_at`, or `delay` from now, or now.
 pub(crate) fn due_time(
@@ -69,6 +69,7 @@ pub(crate) struct Checked {
     replace_pending: bool,
     max_wait: Option<Duration>,
     partition_key: Option<String>,
+    envelope: Option<ttw_durable::Envelope>,
 }
 
 impl Checked {
@@ -89,6 +90,9 @@ impl Checked {
         }
         if let Some(k) = self.partition_key {
             task = task.partition_key(k);
+        }
+        if let Some(e) = self.envelope {
+            task = task.envelope(e);
         }
         task
     }
@@ -114,6 +118,9 @@ impl Checked {
         }
         if let Some(k) = self.partition_key {
             schedule = schedule.partition_key(k);
+        }
+        if let Some(e) = self.envelope {
+            schedule = schedule.envelope(e);
         }
         schedule.submit().await
     }
@@ -166,8 +173,13 @@ pub(crate) fn check(
     api: &Api,
     token: &Token,
     b: wire::NewTask,
-    header_key: Option<String>,
+    headers: Headers,
 ) -> Answer<Checked> {
+    let Headers {
+        key: header_key,
+        traceparent,
+        tracestate,
+    } = headers;
     let queue = b
         .queue
         .unwrap_or_else(|| ttw_durable::DEFAULT_QUEUE.to_string());
@@ -202,6 +214,24 @@ pub(crate) fn check(
     if at.is_some_and(|at| at > SystemTime::UNIX_EPOCH + ttw_durable::MAX_RUN_AT) {
         return Err(Code::InvalidTime.refuse("run_at is after the year 9999"));
     }
+    // The fields win over the headers; a tracestate header goes only with
+    // the traceparent header.
+    let (traceparent, tracestate) = match b.traceparent {
+        Some(field) => (Some(field), b.tracestate),
+        None => (traceparent, b.tracestate.or(tracestate)),
+    };
+    let envelope = envelope::check(
+        api,
+        token,
+        &queue,
+        envelope::Asked {
+            target: b.target,
+            callback: b.callback,
+            failure_callback: b.failure_callback,
+            traceparent,
+            tracestate,
+        },
+    )?;
     Ok(Checked {
         payload,
         at,
@@ -212,7 +242,17 @@ pub(crate) fn check(
         replace_pending: b.replace_pending,
         max_wait,
         partition_key: b.partition_key,
+        envelope,
     })
+}
+
+/// What a single schedule's request headers say of the task: its
+/// `Idempotency-Key` and its W3C trace context.
+#[derive(Debug, Default)]
+pub(crate) struct Headers {
+    pub(crate) key: Option<String>,
+    pub(crate) traceparent: Option<String>,
+    pub(crate) tracestate: Option<String>,
 }
 
 /// Schedules one task: a debounce alone, any other in the next group.
@@ -220,9 +260,9 @@ pub(crate) async fn schedule(
     api: &Api,
     token: &Token,
     task: wire::NewTask,
-    header_key: Option<String>,
+    headers: Headers,
 ) -> Answer<Scheduled> {
-    let checked = check(api, token, task, header_key)?;
+    let checked = check(api, token, task, headers)?;
     if checked.replace_pending {
         return Ok(checked.submit(&api.store).await?);
     }
@@ -255,7 +295,8 @@ pub(crate) async fn schedule_batch(
                 .refuse("replace_pending is for single schedules")
                 .within(&what));
         }
-        let checked = check(api, token, task, None).map_err(|err| err.within(&what))?;
+        let checked =
+            check(api, token, task, Headers::default()).map_err(|err| err.within(&what))?;
         tasks.push(checked.into_new_task());
     }
     Ok(api.store.schedule_batch(tasks).await?)
