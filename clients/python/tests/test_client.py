@@ -183,7 +183,7 @@ def test_a_target_outside_the_token_s_destinations_is_refused(client, receiver):
         with pytest.raises(errors.DestinationNotAllowed):
             client.schedule({}, queue="hooks", target={"url": url})
     with pytest.raises(errors.DestinationNotAllowed):
-        client.schedule({}, queue="hooks", callback="http://10.0.0.1/dest/")
+        client.schedule({}, queue="hooks", target={"url": "http://10.0.0.1/dest/"})
     with pytest.raises(errors.DestinationNotAllowed):
         client.schedule({}, queue="later", target={"url": receiver.base + "/dest/x"})
     with pytest.raises(errors.InvalidDestination):

@@ -156,10 +156,6 @@ export interface NewTask {
   /** A tenant or customer: keys take turns for a queue's places, and a */
   partition_key?: string | null;
   target?: TargetSpec | null;
-  /** Told of the outcome (a signed `POST`) once the task is done; under */
-  callback?: string | null;
-  /** Told of the outcome once the task is dead; as `callback`. */
-  failure_callback?: string | null;
   /** The W3C trace context of the scheduling request (as the */
   traceparent?: string | null;
   /** The W3C `tracestate` that goes with `traceparent` (at most 512 */
@@ -315,8 +311,6 @@ export interface TaskView {
   payload?: unknown;
   partition_key?: string | null;
   target?: TargetSpec | null;
-  callback?: string | null;
-  failure_callback?: string | null;
   /** The trace context it was scheduled with, sent with each delivery. */
   traceparent?: string | null;
   tracestate?: string | null;

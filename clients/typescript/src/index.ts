@@ -68,10 +68,6 @@ export interface TaskInput {
   maxWait?: Delay;
   /** Deliver this task here rather than to its queue's webhook (under one of the token's `destinations`). */
   target?: TargetSpec;
-  /** Told of the outcome (a signed POST) once the task is done. */
-  callback?: string;
-  /** Told of the outcome once the task is dead. */
-  failureCallback?: string;
   /** The W3C trace context of the scheduling request, sent with every delivery. */
   traceparent?: string;
   tracestate?: string;
@@ -124,8 +120,6 @@ export function newTask(input: TaskInput): NewTask {
   if (input.replacePending) task.replace_pending = true;
   if (input.maxWait !== undefined) task.max_wait = delayText(input.maxWait);
   if (input.target !== undefined) task.target = input.target;
-  if (input.callback !== undefined) task.callback = input.callback;
-  if (input.failureCallback !== undefined) task.failure_callback = input.failureCallback;
   if (input.traceparent !== undefined) task.traceparent = input.traceparent;
   if (input.tracestate !== undefined) task.tracestate = input.tracestate;
   return task;

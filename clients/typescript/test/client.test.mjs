@@ -230,7 +230,7 @@ test("a target outside the token's destinations is refused", async () => {
   for (const url of [`${base}/hook`, "http://169.254.169.254/dest/", `${base.replace("127.0.0.1", "localhost")}/dest/x`]) {
     await refused({ queue: "hooks", target: { url } }, "destination_not_allowed");
   }
-  await refused({ queue: "hooks", failureCallback: "http://10.0.0.1/dest/" }, "destination_not_allowed");
+  await refused({ queue: "hooks", target: { url: "http://10.0.0.1/dest/" } }, "destination_not_allowed");
   await refused({ queue: "later", target: { url: `${base}/dest/x` } }, "destination_not_allowed");
   await refused({ queue: "hooks", target: { url: `${base}/dest/x`, headers: { "ttw-task-id": "1" } } }, "invalid_destination");
   await refused({ queue: "hooks", traceparent: "00-abc-01" }, "invalid_trace_context");

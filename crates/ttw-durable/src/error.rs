@@ -48,7 +48,7 @@ enum Kind {
     InvalidQueue(String),
     /// A time written as text was not RFC 3339.
     InvalidTime(String),
-    /// A task's envelope (destination, trace context, callbacks) was
+    /// A task's envelope (destination, trace context) was
     /// malformed.
     InvalidEnvelope(String),
     Lost,
@@ -259,7 +259,7 @@ impl Error {
     }
 
     /// A task's [`Envelope`](crate::Envelope) was refused: a destination
-    /// or callback URL that is not `http` or `https` with a host, an
+    /// URL that is not `http` or `https` with a host, an
     /// unknown method, a reserved or malformed header, a malformed trace
     /// context, or one too large. Nothing was stored.
     pub fn is_invalid_envelope(&self) -> bool {

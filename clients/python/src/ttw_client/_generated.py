@@ -159,8 +159,6 @@ class NewTask(TypedDict, total=False):
     max_wait: Optional[str]
     partition_key: Optional[str]
     target: Optional["TargetSpec"]
-    callback: Optional[str]
-    failure_callback: Optional[str]
     traceparent: Optional[str]
     tracestate: Optional[str]
 
@@ -304,8 +302,6 @@ class TaskView(TypedDict, total=False):
     payload: Any
     partition_key: Optional[str]
     target: Optional["TargetSpec"]
-    callback: Optional[str]
-    failure_callback: Optional[str]
     traceparent: Optional[str]
     tracestate: Optional[str]
 

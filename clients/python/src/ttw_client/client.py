@@ -62,8 +62,6 @@ def new_task(
     replace_pending: bool = False,
     max_wait: Union[str, float, int, None] = None,
     target: Optional[Dict[str, Any]] = None,
-    callback: Optional[str] = None,
-    failure_callback: Optional[str] = None,
     traceparent: Optional[str] = None,
     tracestate: Optional[str] = None,
 ) -> Dict[str, Any]:
@@ -71,8 +69,7 @@ def new_task(
     takes it: a JSON ``payload`` (kept byte for byte as its JSON text) or
     ``payload_bytes``; ``delay`` (seconds, or ``"15m"``) or ``run_at`` (an
     aware ``datetime`` or RFC 3339 text). ``target`` (``{"url", "method",
-    "headers"}``), ``callback`` and ``failure_callback`` must be under one of
-    the token's ``destinations``; ``traceparent`` and ``tracestate`` (W3C)
+    "headers"}``) must be under one of the token's ``destinations``; ``traceparent`` and ``tracestate`` (W3C)
     are sent with every delivery."""
     if payload is not None and payload_bytes is not None:
         raise ValueError("payload or payload_bytes, not both")
@@ -91,8 +88,6 @@ def new_task(
             "partition_key": partition_key,
             "max_wait": _delay(max_wait) if max_wait is not None else None,
             "target": target,
-            "callback": callback,
-            "failure_callback": failure_callback,
             "traceparent": traceparent,
             "tracestate": tracestate,
         }

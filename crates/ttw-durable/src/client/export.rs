@@ -35,7 +35,7 @@ pub struct PendingTask {
     /// The recurring schedule it is an occurrence of, if any: such a task
     /// is made again by its schedule in the store the schedule moves to.
     pub recurring: Option<String>,
-    /// Its envelope (destination, trace context, callbacks), if any.
+    /// Its envelope (destination, trace context), if any.
     pub envelope: Option<crate::Envelope>,
 }
 

@@ -158,7 +158,7 @@ impl Schedule<'_> {
 
     /// What the task carries for its delivery beside its payload (see
     /// [`Envelope`](crate::Envelope)): a destination of its own, the trace
-    /// context of the request scheduling it, callback URLs. Checked before
+    /// context of the request scheduling it. Checked before
     /// anything is stored ([`Error::is_invalid_envelope`]). A
     /// [replacement](Self::replace_pending) keeps the pending task's.
     ///

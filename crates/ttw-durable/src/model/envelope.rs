@@ -1,6 +1,6 @@
 //! What a task carries beside its payload for the way it is delivered: a
-//! destination of its own, the trace context of the request that scheduled
-//! it, and the URLs told of its outcome. Kept with the task as one JSON
+//! destination of its own and the trace context of the request that
+//! scheduled it. Kept with the task as one JSON
 //! text (`envelope`), read back with each claim.
 
 use serde::{Deserialize, Serialize};
@@ -222,11 +222,9 @@ fn check_traceparent(value: &str) -> Result<(), Error> {
 }
 
 /// What a task carries for its delivery beside its payload, all of it
-/// optional: a [`Destination`] of its own, the W3C trace context of the
+/// optional: a [`Destination`] of its own, and the W3C trace context of the
 /// request that scheduled it (sent with every delivery, so that a trace
-/// runs from the scheduling request to the handler hours later), and the
-/// URLs told of its outcome once it is done or dead (for a service that
-/// delivers them, as `ttw server` does).
+/// runs from the scheduling request to the handler hours later).
 ///
 /// Given to [`Schedule::envelope`](crate::Schedule::envelope) or
 /// [`NewTask::envelope`](crate::NewTask::envelope); read back by
@@ -240,8 +238,7 @@ fn check_traceparent(value: &str) -> Result<(), Error> {
 ///
 /// let envelope = Envelope::new()
 ///     .destination(Destination::new("https://billing.internal/hooks/expire"))
-///     .traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
-///     .callback("https://billing.internal/hooks/done");
+///     .traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
 /// assert!(envelope.check().is_ok());
 ///
 /// // A malformed trace context is refused.
@@ -256,10 +253,6 @@ pub struct Envelope {
     traceparent: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     tracestate: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    callback: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    failure_callback: Option<String>,
 }
 
 impl Envelope {
@@ -289,20 +282,6 @@ impl Envelope {
         self
     }
 
-    /// A URL told of the outcome once the task is done.
-    #[must_use]
-    pub fn callback(mut self, url: impl Into<String>) -> Self {
-        self.callback = Some(url.into());
-        self
-    }
-
-    /// A URL told of the outcome once the task is dead.
-    #[must_use]
-    pub fn failure_callback(mut self, url: impl Into<String>) -> Self {
-        self.failure_callback = Some(url.into());
-        self
-    }
-
     /// The destination, if the task has one.
     pub fn get_destination(&self) -> Option<&Destination> {
         self.destination.as_ref()
@@ -318,22 +297,12 @@ impl Envelope {
         self.tracestate.as_deref()
     }
 
-    /// The URL told once the task is done, if any.
-    pub fn get_callback(&self) -> Option<&str> {
-        self.callback.as_deref()
-    }
-
-    /// The URL told once the task is dead, if any.
-    pub fn get_failure_callback(&self) -> Option<&str> {
-        self.failure_callback.as_deref()
-    }
-
     /// Whether it holds nothing.
     pub fn is_empty(&self) -> bool {
         self == &Envelope::default()
     }
 
-    /// Checks every field: URLs `http` or `https` with a host, a known
+    /// Checks every field: a URL `http` or `https` with a host, a known
     /// method, headers that are tokens and not reserved, a well-formed
     /// trace context, and a size within [`MAX_ENVELOPE`].
     ///
@@ -356,12 +325,6 @@ impl Envelope {
                     "tracestate must be at most 512 printable ASCII bytes",
                 ));
             }
-        }
-        if let Some(url) = &self.callback {
-            check_url("the callback", url)?;
-        }
-        if let Some(url) = &self.failure_callback {
-            check_url("the failure callback", url)?;
         }
         if self.encode().len() > MAX_ENVELOPE {
             return Err(Error::invalid_envelope(format!(
@@ -402,9 +365,7 @@ mod tests {
                     .header("x-a", "1"),
             )
             .traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
-            .tracestate("vendor=abc")
-            .callback("http://b.example/done")
-            .failure_callback("http://b.example/dead");
+            .tracestate("vendor=abc");
         envelope.check().unwrap();
         assert_eq!(Envelope::decode(&envelope.encode()).unwrap(), envelope);
         assert_eq!(Envelope::stored(Some(&Envelope::new())), None);
@@ -481,8 +442,14 @@ mod tests {
             ),
             (Envelope::new().traceparent(tp.to_uppercase()), "W3C"),
             (Envelope::new().tracestate("a=b"), "needs a traceparent"),
-            (Envelope::new().callback("mailto:x@y"), "scheme"),
-            (Envelope::new().callback("x/y"), "not a URL"),
+            (
+                Envelope::new().destination(Destination::new("mailto:x@y")),
+                "scheme",
+            ),
+            (
+                Envelope::new().destination(Destination::new("x/y")),
+                "not a URL",
+            ),
             (
                 Envelope::new().traceparent(tp).tracestate("x".repeat(513)),
                 "512",

@@ -43,7 +43,7 @@
 //! scopes = ["schedule", "read"]
 //! queues = ["orders"]               # optional: only these queues
 //! # destinations = ["https://billing.internal/hooks/"]  # URL prefixes its tasks'
-//!                                   # own `target` and callbacks may be under (none by default)
+//!                                   # own `target` may be under (none by default)
 //! ```
 
 use std::collections::BTreeSet;
@@ -231,7 +231,7 @@ pub(crate) struct Token {
     pub(crate) scopes: BTreeSet<Scope>,
     /// `None`: every queue.
     pub(crate) queues: Option<BTreeSet<String>>,
-    /// The URL prefixes a task's own `target` and callbacks may be under
+    /// The URL prefixes a task's own `target` may be under
     /// (see [`ttw_durable::url_is_under`]): none by default.
     pub(crate) destinations: Vec<String>,
 }

@@ -57,11 +57,11 @@ pub(crate) enum Code {
     InvalidSchedule,
     /// 400: a task state that is not one of the five.
     InvalidState,
-    /// 400: a `target` or callback URL that is malformed (not `http` or
-    /// `https` with a host, an unknown method, a reserved header).
+    /// 400: a `target` that is malformed (a URL not `http` or `https`
+    /// with a host, an unknown method, a reserved header).
     InvalidDestination,
-    /// 400: a `target` or callback URL under none of the token's
-    /// `destinations`, or a `target` in a queue not delivered by webhook.
+    /// 400: a `target` URL under none of the token's `destinations`, or a
+    /// `target` in a queue not delivered by webhook.
     DestinationNotAllowed,
     /// 400: a `traceparent` that is not a W3C trace context, or a
     /// `tracestate` without one or too long.

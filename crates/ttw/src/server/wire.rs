@@ -74,11 +74,6 @@ pub(crate) struct NewTask {
     /// is under one of the token's `destinations`, and the queue is
     /// delivered by webhook).
     pub(crate) target: Option<TargetSpec>,
-    /// Told of the outcome (a signed `POST`) once the task is done; under
-    /// the token's `destinations` as `target` is.
-    pub(crate) callback: Option<String>,
-    /// Told of the outcome once the task is dead; as `callback`.
-    pub(crate) failure_callback: Option<String>,
     /// The W3C trace context of the scheduling request (as the
     /// `traceparent` header, which is read when the field is absent): sent
     /// with every delivery of the task.
@@ -230,10 +225,6 @@ pub(crate) struct TaskView {
     /// Its own destination, if it was scheduled with one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) target: Option<TargetSpec>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) callback: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) failure_callback: Option<String>,
     /// The trace context it was scheduled with, sent with each delivery.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) traceparent: Option<String>,
@@ -265,8 +256,6 @@ impl From<&TaskInfo> for TaskView {
                     method: Some(d.get_method().to_string()),
                     headers: d.headers().iter().cloned().collect(),
                 }),
-            callback: text(envelope.and_then(|e| e.get_callback())),
-            failure_callback: text(envelope.and_then(|e| e.get_failure_callback())),
             traceparent: text(envelope.and_then(|e| e.get_traceparent())),
             tracestate: text(envelope.and_then(|e| e.get_tracestate())),
         }

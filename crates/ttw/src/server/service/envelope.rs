@@ -1,6 +1,6 @@
 //! What a task carries beside its payload, from a request: its own
-//! `target`, its callbacks and its trace context, checked against the
-//! token's `destinations` before anything is written.
+//! `target` and its trace context, checked against the token's
+//! `destinations` before anything is written.
 
 use ttw_durable::{url_is_under, Destination, Envelope};
 
@@ -12,8 +12,6 @@ use super::Api;
 /// The fields of a request that make an envelope.
 pub(crate) struct Asked {
     pub(crate) target: Option<TargetSpec>,
-    pub(crate) callback: Option<String>,
-    pub(crate) failure_callback: Option<String>,
     pub(crate) traceparent: Option<String>,
     pub(crate) tracestate: Option<String>,
 }
@@ -31,8 +29,6 @@ pub(crate) fn check(
 ) -> Answer<Option<Envelope>> {
     let Asked {
         target,
-        callback,
-        failure_callback,
         traceparent,
         tracestate,
     } = asked;
@@ -49,49 +45,39 @@ pub(crate) fn check(
         .map_err(|err| Code::InvalidTraceContext.refuse(err.to_string()))?;
 
     let mut envelope = trace;
-    let mut urls = Vec::new();
-    if let Some(spec) = target {
-        let webhook =
-            api.settings.queues.iter().any(|q| {
-                q.name == queue && matches!(q.target, Some(TargetSettings::Webhook { .. }))
-            });
-        if !webhook {
-            return Err(Code::DestinationNotAllowed.refuse(format!(
-                "queue {queue:?} is not delivered by webhook here: a task's own target needs one"
-            )));
-        }
-        let mut to = Destination::new(spec.url.clone());
-        if let Some(method) = spec.method {
-            to = to.method(method);
-        }
-        for (name, value) in spec.headers {
-            to = to.header(name, value);
-        }
-        urls.push(("target", spec.url));
-        envelope = envelope.destination(to);
+    let Some(spec) = target else {
+        return Ok((!envelope.is_empty()).then_some(envelope));
+    };
+    let mut to = Destination::new(spec.url.clone());
+    if let Some(method) = spec.method {
+        to = to.method(method);
     }
-    if let Some(url) = callback {
-        urls.push(("callback", url.clone()));
-        envelope = envelope.callback(url);
+    for (name, value) in spec.headers {
+        to = to.header(name, value);
     }
-    if let Some(url) = failure_callback {
-        urls.push(("failure_callback", url.clone()));
-        envelope = envelope.failure_callback(url);
-    }
+    envelope = envelope.destination(to);
     envelope
         .check()
         .map_err(|err| Code::InvalidDestination.refuse(err.to_string()))?;
-    for (what, url) in urls {
-        if !token
-            .destinations
-            .iter()
-            .any(|prefix| url_is_under(&url, prefix))
-        {
-            return Err(Code::DestinationNotAllowed.refuse(format!(
-                "{what} {url:?} is under none of token {:?}'s destinations",
-                token.name
-            )));
-        }
+    let webhook = api
+        .settings
+        .queues
+        .iter()
+        .any(|q| q.name == queue && matches!(q.target, Some(TargetSettings::Webhook { .. })));
+    if !webhook {
+        return Err(Code::DestinationNotAllowed.refuse(format!(
+            "queue {queue:?} is not delivered by webhook here: a task's own target needs one"
+        )));
+    }
+    if !token
+        .destinations
+        .iter()
+        .any(|prefix| url_is_under(&spec.url, prefix))
+    {
+        return Err(Code::DestinationNotAllowed.refuse(format!(
+            "target {:?} is under none of token {:?}'s destinations",
+            spec.url, token.name
+        )));
     }
     Ok((!envelope.is_empty()).then_some(envelope))
 }

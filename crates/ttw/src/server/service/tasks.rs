@@ -226,8 +226,6 @@ pub(crate) fn check(
         &queue,
         envelope::Asked {
             target: b.target,
-            callback: b.callback,
-            failure_callback: b.failure_callback,
             traceparent,
             tracestate,
         },
