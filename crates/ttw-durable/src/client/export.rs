@@ -36,7 +36,7 @@ pub struct PendingTask {
     /// is made again by its schedule in the store the schedule moves to.
     pub recurring: Option<String>,
     /// Its envelope (destination, trace context), if any.
-    pub envelope: Option<crate::Envelope>,
+    pub envelope: Option<crate::model::envelope::Envelope>,
 }
 
 impl PendingTask {
@@ -131,7 +131,7 @@ impl TryFrom<PendingRow> for PendingTask {
             envelope: row
                 .envelope
                 .as_deref()
-                .map(crate::Envelope::decode)
+                .map(crate::model::envelope::Envelope::decode)
                 .transpose()?,
         })
     }

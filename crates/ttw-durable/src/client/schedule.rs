@@ -175,7 +175,7 @@ impl Schedule<'_> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn envelope(mut self, envelope: crate::Envelope) -> Self {
+    pub fn envelope(mut self, envelope: crate::model::envelope::Envelope) -> Self {
         self.task = self.task.envelope(envelope);
         self
     }

@@ -39,7 +39,7 @@ pub struct Task {
     pub(crate) idempotency_key: Option<String>,
     pub(crate) queue: Arc<str>,
     /// Boxed: most tasks have none, and a task is moved often.
-    pub(crate) envelope: Option<Box<crate::Envelope>>,
+    pub(crate) envelope: Option<Box<crate::model::envelope::Envelope>>,
 }
 
 impl Task {
@@ -116,7 +116,7 @@ impl Task {
 
     /// What the task carries for its delivery beside its payload, if
     /// anything ([`Schedule::envelope`](crate::Schedule::envelope)).
-    pub fn envelope(&self) -> Option<&crate::Envelope> {
+    pub fn envelope(&self) -> Option<&crate::model::envelope::Envelope> {
         self.envelope.as_deref()
     }
 

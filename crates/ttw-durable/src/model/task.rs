@@ -166,7 +166,7 @@ pub struct TaskInfo {
     pub partition_key: Option<String>,
     /// What it carries for its delivery beside its payload, if anything
     /// ([`Schedule::envelope`](crate::Schedule::envelope)).
-    pub envelope: Option<crate::Envelope>,
+    pub envelope: Option<crate::model::envelope::Envelope>,
 }
 
 /// How many tasks are in each state, from

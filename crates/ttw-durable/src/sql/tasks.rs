@@ -306,7 +306,7 @@ impl TryFrom<TaskInfoRow> for TaskInfo {
             envelope: row
                 .envelope
                 .as_deref()
-                .map(crate::Envelope::decode)
+                .map(crate::model::envelope::Envelope::decode)
                 .transpose()?,
         })
     }

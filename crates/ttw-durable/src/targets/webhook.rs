@@ -169,7 +169,7 @@ impl Webhook {
                 let allowed = inner
                     .destinations
                     .iter()
-                    .any(|prefix| crate::url_is_under(to.url(), prefix));
+                    .any(|prefix| crate::model::envelope::url_is_under(to.url(), prefix));
                 let url = reqwest::Url::parse(to.url()).ok().filter(|_| allowed);
                 let method = reqwest::Method::from_bytes(to.get_method().as_bytes()).ok();
                 let (Some(url), Some(method)) = (url, method) else {
