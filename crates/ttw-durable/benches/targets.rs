@@ -134,7 +134,7 @@ impl Target for InProcess {
             .as_secs_f64()
             * 1e3;
         self.0.record(Some(run_at));
-        Box::pin(async { Ok(()) })
+        Box::pin(async { Ok(ttw_durable::Receipt::none()) })
     }
     fn timeout(&self) -> Duration {
         Duration::from_secs(10)

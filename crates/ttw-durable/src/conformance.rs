@@ -31,6 +31,7 @@ enum Backend {
 fn boom(retry_at: i64, default_max: i64, now: i64) -> crate::sql::claims::AttemptFailed<'static> {
     crate::sql::claims::AttemptFailed {
         error: "boom",
+        status: None,
         retry_at,
         default_max,
         dead_now: false,
@@ -579,7 +580,7 @@ conformance!(recurring_and_lease_statements, recurring_and_leases_case);
 /// tasks counted, listed and redriven from either table, and the sweep.
 async fn admin_case(store: &Store) {
     let (db, names) = (store.db(), store.names());
-    assert_eq!(admin::schema_version(db).await.unwrap(), Some(10));
+    assert_eq!(admin::schema_version(db).await.unwrap(), Some(11));
     let rows = [
         task(1_000, None, "a"),
         task(2_000, None, "a"),

@@ -197,6 +197,7 @@ pub use client::schedule::{Schedule, Scheduled};
 pub use client::store::{Store, StoreBuilder};
 pub use error::Error;
 pub use model::attempt::Task;
+pub use model::attempts::{AttemptInfo, AttemptOutcome, Receipt, MAX_ATTEMPT_DETAIL};
 pub use model::backoff::Backoff;
 pub use model::envelope::{
     url_is_under, Destination, Envelope, MAX_DESTINATION_HEADERS, MAX_ENVELOPE,

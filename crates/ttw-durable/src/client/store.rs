@@ -10,10 +10,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use crate::error::Error;
+use crate::model::attempts::AttemptInfo;
 use crate::model::clock::Clock;
 use crate::model::task::{TaskId, TaskInfo, TaskState};
 use crate::model::time::to_ms;
 use crate::notify::{ListenOptions, Made, Notifier};
+use crate::sql::attempts;
 #[cfg(feature = "sqlite")]
 use crate::sql::commits::Commits;
 use crate::sql::db::{Db, Follower, MemoryKeeper, PoolSettings, SQLITE_MIN_SIZE};
@@ -578,6 +580,52 @@ impl Store {
     /// [`Error::is_database`].
     pub async fn get(&self, id: TaskId) -> Result<Option<TaskInfo>, Error> {
         self.get_where(Which::Id(id.0)).await
+    }
+
+    /// Task `id`'s attempts, oldest first: each one that failed or was cut
+    /// short by a crash, the one running now, and the one that succeeded,
+    /// with when it started and ended, the node that ran it, the answer's
+    /// status and its first bytes or the error (see [`AttemptInfo`]). The
+    /// latest 1,000 at most; empty for a task never attempted or unknown.
+    /// Kept as long as the task: the retention sweep deletes them with it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ttw_durable::{AttemptOutcome, Backoff, Scheduler, Store};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// let id = store.schedule(b"x".to_vec()).max_attempts(2).await?;
+    /// let scheduler = Scheduler::builder(store.clone())
+    ///     .backoff(Backoff::exponential(Duration::from_millis(1), Duration::from_millis(1)))
+    ///     .start(|task| async move {
+    ///         if task.attempt() == 1 {
+    ///             Err("the database was busy")
+    ///         } else {
+    ///             Ok(())
+    ///         }
+    ///     })
+    ///     .await?;
+    /// while store.attempts(id).await?.last().map(|a| a.outcome) != Some(AttemptOutcome::Done) {
+    ///     tokio::time::sleep(Duration::from_millis(5)).await;
+    /// }
+    /// let attempts = store.attempts(id).await?;
+    /// assert_eq!(attempts[0].outcome, AttemptOutcome::Failed);
+    /// assert_eq!(attempts[0].detail.as_deref(), Some("the database was busy"));
+    /// assert_eq!(attempts[1].attempt, 2);
+    /// scheduler.shutdown().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn attempts(&self, id: TaskId) -> Result<Vec<AttemptInfo>, Error> {
+        attempts::of_task(self.db(), id.0).await
     }
 
     /// The task `which` names, or `None`.

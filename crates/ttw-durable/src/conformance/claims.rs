@@ -7,7 +7,8 @@ use super::*;
 /// shard: the window read, the catch-up poll, a claim (only of tasks due
 /// and held), a success and a failure recorded under the fence (a stale
 /// claim refused), a reclaim of a lock run out, and why a task was not
-/// claimed.
+/// claimed; and the history of each attempt they write (done, failed,
+/// interrupted, dead), deleted with the task by the retention sweep.
 async fn claims_case(store: &Store) {
     use std::sync::Arc;
 
@@ -104,7 +105,7 @@ async fn claims_case(store: &Store) {
     };
     assert!(
         claims
-            .complete_many(&[stale], 3_100)
+            .complete_many(&[stale.into()], 3_100)
             .await
             .unwrap()
             .is_empty(),
@@ -114,7 +115,10 @@ async fn claims_case(store: &Store) {
         id: first.id,
         claim: first.claim,
     };
-    assert_eq!(claims.complete_many(&[done], 3_100).await.unwrap(), [done]);
+    assert_eq!(
+        claims.complete_many(&[done.into()], 3_100).await.unwrap(),
+        [done]
+    );
     assert_eq!(
         tasks::get(db, Which::Id(first.id))
             .await
@@ -153,6 +157,63 @@ async fn claims_case(store: &Store) {
             .state,
         TaskState::Scheduled
     );
+
+    // A third attempt fails for good: dead.
+    let third = claims
+        .claim(Claiming {
+            fired: &claims.due_before(8_000).await.unwrap(),
+            now: 7_500,
+            locked_until: 100_000,
+        })
+        .await
+        .unwrap();
+    assert_eq!(third.len(), 1);
+    let mut permanent = boom(0, 3, 7_600);
+    permanent.dead_now = true;
+    permanent.status = Some(410);
+    assert_eq!(
+        claims.fail(&third[0].attempt, permanent).await.unwrap(),
+        Some(Failed::Dead)
+    );
+    let seen = |a: &crate::model::attempts::AttemptInfo| {
+        (
+            a.attempt,
+            a.outcome.as_str(),
+            a.node.clone(),
+            a.started_at.and_then(|t| crate::model::time::to_ms(t).ok()),
+            a.ended_at.and_then(|t| crate::model::time::to_ms(t).ok()),
+            a.status,
+        )
+    };
+    let n1 = Some("n1".to_string());
+    let attempts = crate::sql::attempts::of_task(db, second.id).await.unwrap();
+    assert_eq!(
+        attempts.iter().map(seen).collect::<Vec<_>>(),
+        [
+            (1, "failed", n1.clone(), Some(3_000), Some(3_200), None),
+            (2, "interrupted", n1.clone(), Some(5_000), Some(7_000), None),
+            (3, "dead", n1.clone(), Some(7_500), Some(7_600), Some(410)),
+        ]
+    );
+    assert_eq!(attempts[0].detail.as_deref(), Some("boom"));
+    assert!(attempts[1]
+        .detail
+        .as_deref()
+        .is_some_and(|d| d.starts_with("lock expired")));
+    let done_attempts = crate::sql::attempts::of_task(db, first.id).await.unwrap();
+    assert_eq!(
+        done_attempts.iter().map(seen).collect::<Vec<_>>(),
+        [(1, "done", n1.clone(), Some(3_000), Some(3_100), None)]
+    );
+    // The sweep deletes a finished task's attempts with it.
+    crate::sql::testing::finish_into_history(db, second.id, 8_000)
+        .await
+        .unwrap();
+    assert_eq!(claims.sweep(10_000, 100).await.unwrap(), 2);
+    assert!(crate::sql::attempts::of_task(db, second.id)
+        .await
+        .unwrap()
+        .is_empty());
 
     let why = claims.why_unclaimed(&[ids[2]]).await.unwrap();
     assert_eq!(why.len(), 1);

@@ -169,7 +169,10 @@ async fn queues_case(store: &Store) {
         id: a.id,
         claim: a.claim,
     };
-    assert_eq!(claims.complete_many(&[done], 3_100).await.unwrap(), [done]);
+    assert_eq!(
+        claims.complete_many(&[done.into()], 3_100).await.unwrap(),
+        [done]
+    );
     let one = claims
         .claim_limited(
             "conc",

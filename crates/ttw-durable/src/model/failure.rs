@@ -37,6 +37,7 @@ pub struct Failure {
     message: String,
     retry_after: Option<Duration>,
     permanent: bool,
+    status: Option<u16>,
 }
 
 impl Failure {
@@ -47,7 +48,21 @@ impl Failure {
             message: message.into(),
             retry_after: None,
             permanent: false,
+            status: None,
         }
+    }
+
+    /// The status of the answer that made the attempt fail (an HTTP
+    /// status), kept in the attempt's history.
+    #[must_use]
+    pub fn with_status(mut self, status: u16) -> Failure {
+        self.status = Some(status);
+        self
+    }
+
+    /// The status [`with_status`](Self::with_status) set.
+    pub fn status(&self) -> Option<u16> {
+        self.status
     }
 
     /// The next attempt runs `wait` from now instead of after the backoff

@@ -2,6 +2,7 @@
 //! state, a task to schedule, and the rule for queue names.
 
 pub(crate) mod attempt;
+pub(crate) mod attempts;
 pub(crate) mod backoff;
 pub(crate) mod clock;
 pub(crate) mod envelope;

@@ -15,7 +15,7 @@ use futures::future::BoxFuture;
 use tokio::sync::{mpsc, oneshot, Mutex};
 
 use crate::error::Error;
-pub(crate) use crate::sql::claims::Success;
+pub(crate) use crate::sql::claims::{Finished, Success};
 
 /// The most outcomes one statement writes.
 pub(crate) const MAX_BATCH: usize = 512;
@@ -24,14 +24,14 @@ pub(crate) const MAX_BATCH: usize = 512;
 pub(crate) trait Write: Send + Sync + 'static {
     /// Writes `batch` in one statement; answers the successes the fence
     /// accepted, in any order (the others no longer held their tasks).
-    fn many(&self, batch: Vec<Success>) -> BoxFuture<'static, Result<Vec<Success>, Error>>;
+    fn many(&self, batch: Vec<Finished>) -> BoxFuture<'static, Result<Vec<Success>, Error>>;
 
     /// Writes one success; answers whether the fence accepted it.
-    fn one(&self, success: Success) -> BoxFuture<'static, Result<bool, Error>>;
+    fn one(&self, finished: Finished) -> BoxFuture<'static, Result<bool, Error>>;
 }
 
 struct Pending {
-    success: Success,
+    finished: Finished,
     reply: oneshot::Sender<Result<bool, Error>>,
 }
 
@@ -67,10 +67,10 @@ impl Completer {
     ///
     /// Dropping the future does not take the success back: it is written
     /// all the same.
-    pub(crate) async fn complete(&self, success: Success) -> Result<bool, Error> {
+    pub(crate) async fn complete(&self, finished: Finished) -> Result<bool, Error> {
         let (reply, answer) = oneshot::channel();
         self.tx
-            .send(Pending { success, reply })
+            .send(Pending { finished, reply })
             .map_err(|_| Error::closed())?;
         answer.await.map_err(|_| Error::closed())?
     }
@@ -87,12 +87,14 @@ async fn run(rx: Arc<Mutex<mpsc::UnboundedReceiver<Pending>>>, write: Arc<dyn Wr
         if taken == 0 {
             break;
         }
-        let successes: Vec<Success> = batch.iter().map(|p| p.success).collect();
-        match write.many(successes).await {
+        // A clone: a receipt without an answer (a handler's) allocates
+        // nothing, and the batch is kept for the one-by-one writes.
+        let finished: Vec<Finished> = batch.iter().map(|p| p.finished.clone()).collect();
+        match write.many(finished).await {
             Ok(mut accepted) => {
                 accepted.sort_unstable();
                 for pending in batch.drain(..) {
-                    let ok = accepted.binary_search(&pending.success).is_ok();
+                    let ok = accepted.binary_search(&pending.finished.success).is_ok();
                     let _ = pending.reply.send(Ok(ok));
                 }
             }
@@ -104,7 +106,7 @@ async fn run(rx: Arc<Mutex<mpsc::UnboundedReceiver<Pending>>>, write: Arc<dyn Wr
             Err(err) => {
                 tracing::debug!(%err, n = batch.len(), "a batch of outcomes failed; writing them one by one");
                 for pending in batch.drain(..) {
-                    let answer = write.one(pending.success).await;
+                    let answer = write.one(pending.finished).await;
                     let _ = pending.reply.send(answer);
                 }
             }
@@ -134,8 +136,9 @@ mod tests {
     const TOOK: Duration = Duration::from_millis(10);
 
     impl Write for Recorded {
-        fn many(&self, batch: Vec<Success>) -> BoxFuture<'static, Result<Vec<Success>, Error>> {
+        fn many(&self, batch: Vec<Finished>) -> BoxFuture<'static, Result<Vec<Success>, Error>> {
             self.batches.lock().unwrap().push(batch.len());
+            let batch: Vec<Success> = batch.into_iter().map(|f| f.success).collect();
             let failing = self.failing.load(std::sync::atomic::Ordering::SeqCst);
             async move {
                 tokio::time::sleep(TOOK).await;
@@ -147,14 +150,18 @@ mod tests {
             .boxed()
         }
 
-        fn one(&self, success: Success) -> BoxFuture<'static, Result<bool, Error>> {
+        fn one(&self, finished: Finished) -> BoxFuture<'static, Result<bool, Error>> {
             *self.ones.lock().unwrap() += 1;
+            let success = finished.success;
             async move { Ok(success.claim % 2 == 0) }.boxed()
         }
     }
 
-    fn success(id: i64, claim: i64) -> Success {
-        Success { id, claim }
+    fn success(id: i64, claim: i64) -> Finished {
+        Finished {
+            success: Success { id, claim },
+            receipt: crate::model::attempts::Receipt::none(),
+        }
     }
 
     /// A lone outcome is written at once, in a batch of its own: it waits

@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::Error;
 use crate::model::attempt::Task;
+use crate::model::attempts::Receipt;
 use crate::model::failure::Failure;
 use crate::node::outcome::Outcomes;
 
@@ -43,7 +44,23 @@ impl Delivery {
     /// (it timed out, or this node lost the task's shard): the task is, or
     /// will be, delivered again. [`Error::is_database`].
     pub async fn ack(mut self) -> Result<(), Error> {
-        let result = self.outcomes.succeed(&self.task.attempt).await;
+        let result = self
+            .outcomes
+            .succeed(&self.task.attempt, Receipt::none())
+            .await;
+        self.settle();
+        result
+    }
+
+    /// Records success with what the consumer's work answered (a status,
+    /// the answer's first bytes), kept in the attempt's history (see
+    /// [`Store::attempts`](crate::Store::attempts)).
+    ///
+    /// # Errors
+    ///
+    /// As [`Delivery::ack`].
+    pub async fn ack_with(mut self, receipt: Receipt) -> Result<(), Error> {
+        let result = self.outcomes.succeed(&self.task.attempt, receipt).await;
         self.settle();
         result
     }

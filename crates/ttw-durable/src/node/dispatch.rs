@@ -14,6 +14,7 @@ use tracing::Instrument;
 
 use crate::error::Error;
 use crate::model::attempt::Task;
+use crate::model::attempts::Receipt;
 use crate::model::failure::Failure;
 use crate::model::task::TaskState;
 use crate::model::time::ms;
@@ -31,7 +32,7 @@ const CLAIM_BATCH: usize = 500;
 
 /// A handler as the scheduler runs it: its error already a [`Failure`].
 pub(crate) type Handler =
-    Arc<dyn Fn(Task) -> BoxFuture<'static, Result<(), Failure>> + Send + Sync>;
+    Arc<dyn Fn(Task) -> BoxFuture<'static, Result<Receipt, Failure>> + Send + Sync>;
 
 /// Where deliveries go.
 #[derive(Clone)]
@@ -465,7 +466,7 @@ async fn supervise(
             let attempt = task.clone();
             let run = AssertUnwindSafe(async move { handler(attempt).await }).catch_unwind();
             let outcome = match tokio::time::timeout_at(deadline, run).await {
-                Ok(Ok(Ok(()))) => Ok(()),
+                Ok(Ok(Ok(receipt))) => Ok(receipt),
                 Ok(Ok(Err(err))) => Err(err),
                 Ok(Err(panic)) => Err(Failure::new(format!(
                     "handler panicked: {}",
@@ -474,10 +475,10 @@ async fn supervise(
                 Err(_) => Err(Failure::new(format!("handler timed out after {timeout:?}"))),
             };
             match outcome {
-                Ok(()) => {
+                Ok(receipt) => {
                     permits.release_places();
                     node.wakes.room.notify_one();
-                    if let Err(err) = outcomes.succeed(&task.attempt).await {
+                    if let Err(err) = outcomes.succeed(&task.attempt, receipt).await {
                         node.report(Failing::Outcome, &err);
                     }
                     None

@@ -12,11 +12,12 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use crate::model::attempt::Attempt;
+use crate::model::attempts::Receipt;
 use crate::model::backoff::Backoff;
 use crate::model::clock::Clock;
 use crate::model::failure::Failure;
 use crate::model::time::ms;
-use crate::node::completer::{Completer, Success, Write};
+use crate::node::completer::{Completer, Finished, Success, Write};
 use crate::node::config::Config;
 use crate::node::events::Events;
 use crate::node::faults::Faults;
@@ -66,7 +67,7 @@ struct Successes {
 }
 
 impl Write for Successes {
-    fn many(&self, batch: Vec<Success>) -> BoxFuture<'static, Result<Vec<Success>, Error>> {
+    fn many(&self, batch: Vec<Finished>) -> BoxFuture<'static, Result<Vec<Success>, Error>> {
         let (claims, now, aborted) = (
             self.claims.clone(),
             self.clock.now_ms(),
@@ -85,7 +86,7 @@ impl Write for Successes {
         .boxed()
     }
 
-    fn one(&self, success: Success) -> BoxFuture<'static, Result<bool, Error>> {
+    fn one(&self, finished: Finished) -> BoxFuture<'static, Result<bool, Error>> {
         let (claims, now, aborted) = (
             self.claims.clone(),
             self.clock.now_ms(),
@@ -99,7 +100,7 @@ impl Write for Successes {
             if injected {
                 return Err(Error::injected("a success"));
             }
-            Ok(!claims.complete_many(&[success], now).await?.is_empty())
+            Ok(!claims.complete_many(&[finished], now).await?.is_empty())
         }
         .boxed()
     }
@@ -202,13 +203,16 @@ impl Outcomes {
 
     /// Records a successful attempt in the next batch of the node's
     /// completer; answers once it is written.
-    pub(crate) async fn succeed(&self, attempt: &Attempt) -> Result<(), Error> {
+    pub(crate) async fn succeed(&self, attempt: &Attempt, receipt: Receipt) -> Result<(), Error> {
         self.check_open()?;
-        let success = Success {
-            id: attempt.id,
-            claim: attempt.claim,
+        let finished = Finished {
+            success: Success {
+                id: attempt.id,
+                claim: attempt.claim,
+            },
+            receipt,
         };
-        let written = self.completer.complete(success).await?;
+        let written = self.completer.complete(finished).await?;
         if written {
             self.events.succeeded(self.queue_of(attempt));
             Ok(())
@@ -238,6 +242,7 @@ impl Outcomes {
                 attempt,
                 AttemptFailed {
                     error,
+                    status: failure.status(),
                     retry_at,
                     default_max: self.default_max,
                     dead_now: failure.is_permanent(),

@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use crate::client::store::Store;
 use crate::error::Error;
 use crate::model::attempt::Task;
+use crate::model::attempts::Receipt;
 use crate::model::backoff::Backoff;
 use crate::model::failure::Failure;
 use crate::model::lanes::Lanes;
@@ -228,7 +229,12 @@ impl SchedulerBuilder {
     {
         let handler: Handler = Arc::new(move |task| {
             let fut = handler(task);
-            async move { fut.await.map_err(|e| Failure::new(e.to_string())) }.boxed()
+            async move {
+                fut.await
+                    .map(|()| Receipt::none())
+                    .map_err(|e| Failure::new(e.to_string()))
+            }
+            .boxed()
         });
         self.handlers.push((queue.into(), handler));
         self

@@ -9,9 +9,11 @@ use std::sync::Arc;
 
 use crate::error::Error;
 use crate::model::attempt::Attempt;
+use crate::model::attempts::bounded_str;
 use crate::model::lanes::Lanes;
 use crate::model::task::TaskState;
 use crate::sql::announce::key_hash;
+use crate::sql::attempts::ATTEMPT_COLUMNS;
 use crate::sql::db::{placeholders, priority_from_sql, with_pool, write_with_pool, Db, Urgency};
 use crate::sql::history::{into_history, HISTORY_COLUMNS};
 
@@ -23,9 +25,12 @@ mod rows;
 
 use fence::{checked, fenced, in_held_shard, retry_or_dead, task_lane, uncontrolled, UNLOCK};
 pub(crate) use limited::Wait;
-use rows::{claimed, ChangedRow, ClaimedRow, DueRow, ReclaimedRow, UnclaimedRow, DUE_COLUMNS};
+use rows::{
+    claimed, ChangedRow, ClaimedRow, DueRow, FailedRow, ReclaimedRow, UnclaimedRow, DUE_COLUMNS,
+};
 pub(crate) use rows::{
-    AttemptFailed, Changes, Claimed, Claiming, Due, Failed, Reclaimed, Since, Success, Unclaimed,
+    AttemptFailed, Changes, Claimed, Claiming, Due, Failed, Finished, Reclaimed, Since, Success,
+    Unclaimed,
 };
 
 /// `ids` as a PostgreSQL array literal: `{1,2,3}`.
@@ -224,7 +229,7 @@ impl Claims {
         format!(
             "UPDATE ttw_tasks SET state = 'running', attempts = attempts + 1, claims = claims + 1, locked_by = $1, \
              lock_epoch = (SELECT l.epoch FROM ttw_leases l WHERE {}), \
-             locked_until = $3, updated_at = {} \
+             locked_until = $3, started_at = $4, updated_at = {} \
              WHERE {} AND {} \
              RETURNING id, run_at, attempts, claims, payload, idempotency_key, envelope",
             task_lane("$2"),
@@ -261,12 +266,13 @@ impl Claims {
 
     /// Marks done every task of `batch` whose attempt still holds it, each
     /// row under its own fence (see [`fenced`]), and moves it to
-    /// `ttw_history` (see [`history`](crate::sql::history)), in one
+    /// `ttw_history` (see [`history`](crate::sql::history)) with its
+    /// attempt's receipt (the answer's status and first bytes), in one
     /// transaction: a stale attempt's row is refused and the others are
     /// written. Answers the successes written.
     pub(crate) async fn complete_many(
         &self,
-        batch: &[Success],
+        batch: &[Finished],
         now: i64,
     ) -> Result<Vec<Success>, Error> {
         if batch.is_empty() {
@@ -278,19 +284,27 @@ impl Claims {
         let written: Vec<(i64, i64)> = match &self.db {
             // One statement: the rows deleted under their fence are the
             // rows inserted into the history. One statement text for every
-            // batch size: the ids and claims as two arrays.
+            // batch size: the ids, claims, statuses and answers as arrays.
             #[cfg(feature = "postgres")]
             Db::Postgres(pool) => {
                 let sql = format!(
                     "WITH moved AS (DELETE FROM ttw_tasks \
-                     USING UNNEST($4::BIGINT[], $5::BIGINT[]) AS v(task, claim) \
-                     WHERE ttw_tasks.id = v.task AND {} RETURNING ttw_tasks.*) \
-                     INSERT INTO ttw_history ({HISTORY_COLUMNS}) SELECT {into} FROM moved \
-                     RETURNING id, claims",
+                     USING UNNEST($4::BIGINT[], $5::BIGINT[], $6::INT[], $7::TEXT[]) \
+                     AS v(task, claim, answer_status, answer) \
+                     WHERE ttw_tasks.id = v.task AND {} \
+                     RETURNING ttw_tasks.*, v.answer_status, v.answer) \
+                     INSERT INTO ttw_history ({HISTORY_COLUMNS}, answer_status, answer) \
+                     SELECT {into}, answer_status, answer FROM moved RETURNING id, claims",
                     fence::fence("v.claim", "$2", "$3")
                 );
-                let ids: Vec<i64> = batch.iter().map(|s| s.id).collect();
-                let claims: Vec<i64> = batch.iter().map(|s| s.claim).collect();
+                let ids: Vec<i64> = batch.iter().map(|f| f.success.id).collect();
+                let claims: Vec<i64> = batch.iter().map(|f| f.success.claim).collect();
+                let statuses: Vec<Option<i32>> = batch
+                    .iter()
+                    .map(|f| f.receipt.status_code().map(i32::from))
+                    .collect();
+                let answers: Vec<Option<&str>> =
+                    batch.iter().map(|f| f.receipt.answer_text()).collect();
                 sqlx::query_as(&sql)
                     .persistent(false)
                     .bind(now)
@@ -298,24 +312,32 @@ impl Claims {
                     .bind(self.shards)
                     .bind(ids)
                     .bind(claims)
+                    .bind(statuses)
+                    .bind(answers)
                     .fetch_all(pool)
                     .await?
             }
             // Two statements in one transaction, under this process's
             // write turn and SQLite's one writer: copy the fenced rows,
-            // then delete exactly those copied. A list of (id, claim) rows,
-            // padded with rows that match no task to the next power of
-            // two, so that a few statements serve every batch size.
+            // then delete exactly those copied. A list of (id, claim,
+            // status, answer) rows, padded with rows that match no task to
+            // the next power of two, so that a few statements serve every
+            // batch size.
             #[cfg(feature = "sqlite")]
             Db::Sqlite(pool, _) => {
                 let n = batch.len().next_power_of_two();
                 let rows = (0..n)
-                    .map(|i| format!("(${}, ${})", 4 + 2 * i, 5 + 2 * i))
+                    .map(|i| {
+                        let p = 4 + 4 * i;
+                        format!("(${p}, ${}, ${}, ${})", p + 1, p + 2, p + 3)
+                    })
                     .collect::<Vec<_>>()
                     .join(", ");
                 let copy = format!(
-                    "INSERT INTO ttw_history ({HISTORY_COLUMNS}) SELECT {into} FROM ttw_tasks \
-                     WHERE (id, claims) IN (VALUES {rows}) AND {} RETURNING id, claims",
+                    "INSERT INTO ttw_history ({HISTORY_COLUMNS}, answer_status, answer) \
+                     SELECT {into}, v.column3, v.column4 FROM (VALUES {rows}) AS v \
+                     JOIN ttw_tasks ON ttw_tasks.id = v.column1 AND ttw_tasks.claims = v.column2 \
+                     WHERE {} RETURNING id, claims",
                     checked(&fence::still_held("$2", "$3"))
                 );
                 let delete = format!("DELETE FROM ttw_tasks WHERE id IN ({})", placeholders(1, n));
@@ -324,11 +346,19 @@ impl Claims {
                     .bind(now)
                     .bind(&self.session)
                     .bind(self.shards);
-                for success in batch {
-                    query = query.bind(success.id).bind(success.claim);
+                for finished in batch {
+                    query = query
+                        .bind(finished.success.id)
+                        .bind(finished.success.claim)
+                        .bind(finished.receipt.status_code().map(i32::from))
+                        .bind(finished.receipt.answer_text());
                 }
                 for _ in batch.len()..n {
-                    query = query.bind(-1_i64).bind(-1_i64);
+                    query = query
+                        .bind(-1_i64)
+                        .bind(-1_i64)
+                        .bind(None::<i32>)
+                        .bind(None::<&str>);
                 }
                 let written: Vec<(i64, i64)> = query.fetch_all(&mut *tx).await?;
                 if !written.is_empty() {
@@ -355,41 +385,92 @@ impl Claims {
     /// Records a failed attempt under the same fence as
     /// [`complete_many`](Self::complete_many): a retry at its `retry_at`, or
     /// dead once the attempts reach the task's limit (`default_max` when it
-    /// has none), or at once when `dead_now`. `None` if the fence refused
-    /// it.
+    /// has none), or at once when `dead_now`; and, in the same transaction,
+    /// the attempt's row in `ttw_attempts`. `None` if the fence refused it.
     pub(crate) async fn fail(
         &self,
         attempt: &Attempt,
         failed: AttemptFailed<'_>,
     ) -> Result<Option<Failed>, Error> {
-        let sql = format!(
+        let update = format!(
             "UPDATE ttw_tasks SET {}, last_error = $8, {UNLOCK}, updated_at = {} \
-             WHERE {} RETURNING state, run_at",
+             WHERE {} RETURNING id, claims, attempts, started_at, state, run_at",
             retry_or_dead("$6", "$7", "$3", "$9"),
             self.db.clock_sql(),
             fenced("$1", "$2", "$4", "$5")
         );
+        let status = failed.status.map(i32::from);
+        let detail = bounded_str(failed.error);
+        let _turn = self.db.write_turn(Urgency::Ordinary).await;
         // Read to its end (see the notes of `db`).
-        let rows: Vec<(String, i64)> = write_with_pool!(&self.db, Urgency::Ordinary, pool => {
-            sqlx::query_as(&sql)
-                .persistent(self.keeps_plans())
-                .bind(attempt.id)
-                .bind(attempt.claim)
-                .bind(failed.now)
-                .bind(&self.session)
-                .bind(self.shards)
-                .bind(failed.default_max)
-                .bind(failed.retry_at)
-                .bind(failed.error)
-                .bind(i64::from(failed.dead_now))
+        let row: Option<FailedRow> = match &self.db {
+            // One statement: the row updated under its fence is the
+            // attempt recorded.
+            #[cfg(feature = "postgres")]
+            Db::Postgres(pool) => {
+                let sql = format!(
+                    "WITH f AS ({update}), a AS (INSERT INTO ttw_attempts ({ATTEMPT_COLUMNS}) \
+                     SELECT id, claims, attempts, $4, started_at, $3, \
+                     CASE WHEN state = 'dead' THEN 'dead' ELSE 'failed' END, $10, $11 FROM f \
+                     ON CONFLICT DO NOTHING) \
+                     SELECT id, claims, attempts, started_at, state, run_at FROM f"
+                );
+                let rows: Vec<FailedRow> = bind_failed!(
+                    sqlx::query_as(&sql),
+                    attempt,
+                    failed,
+                    &self.session,
+                    self.shards
+                )
+                .bind(status)
+                .bind(detail)
                 .fetch_all(pool)
-                .await?
-        });
-        match rows.into_iter().next() {
+                .await?;
+                rows.into_iter().next()
+            }
+            // Two statements in one transaction, under SQLite's one writer.
+            #[cfg(feature = "sqlite")]
+            Db::Sqlite(pool, _) => {
+                let mut tx = pool.begin().await?;
+                let rows: Vec<FailedRow> = bind_failed!(
+                    sqlx::query_as(&update).persistent(self.keeps_plans()),
+                    attempt,
+                    failed,
+                    &self.session,
+                    self.shards
+                )
+                .fetch_all(&mut *tx)
+                .await?;
+                let row = rows.into_iter().next();
+                if let Some(row) = &row {
+                    let sql = format!(
+                        "INSERT INTO ttw_attempts ({ATTEMPT_COLUMNS}) VALUES \
+                         ($1, $2, $3, $4, $5, $6, \
+                         CASE WHEN $7 = 'dead' THEN 'dead' ELSE 'failed' END, $8, $9) \
+                         ON CONFLICT DO NOTHING"
+                    );
+                    sqlx::query(&sql)
+                        .bind(row.id)
+                        .bind(row.claims)
+                        .bind(row.attempts)
+                        .bind(&self.session)
+                        .bind(row.started_at)
+                        .bind(failed.now)
+                        .bind(&row.state)
+                        .bind(status)
+                        .bind(detail)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                row
+            }
+        };
+        match row {
             None => Ok(None),
-            Some((state, run_at)) => Ok(Some(match TaskState::from_sql(&state)? {
+            Some(row) => Ok(Some(match TaskState::from_sql(&row.state)? {
                 TaskState::Dead => Failed::Dead,
-                _ => Failed::Retry(run_at),
+                _ => Failed::Retry(row.run_at),
             })),
         }
     }
@@ -408,31 +489,81 @@ impl Claims {
         default_max: i64,
         now: i64,
     ) -> Result<Vec<Reclaimed>, Error> {
-        let sql = format!(
-            "UPDATE ttw_tasks SET {}, \
-             last_error = CASE WHEN locked_until < $2 \
-             THEN 'lock expired: the node delivering it stopped or lost its shard' \
-             ELSE 'the node delivering it died; the shard''s new owner took it back' END, \
-             {UNLOCK}, updated_at = {} \
-             WHERE state = 'running' \
+        let taken_back = format!(
+            "ttw_tasks.state = 'running' \
              AND EXISTS (SELECT 1 FROM ttw_leases l WHERE {} AND l.owner_session = $4 \
              AND (ttw_tasks.locked_until < $2 \
              OR ((ttw_tasks.lock_epoch IS NULL OR ttw_tasks.lock_epoch < l.epoch) \
-             AND NOT EXISTS (SELECT 1 FROM ttw_nodes n WHERE n.session = ttw_tasks.locked_by)))) \
-             RETURNING {DUE_COLUMNS}, state",
-            retry_or_dead("$1", "$2", "$2", "0"),
-            self.db.clock_sql(),
+             AND NOT EXISTS (SELECT 1 FROM ttw_nodes n WHERE n.session = ttw_tasks.locked_by))))",
             task_lane("$3")
         );
-        let rows: Vec<ReclaimedRow> = write_with_pool!(&self.db, Urgency::Ordinary, pool => {
-            sqlx::query_as(&sql)
-                .bind(default_max)
-                .bind(now)
-                .bind(self.shards)
-                .bind(&self.session)
-                .fetch_all(pool)
-                .await?
-        });
+        let why = "CASE WHEN ttw_tasks.locked_until < $2 \
+             THEN 'lock expired: the node delivering it stopped or lost its shard' \
+             ELSE 'the node delivering it died; the shard''s new owner took it back' END";
+        let set = format!(
+            "{}, last_error = {why}, {UNLOCK}, updated_at = {}",
+            retry_or_dead("$1", "$2", "$2", "0"),
+            self.db.clock_sql(),
+        );
+        let _turn = self.db.write_turn(Urgency::Ordinary).await;
+        // Read to its end (see the notes of `db`). Each task taken back
+        // leaves the attempt the crash cut short in `ttw_attempts`, as
+        // `interrupted`, with the session that ran it and when it started.
+        let rows: Vec<ReclaimedRow> = match &self.db {
+            // One statement: the rows locked first are the rows updated,
+            // and their session and start (which the update clears) are
+            // read from the lock.
+            #[cfg(feature = "postgres")]
+            Db::Postgres(pool) => {
+                let sql = format!(
+                    "WITH old AS (SELECT id AS old_id, locked_by AS old_by, started_at AS old_start \
+                     FROM ttw_tasks WHERE {taken_back} FOR UPDATE), \
+                     r AS (UPDATE ttw_tasks SET {set} FROM old WHERE ttw_tasks.id = old.old_id \
+                     RETURNING ttw_tasks.*, old.old_by, old.old_start), \
+                     a AS (INSERT INTO ttw_attempts ({ATTEMPT_COLUMNS}) \
+                     SELECT id, claims, attempts, old_by, old_start, $2, 'interrupted', NULL, last_error \
+                     FROM r ON CONFLICT DO NOTHING) \
+                     SELECT {DUE_COLUMNS}, state FROM r"
+                );
+                sqlx::query_as(&sql)
+                    .bind(default_max)
+                    .bind(now)
+                    .bind(self.shards)
+                    .bind(&self.session)
+                    .fetch_all(pool)
+                    .await?
+            }
+            // Two statements in one transaction, under SQLite's one writer:
+            // the attempts recorded, then the same rows taken back.
+            #[cfg(feature = "sqlite")]
+            Db::Sqlite(pool, _) => {
+                let record = format!(
+                    "INSERT INTO ttw_attempts ({ATTEMPT_COLUMNS}) \
+                     SELECT id, claims, attempts, locked_by, started_at, $2, 'interrupted', NULL, {why} \
+                     FROM ttw_tasks WHERE {taken_back} ON CONFLICT DO NOTHING"
+                );
+                let update = format!(
+                    "UPDATE ttw_tasks SET {set} WHERE {taken_back} RETURNING {DUE_COLUMNS}, state"
+                );
+                let mut tx = pool.begin().await?;
+                sqlx::query(&record)
+                    .bind(default_max)
+                    .bind(now)
+                    .bind(self.shards)
+                    .bind(&self.session)
+                    .execute(&mut *tx)
+                    .await?;
+                let rows = sqlx::query_as(&update)
+                    .bind(default_max)
+                    .bind(now)
+                    .bind(self.shards)
+                    .bind(&self.session)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                rows
+            }
+        };
         rows.into_iter()
             .filter_map(|row| {
                 let dead = match TaskState::from_sql(&row.state) {

@@ -13,20 +13,24 @@
 //! the same transaction (see [`keys`](crate::sql::keys)).
 
 use crate::error::Error;
-use crate::sql::db::{write_with_pool, Db, Urgency};
+use crate::sql::db::{Db, Urgency};
 
 /// The columns of `ttw_history`, in the order of [`into_history`].
 pub(crate) const HISTORY_COLUMNS: &str =
     "id, state, run_at, payload, idempotency_key, max_attempts, attempts, last_error, \
-     created_at, updated_at, finished_at, claims, recurring, queue, priority, partition_key, envelope";
+     created_at, updated_at, finished_at, claims, recurring, queue, priority, partition_key, envelope, \
+     started_at, locked_by";
 
 /// What a row of `ttw_tasks` becomes in `ttw_history` ([`HISTORY_COLUMNS`]):
 /// `state` (a literal), last changed at `updated` and finished at
-/// `finished` (both SQL).
+/// `finished` (both SQL). Its last attempt's start and session go with it:
+/// a done task's successful attempt is read from them (see
+/// [`attempts`](crate::model::attempts)).
 pub(crate) fn into_history(state: &str, updated: &str, finished: &str) -> String {
     format!(
         "id, '{state}', run_at, payload, idempotency_key, max_attempts, attempts, last_error, \
-         created_at, {updated}, {finished}, claims, recurring, queue, priority, partition_key, envelope"
+         created_at, {updated}, {finished}, claims, recurring, queue, priority, partition_key, envelope, \
+         started_at, locked_by"
     )
 }
 
@@ -63,20 +67,49 @@ pub(crate) async fn sweep(db: &Db, before: i64, batch: u64) -> Result<u64, Error
     }
 }
 
-/// One batch of [`sweep`]: at most `batch` rows.
+/// One batch of [`sweep`]: at most `batch` rows, with their attempts
+/// (`ttw_attempts`), in one transaction.
 async fn sweep_once(db: &Db, before: i64, batch: u64) -> Result<u64, Error> {
     let limit = i64::try_from(batch).unwrap_or(i64::MAX);
-    let n = write_with_pool!(db, Urgency::Ordinary, pool => {
-        sqlx::query(
-            "DELETE FROM ttw_history WHERE id IN (SELECT id FROM ttw_history \
-             WHERE finished_at < $1 LIMIT $2)",
-        )
-        .bind(before)
-        .bind(limit)
-        .execute(pool)
-        .await?
-        .rows_affected()
-    });
+    let _turn = db.write_turn(Urgency::Ordinary).await;
+    let n = match db {
+        #[cfg(feature = "postgres")]
+        Db::Postgres(pool) => {
+            let n: i64 = sqlx::query_scalar(
+                "WITH gone AS (DELETE FROM ttw_history WHERE id IN (SELECT id FROM ttw_history \
+                 WHERE finished_at < $1 LIMIT $2) RETURNING id), \
+                 a AS (DELETE FROM ttw_attempts WHERE task_id IN (SELECT id FROM gone)) \
+                 SELECT COUNT(*) FROM gone",
+            )
+            .bind(before)
+            .bind(limit)
+            .fetch_one(pool)
+            .await?;
+            u64::try_from(n).unwrap_or(0)
+        }
+        // The same rows twice in one transaction, under SQLite's one
+        // writer: their attempts, then the rows.
+        #[cfg(feature = "sqlite")]
+        Db::Sqlite(pool, _) => {
+            let chosen = "SELECT id FROM ttw_history WHERE finished_at < $1 LIMIT $2";
+            let mut tx = pool.begin().await?;
+            sqlx::query(&format!(
+                "DELETE FROM ttw_attempts WHERE task_id IN ({chosen})"
+            ))
+            .bind(before)
+            .bind(limit)
+            .execute(&mut *tx)
+            .await?;
+            let n = sqlx::query(&format!("DELETE FROM ttw_history WHERE id IN ({chosen})"))
+                .bind(before)
+                .bind(limit)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            tx.commit().await?;
+            n
+        }
+    };
     Ok(n)
 }
 

@@ -8,7 +8,8 @@
 //! - `schema.rs`: the embedded migrations and the lease rows.
 //! - `tasks.rs`: the one task insert, and one task read, cancelled, moved.
 //! - `keys.rs`: idempotency keys, the key-in-history protocol, replacement.
-//! - `claims.rs`: the scheduler's claims and outcomes.
+//! - `claims.rs`: the scheduler's claims and outcomes; `attempts.rs`: the
+//!   history of each attempt they write, and its read.
 //! - `leases.rs`: node membership and shard leases.
 //! - `history.rs`: finished tasks moved to `ttw_history`, and the sweep.
 //! - `recurring.rs`: recurring schedules and their occurrences.
@@ -20,6 +21,7 @@
 
 pub(crate) mod admin;
 pub(crate) mod announce;
+pub(crate) mod attempts;
 #[cfg(feature = "sqlite")]
 pub(crate) mod checkpoint;
 pub(crate) mod claims;

@@ -11,7 +11,7 @@ use crate::sql::db::{with_pool, Db};
 pub(crate) async fn lock_elsewhere(db: &Db, id: i64, locked_until: i64) -> Result<(), Error> {
     with_pool!(db, pool => {
         sqlx::query(
-            "UPDATE ttw_tasks SET state = 'running', attempts = 1, claims = 1, \
+            "UPDATE ttw_tasks SET state = 'running', attempts = 1, claims = claims + 1, \
              locked_by = 'another/1', lock_epoch = 1000000, locked_until = $1 WHERE id = $2",
         )
         .bind(locked_until)

@@ -10,6 +10,7 @@ use async_nats::jetstream::Context;
 
 use crate::error::Error;
 use crate::model::attempt::Task;
+use crate::model::attempts::Receipt;
 use crate::model::failure::Failure;
 use crate::targets::{headers, Delivered, Target};
 
@@ -139,7 +140,7 @@ impl JetStream {
         subject
     }
 
-    async fn publish(self, task: Task) -> Result<(), Failure> {
+    async fn publish(self, task: Task) -> Result<Receipt, Failure> {
         let inner = &self.inner;
         let subject = self.subject_of(&task);
         let mut map = HeaderMap::new();
@@ -164,7 +165,7 @@ impl JetStream {
             })
         };
         match tokio::time::timeout(inner.timeout, publish).await {
-            Ok(Ok(_ack)) => Ok(()),
+            Ok(Ok(ack)) => Ok(Receipt::none().answer(format!("{} #{}", ack.stream, ack.sequence))),
             Ok(Err(failure)) => Err(failure),
             Err(_) => Err(Failure::new(format!(
                 "NATS publish to {subject} not acknowledged within {:?}",

@@ -22,6 +22,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use crate::model::attempt::Task;
+use crate::model::attempts::Receipt;
 use crate::model::failure::Failure;
 use crate::model::time::ms;
 
@@ -35,9 +36,11 @@ pub use jetstream::{JetStream, JetStreamBuilder};
 #[cfg(feature = "webhook")]
 pub use webhook::{Webhook, WebhookBuilder};
 
-/// What a target's delivery of one task comes to: `Ok` marks it done, a
-/// [`Failure`] is a failed attempt.
-pub type Delivered = Pin<Box<dyn Future<Output = Result<(), Failure>> + Send + 'static>>;
+/// What a target's delivery of one task comes to: `Ok` marks it done, with
+/// a [`Receipt`] kept in the attempt's history (the answer's status and
+/// first bytes; [`Receipt::none`] says nothing more), a [`Failure`] is a
+/// failed attempt.
+pub type Delivered = Pin<Box<dyn Future<Output = Result<Receipt, Failure>> + Send + 'static>>;
 
 /// Where a queue's deliveries go: see the [module](self) and
 /// [`SchedulerBuilder::deliver`](crate::SchedulerBuilder::deliver).
@@ -50,7 +53,7 @@ pub type Delivered = Pin<Box<dyn Future<Output = Result<(), Failure>> + Send + '
 /// use std::sync::atomic::{AtomicUsize, Ordering};
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use ttw_durable::{Delivered, Scheduler, Store, Target, Task};
+/// use ttw_durable::{Delivered, Receipt, Scheduler, Store, Target, Task};
 ///
 /// struct Count(Arc<AtomicUsize>);
 ///
@@ -59,7 +62,7 @@ pub type Delivered = Pin<Box<dyn Future<Output = Result<(), Failure>> + Send + '
 ///         let count = self.0.clone();
 ///         Box::pin(async move {
 ///             count.fetch_add(1, Ordering::SeqCst);
-///             Ok(())
+///             Ok(Receipt::none())
 ///         })
 ///     }
 ///     fn timeout(&self) -> Duration {

@@ -14,6 +14,7 @@ use sha2::Sha256;
 
 use crate::error::Error;
 use crate::model::attempt::Task;
+use crate::model::attempts::{Receipt, MAX_ATTEMPT_DETAIL};
 use crate::model::clock::Clock;
 use crate::model::failure::Failure;
 use crate::targets::{headers, Delivered, Target};
@@ -152,7 +153,7 @@ impl Webhook {
         sign(&self.inner.key, id, timestamp, body)
     }
 
-    async fn post(self, task: Task) -> Result<(), Failure> {
+    async fn post(self, task: Task) -> Result<Receipt, Failure> {
         let inner = &self.inner;
         let id = task.message_id();
         // A webhook is made apart from any store: the system's clock.
@@ -215,7 +216,13 @@ impl Webhook {
             .map_err(|e| self.failed(&e))?;
         let status = answer.status();
         if status.is_success() {
-            return Ok(());
+            let text = error_body(answer, MAX_ATTEMPT_DETAIL).await;
+            let receipt = Receipt::status(status.as_u16());
+            return Ok(if text.is_empty() {
+                receipt
+            } else {
+                receipt.answer(text)
+            });
         }
         let retry_after = (status == StatusCode::TOO_MANY_REQUESTS
             || status == StatusCode::SERVICE_UNAVAILABLE)
@@ -225,7 +232,7 @@ impl Webhook {
             .is_redirection()
             .then(|| answer.headers().get(reqwest::header::LOCATION).cloned())
             .flatten();
-        let text = error_body(answer).await;
+        let text = error_body(answer, ERROR_BODY).await;
         let mut message = format!("webhook answered HTTP {status}");
         if let Some(location) = location {
             message.push_str(&format!(
@@ -237,7 +244,7 @@ impl Webhook {
             message.push_str(": ");
             message.push_str(&text);
         }
-        let failure = Failure::new(message);
+        let failure = Failure::new(message).with_status(status.as_u16());
         Err(if status == StatusCode::GONE {
             failure.permanent()
         } else if let Some(wait) = retry_after {
@@ -455,17 +462,17 @@ fn retry_after(value: &HeaderValue) -> Option<Duration> {
     Some(at.duration_since(Clock::System.now()).unwrap_or_default())
 }
 
-/// The first [`ERROR_BODY`] bytes of an answer's body, as text (empty if
+/// The first `most` bytes of an answer's body, as text (empty if
 /// it cannot be read in time).
-async fn error_body(mut answer: reqwest::Response) -> String {
+async fn error_body(mut answer: reqwest::Response, most: usize) -> String {
     let mut body = Vec::new();
-    while body.len() < ERROR_BODY {
+    while body.len() < most {
         match answer.chunk().await {
             Ok(Some(chunk)) => body.extend_from_slice(&chunk),
             _ => break,
         }
     }
-    body.truncate(ERROR_BODY);
+    body.truncate(most);
     String::from_utf8_lossy(&body).trim().to_string()
 }
 

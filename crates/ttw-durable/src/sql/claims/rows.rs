@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use crate::model::attempt::{Attempt, Task};
+use crate::model::attempts::Receipt;
 use crate::model::envelope::Envelope;
 use crate::model::task::TaskState;
 use crate::model::time::from_ms;
@@ -103,6 +104,23 @@ pub(crate) struct Success {
     pub(crate) claim: i64,
 }
 
+/// A success to record: the attempt, and what its target said of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Finished {
+    pub(crate) success: Success,
+    pub(crate) receipt: Receipt,
+}
+
+impl From<Success> for Finished {
+    /// A success with nothing more to say (a handler's).
+    fn from(success: Success) -> Finished {
+        Finished {
+            success,
+            receipt: Receipt::none(),
+        }
+    }
+}
+
 /// A task claimed for delivery: what the claim statement returned.
 #[derive(Debug, Clone)]
 pub(crate) struct Claimed {
@@ -175,6 +193,8 @@ pub(crate) enum Failed {
 pub(crate) struct AttemptFailed<'a> {
     /// The attempt's error, kept as the task's last.
     pub(crate) error: &'a str,
+    /// The answer's status, if the target reported one.
+    pub(crate) status: Option<u16>,
     /// When to try again, if it may.
     pub(crate) retry_at: i64,
     /// The attempt limit of a task (and its queue) without one of its own.
@@ -183,6 +203,20 @@ pub(crate) struct AttemptFailed<'a> {
     pub(crate) dead_now: bool,
     /// The node's clock (ms).
     pub(crate) now: i64,
+}
+
+/// A row [`Claims::fail`](super::Claims::fail)'s update returned: the
+/// attempt it ended and what became of the task. (PostgreSQL records the
+/// attempt in the same statement, and reads only the task's state.)
+#[derive(Debug, sqlx::FromRow)]
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+pub(super) struct FailedRow {
+    pub(super) id: i64,
+    pub(super) claims: i64,
+    pub(super) attempts: i64,
+    pub(super) started_at: Option<i64>,
+    pub(super) state: String,
+    pub(super) run_at: i64,
 }
 
 /// A row a claim statement returned: a task it took.

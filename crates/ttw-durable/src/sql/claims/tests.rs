@@ -1,5 +1,6 @@
 use super::*;
 use crate::client::store::Store;
+use crate::model::attempts::{AttemptOutcome, Receipt};
 
 /// A batch of successes is fenced row by row: the rows whose attempt
 /// still holds its task are written, and in the same statement a stale
@@ -23,7 +24,7 @@ async fn a_batch_of_successes_is_fenced_row_by_row() {
     };
     for sql in [
         "UPDATE ttw_leases SET owner_session = 's', epoch = 3".to_string(),
-        "UPDATE ttw_tasks SET state = 'running', claims = 1, locked_by = 's', lock_epoch = 3"
+        "UPDATE ttw_tasks SET state = 'running', claims = 1, attempts = 1, locked_by = 's', lock_epoch = 3"
             .to_string(),
         // Task 3 is another session's; task 4's shard moved on since.
         format!(
@@ -50,7 +51,9 @@ async fn a_batch_of_successes_is_fenced_row_by_row() {
         success(3, 1),
         success(4, 1),
     ];
-    let mut written = claims.complete_many(&batch, 7_000).await.unwrap();
+    let mut outcomes: Vec<Finished> = batch.iter().map(|&s| s.into()).collect();
+    outcomes[0].receipt = Receipt::status(201).answer("queued as 9");
+    let mut written = claims.complete_many(&outcomes, 7_000).await.unwrap();
     written.sort_unstable();
     assert_eq!(written, vec![success(0, 1), success(2, 1)]);
     for (i, state) in ["done", "running", "done", "running", "running"]
@@ -79,9 +82,23 @@ async fn a_batch_of_successes_is_fenced_row_by_row() {
             .await
             .unwrap();
     assert_eq!((payload, claims_then, finished), (b"t0".to_vec(), 1, 7_000));
+    // The receipt went with it, and the attempt reads back as done.
+    let attempts = crate::sql::attempts::of_task(store.db(), ids[0])
+        .await
+        .unwrap();
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert_eq!(attempts[0].outcome, AttemptOutcome::Done);
+    assert_eq!(attempts[0].status, Some(201));
+    assert_eq!(attempts[0].detail.as_deref(), Some("queued as 9"));
+    assert_eq!(attempts[0].node.as_deref(), Some("s"));
+    let running = crate::sql::attempts::of_task(store.db(), ids[1])
+        .await
+        .unwrap();
+    assert_eq!(running.len(), 1, "{running:?}");
+    assert_eq!(running[0].outcome, AttemptOutcome::Running);
     // Written once: the same success again finds nothing to write.
     assert!(claims
-        .complete_many(&batch[..1], 8_000)
+        .complete_many(&outcomes[..1], 8_000)
         .await
         .unwrap()
         .is_empty());
