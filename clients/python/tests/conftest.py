@@ -42,6 +42,7 @@ class Receiver:
 
     def __init__(self):
         self.received = queue.Queue()
+        self.flaky = set()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -50,6 +51,17 @@ class Receiver:
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 headers.update({":method": self.command, ":path": self.path})
                 outer.received.put((headers, body))
+                # A flaky endpoint: busy the first time a path is called,
+                # then fine.
+                if self.path.startswith("/dest/flaky/"):
+                    first = self.path not in outer.flaky
+                    outer.flaky.add(self.path)
+                    answer = b"busy, try later" if first else b"accepted"
+                    self.send_response(503 if first else 200)
+                    self.send_header("content-length", str(len(answer)))
+                    self.end_headers()
+                    self.wfile.write(answer)
+                    return
                 self.send_response(200)
                 self.send_header("content-length", "0")
                 self.end_headers()

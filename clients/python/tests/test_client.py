@@ -178,6 +178,25 @@ def test_a_task_s_own_target_and_trace_context_go_with_its_delivery(client, rece
     assert verify_webhook(SECRET, headers, body) == headers["webhook-id"]
 
 
+def test_each_attempt_is_kept_with_its_status_and_the_answer(client, receiver):
+    made = client.schedule({"n": 1}, queue="hooks", target={"url": receiver.base + "/dest/flaky/py"})
+    deadline = time.time() + 30
+    while True:
+        attempts = client.attempts(made["id"])["attempts"]
+        if attempts and attempts[-1]["outcome"] == "done":
+            break
+        assert time.time() < deadline, attempts
+        time.sleep(0.05)
+    first, second = attempts
+    assert (first["attempt"], first["outcome"], first["status"]) == (1, "failed", 503)
+    assert "busy, try later" in first["detail"]
+    assert (second["attempt"], second["outcome"], second["status"], second["detail"]) == (2, "done", 200, "accepted")
+    assert second["node"] and second["started_at"] and second["ended_at"]
+    assert second["duration_ms"] is not None
+    with pytest.raises(errors.NotFound):
+        client.attempts(999999999)
+
+
 def test_a_target_outside_the_token_s_destinations_is_refused(client, receiver):
     for url in [receiver.base + "/hook", "http://169.254.169.254/dest/", receiver.base.replace("127.0.0.1", "localhost") + "/dest/x"]:
         with pytest.raises(errors.DestinationNotAllowed):

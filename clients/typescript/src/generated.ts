@@ -31,6 +31,33 @@ export const CODES = [
 /** A stable error code. */
 export type Code = (typeof CODES)[number];
 
+/** A task's attempts, oldest first (the latest 1,000 at most). */
+export interface AttemptsView {
+  id: number;
+  attempts: AttemptView[];
+}
+
+/** One attempt of a task. */
+export interface AttemptView {
+  /** Its number since the task was scheduled or last redriven (1 first). */
+  attempt: number;
+  /** The task's claim count at this attempt: unique over the task's life. */
+  claim: number;
+  outcome: OutcomeName;
+  /** The node that ran it, when known. */
+  node?: string | null;
+  /** When it was claimed, when known. */
+  started_at?: string | null;
+  /** When its outcome was written (absent while running). */
+  ended_at?: string | null;
+  /** How long it took, in milliseconds, when both ends are known. */
+  duration_ms?: number | null;
+  /** The answer's HTTP status, when the target reported one. */
+  status?: number | null;
+  /** The answer's first bytes (a success) or the error (a failure), at */
+  detail?: string | null;
+}
+
 /** A backoff, in milliseconds. */
 export interface BackoffView {
   base_ms: number;
@@ -172,6 +199,9 @@ export interface NewTime {
 
 /** What a schedule did. */
 export type Outcome = "created" | "existing" | "replaced";
+
+/** How an attempt ended. */
+export type OutcomeName = "running" | "done" | "failed" | "dead" | "interrupted";
 
 /** A page of tasks, in id order. */
 export interface PageView {

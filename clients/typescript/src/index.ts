@@ -3,6 +3,7 @@
 
 import {
   CODES,
+  type AttemptsView,
   type BatchView,
   type CancelledView,
   type Code,
@@ -237,6 +238,15 @@ export class Client {
   /** A task by id; an {@link ApiError} `not_found` if there is none. */
   get(id: number): Promise<TaskView> {
     return this.request("GET", `/v1/tasks/${id}`);
+  }
+
+  /**
+   * A task's attempts, oldest first: each that failed or was cut short by a
+   * crash (`interrupted`), the one running now and the one that succeeded,
+   * with its node, times, HTTP status and the answer's first bytes or error.
+   */
+  attempts(id: number): Promise<AttemptsView> {
+    return this.request("GET", `/v1/tasks/${id}/attempts`);
   }
 
   /** The task of an idempotency key. */

@@ -45,6 +45,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 let server;
 let receiver;
 const received = [];
+const flaky = new Set();
 let client;
 
 before(async () => {
@@ -53,6 +54,18 @@ before(async () => {
     req.on("data", (c) => chunks.push(c));
     req.on("end", () => {
       received.push({ method: req.method, path: req.url, headers: req.headers, body: Buffer.concat(chunks) });
+      // A flaky endpoint: busy the first time a path is called, then fine.
+      if (req.url.startsWith("/dest/flaky/") && !flaky.has(req.url)) {
+        flaky.add(req.url);
+        res.writeHead(503, { "content-type": "text/plain" });
+        res.end("busy, try later");
+        return;
+      }
+      if (req.url.startsWith("/dest/flaky/")) {
+        res.writeHead(200, { "content-type": "text/plain" });
+        res.end("accepted");
+        return;
+      }
       res.writeHead(200, { "content-length": "0" });
       res.end();
     });
@@ -220,6 +233,24 @@ test("a task's own target and trace context go with its delivery", async () => {
   assert.equal(delivery.headers.traceparent, traceparent);
   assert.equal(delivery.headers.tracestate, "vendor=1");
   assert.equal(await verifyWebhook(SECRET, delivery.headers, delivery.body), delivery.headers["webhook-id"]);
+});
+
+test("each attempt is kept with its status and the answer's first bytes", async () => {
+  const base = `http://127.0.0.1:${receiver.address().port}`;
+  const made = await client.schedule({ payload: { n: 1 }, queue: "hooks", target: { url: `${base}/dest/flaky/ts` } });
+  let attempts = [];
+  for (let i = 0; i < 600; i++) {
+    attempts = (await client.attempts(made.id)).attempts;
+    if (attempts.at(-1)?.outcome === "done") break;
+    await sleep(50);
+  }
+  assert.equal(attempts.length, 2, JSON.stringify(attempts));
+  const [first, second] = attempts;
+  assert.deepEqual([first.attempt, first.outcome, first.status], [1, "failed", 503]);
+  assert.match(first.detail ?? "", /busy, try later/);
+  assert.deepEqual([second.attempt, second.outcome, second.status, second.detail], [2, "done", 200, "accepted"]);
+  assert.ok(second.node && second.started_at && second.ended_at && second.duration_ms !== undefined);
+  await assert.rejects(client.attempts(999999999), (err) => err instanceof ApiError && err.code === "not_found");
 });
 
 test("a target outside the token's destinations is refused", async () => {

@@ -213,8 +213,11 @@ async fn find(store: &Store, target: &Target) -> Result<TaskInfo> {
 
 pub(crate) async fn show(store: &Store, target: Target, json: bool) -> Result<()> {
     let task = find(store, &target).await?;
+    let attempts = store.attempts(task.id).await?;
     if json {
-        print_json(&output::task_json(&task));
+        let mut shown = output::task_json(&task);
+        shown["attempt_history"] = attempts.iter().map(output::attempt_json).collect();
+        print_json(&shown);
         return Ok(());
     }
     let rows = vec![
@@ -242,6 +245,10 @@ pub(crate) async fn show(store: &Store, target: Target, json: bool) -> Result<()
     ];
     print!("{}", table(&["FIELD", "VALUE"], &rows));
     println!("{}", output::payload_text(&task.payload));
+    if !attempts.is_empty() {
+        println!();
+        print!("{}", output::attempts_table(&attempts));
+    }
     Ok(())
 }
 

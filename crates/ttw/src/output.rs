@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
-use ttw_durable::{StateCounts, TaskInfo};
+use ttw_durable::{AttemptInfo, StateCounts, TaskInfo};
 
 /// Rows under a header, each column as wide as its widest cell, two spaces
 /// apart; trailing spaces trimmed.
@@ -115,6 +115,53 @@ pub(crate) fn task_json(t: &TaskInfo) -> Value {
         "payload_utf8": std::str::from_utf8(&t.payload).is_ok(),
         "payload_bytes": t.payload.len(),
     })
+}
+
+/// One attempt as the tool's JSON writes it.
+pub(crate) fn attempt_json(a: &AttemptInfo) -> Value {
+    json!({
+        "attempt": a.attempt,
+        "claim": a.claim,
+        "outcome": a.outcome.as_str(),
+        "node": a.node,
+        "started_at": a.started_at.map(time),
+        "ended_at": a.ended_at.map(time),
+        "duration_ms": a.duration().map(|d| d.as_millis() as u64),
+        "status": a.status,
+        "detail": a.detail,
+    })
+}
+
+/// A task's attempts as a table, one line each (the detail's first line,
+/// cut to 60 characters).
+pub(crate) fn attempts_table(attempts: &[AttemptInfo]) -> String {
+    let rows: Vec<Vec<String>> = attempts
+        .iter()
+        .map(|a| {
+            let detail = a.detail.as_deref().unwrap_or("-");
+            let first = detail.lines().next().unwrap_or("");
+            let mut shown: String = first.chars().take(60).collect();
+            if shown.len() < detail.len() {
+                shown.push('…');
+            }
+            vec![
+                a.attempt.to_string(),
+                a.outcome.as_str().into(),
+                a.node.clone().unwrap_or_else(|| "-".into()),
+                a.started_at.map_or_else(|| "-".into(), time),
+                a.duration()
+                    .map_or_else(|| "-".into(), |d| format!("{} ms", d.as_millis())),
+                a.status.map_or_else(|| "-".into(), |s| s.to_string()),
+                shown,
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ATTEMPT", "OUTCOME", "NODE", "STARTED", "TOOK", "STATUS", "DETAIL",
+        ],
+        &rows,
+    )
 }
 
 /// Prints `value` as pretty JSON.

@@ -36,12 +36,36 @@ CATCHUPNAME = ("skip", "last", "all")
 # What a schedule did.
 OUTCOME = ("created", "existing", "replaced")
 
+# How an attempt ended.
+OUTCOMENAME = ("running", "done", "failed", "dead", "interrupted")
+
 # What `PUT /v1/recurring/{name}` did.
 RECURRINGOUTCOME = ("created", "updated", "unchanged")
 
 # Where a task is in its life.
 STATENAME = ("scheduled", "running", "done", "dead", "cancelled")
 
+
+
+class AttemptView(TypedDict, total=False):
+    """One attempt of a task. Always present: attempt, claim, outcome."""
+
+    attempt: int
+    claim: int
+    outcome: "OutcomeName"
+    node: Optional[str]
+    started_at: Optional[str]
+    ended_at: Optional[str]
+    duration_ms: Optional[int]
+    status: Optional[int]
+    detail: Optional[str]
+
+
+class AttemptsView(TypedDict, total=False):
+    """A task's attempts, oldest first (the latest 1,000 at most). Always present: attempts, id."""
+
+    id: int
+    attempts: List["AttemptView"]
 
 
 class BackoffView(TypedDict, total=False):

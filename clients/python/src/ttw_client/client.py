@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, Dict, Iterator, List, Optional, Union, cast
 
 from ._generated import (
+    AttemptsView,
     BatchView,
     CancelledView,
     PageView,
@@ -185,6 +186,13 @@ class Client:
     def get(self, task_id: int) -> TaskView:
         """A task by id; :class:`~ttw_client.errors.NotFound` if there is none."""
         return cast(TaskView, self._request("GET", "/v1/tasks/%d" % task_id))
+
+    def attempts(self, task_id: int) -> AttemptsView:
+        """A task's attempts, oldest first: each that failed or was cut short
+        by a crash (``interrupted``), the one running now and the one that
+        succeeded, with its node, times, HTTP status and the answer's first
+        bytes or the error."""
+        return cast(AttemptsView, self._request("GET", "/v1/tasks/%d/attempts" % task_id))
 
     def get_by_key(self, key: str) -> TaskView:
         """The task of an idempotency key."""

@@ -51,6 +51,7 @@ fn table() -> OpenApiRouter<Shared> {
         .routes(routes!(tasks::schedule_batch))
         .routes(routes!(tasks::redrive))
         .routes(routes!(tasks::get_task, tasks::cancel_task))
+        .routes(routes!(tasks::get_attempts))
         .routes(routes!(tasks::reschedule_task))
         .routes(routes!(tasks::get_key, tasks::cancel_key))
         .routes(routes!(tasks::reschedule_key))

@@ -13,7 +13,8 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use ttw_durable::{
-    CatchUp, QueueSettings, RecurringInfo, Scheduled, StateCounts, TaskInfo, TaskState,
+    AttemptInfo, AttemptOutcome, CatchUp, QueueSettings, RecurringInfo, Scheduled, StateCounts,
+    TaskInfo, TaskState,
 };
 use utoipa::{IntoParams, ToSchema};
 
@@ -181,6 +182,85 @@ impl From<TaskState> for StateName {
             _ => StateName::Cancelled,
         }
     }
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum OutcomeName {
+    /// Running now.
+    Running,
+    /// Succeeded: the task is done.
+    Done,
+    /// Failed; the task was scheduled again.
+    Failed,
+    /// Failed, and the task is dead.
+    Dead,
+    /// Cut short without an outcome (its node died, or its lock ran out);
+    /// the task was taken back and delivered again.
+    Interrupted,
+}
+
+impl From<AttemptOutcome> for OutcomeName {
+    fn from(o: AttemptOutcome) -> OutcomeName {
+        match o {
+            AttemptOutcome::Running => OutcomeName::Running,
+            AttemptOutcome::Done => OutcomeName::Done,
+            AttemptOutcome::Failed => OutcomeName::Failed,
+            AttemptOutcome::Dead => OutcomeName::Dead,
+            _ => OutcomeName::Interrupted,
+        }
+    }
+}
+
+/// One attempt of a task.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct AttemptView {
+    /// Its number since the task was scheduled or last redriven (1 first).
+    pub(crate) attempt: u32,
+    /// The task's claim count at this attempt: unique over the task's life.
+    pub(crate) claim: i64,
+    pub(crate) outcome: OutcomeName,
+    /// The node that ran it, when known.
+    pub(crate) node: Option<String>,
+    /// When it was claimed, when known.
+    #[schema(format = DateTime)]
+    pub(crate) started_at: Option<String>,
+    /// When its outcome was written (absent while running).
+    #[schema(format = DateTime)]
+    pub(crate) ended_at: Option<String>,
+    /// How long it took, in milliseconds, when both ends are known.
+    pub(crate) duration_ms: Option<u64>,
+    /// The answer's HTTP status, when the target reported one.
+    pub(crate) status: Option<u16>,
+    /// The answer's first bytes (a success) or the error (a failure), at
+    /// most 1,024 bytes.
+    pub(crate) detail: Option<String>,
+}
+
+impl From<&AttemptInfo> for AttemptView {
+    fn from(a: &AttemptInfo) -> AttemptView {
+        AttemptView {
+            attempt: a.attempt,
+            claim: a.claim,
+            outcome: a.outcome.into(),
+            node: a.node.clone(),
+            started_at: a.started_at.map(rfc3339),
+            ended_at: a.ended_at.map(rfc3339),
+            duration_ms: a
+                .duration()
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            status: a.status,
+            detail: a.detail.clone(),
+        }
+    }
+}
+
+/// A task's attempts, oldest first (the latest 1,000 at most).
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct AttemptsView {
+    pub(crate) id: i64,
+    pub(crate) attempts: Vec<AttemptView>,
 }
 
 /// A time as the API writes it: RFC 3339 in UTC, to the millisecond.

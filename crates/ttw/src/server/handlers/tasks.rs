@@ -12,8 +12,9 @@ use super::super::refusal::{Answer, ErrorBody};
 use super::super::service::tasks::{self, Named};
 use super::super::service::Shared;
 use super::super::wire::{
-    BatchView, CancelledView, ListQuery, NewBatch, NewTask, NewTime, PageView, QueueCountsView,
-    RedriveRequest, RedrivenView, RescheduledView, ScheduledView, TaskView,
+    AttemptView, AttemptsView, BatchView, CancelledView, ListQuery, NewBatch, NewTask, NewTime,
+    PageView, QueueCountsView, RedriveRequest, RedrivenView, RescheduledView, ScheduledView,
+    TaskView,
 };
 
 /// 201 for a new task, 200 for one of its key.
@@ -110,6 +111,28 @@ pub(crate) async fn get_task(
 ) -> Answer<Json<TaskView>> {
     let info = tasks::find(&api, &token, Named::Id(id)).await?;
     Ok(Json(TaskView::from(&info)))
+}
+
+/// A task's attempts, oldest first: each that failed or was cut short by
+/// a crash, the one running now, and the one that succeeded.
+#[utoipa::path(get, path = "/v1/tasks/{id}/attempts", tag = "tasks",
+    params(("id" = String, Path, description = "The task's id")),
+    responses(
+        (status = 200, description = "Its attempts (the latest 1,000 at most)", body = AttemptsView),
+        (status = 400, description = "`invalid_id`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no such task, or one of a queue the token may not use", body = ErrorBody),
+    ))]
+pub(crate) async fn get_attempts(
+    State(api): State<Shared>,
+    Auth(token, ..): Auth<Read>,
+    Path(id): Path<String>,
+) -> Answer<Json<AttemptsView>> {
+    let info = tasks::find(&api, &token, Named::Id(id)).await?;
+    let attempts = api.store.attempts(info.id).await?;
+    Ok(Json(AttemptsView {
+        id: info.id.get(),
+        attempts: attempts.iter().map(AttemptView::from).collect(),
+    }))
 }
 
 /// The pending task of an idempotency key.

@@ -106,7 +106,7 @@ fn described(doc: &Value, method: &str, path: &str, status: StatusCode) -> Optio
 async fn the_router_serves_every_route_the_document_names() {
     let (router, dir) = router("routes").await;
     let routes = documented();
-    assert_eq!(routes.len(), 25, "{routes:?}");
+    assert_eq!(routes.len(), 26, "{routes:?}");
     for (method, path) in &routes {
         let uri = path
             .replace("{id}", "1")
@@ -402,6 +402,22 @@ async fn every_refusal_is_documented_under_its_route() {
             "GET",
             "/v1/tasks/{id}",
             "/v1/tasks/999999",
+            None,
+            true,
+            Code::NotFound,
+        ),
+        (
+            "GET",
+            "/v1/tasks/{id}/attempts",
+            "/v1/tasks/abc/attempts",
+            None,
+            true,
+            Code::InvalidId,
+        ),
+        (
+            "GET",
+            "/v1/tasks/{id}/attempts",
+            "/v1/tasks/999999/attempts",
             None,
             true,
             Code::NotFound,
