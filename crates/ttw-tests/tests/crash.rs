@@ -20,7 +20,7 @@ use backends::{Backend, Db};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 use tokio::sync::mpsc;
-use ttw_durable::{Scheduler, SchedulerBuilder, Store, TaskId, TaskState};
+use ttw_durable::{AttemptOutcome, Scheduler, SchedulerBuilder, Store, TaskId, TaskState};
 
 /// Longer than any test runs: a lock or lease this long never runs out.
 const NEVER: Duration = Duration::from_secs(3600);
@@ -175,6 +175,44 @@ on_both! {
         restarted.shutdown().await.unwrap();
         let info = store.get(id).await.unwrap().unwrap();
         assert_eq!(info.state, TaskState::Done);
+    }
+}
+
+on_both! {
+    /// The attempt a SIGKILL cut short is kept: the task's history shows it
+    /// `interrupted`, run by the killed node, started before the kill and
+    /// ended when the survivor took the task back; then the redelivery,
+    /// `done`, by the survivor.
+    async fn the_attempt_a_kill_cut_short_stays_in_the_task_s_history(db: Db) {
+        let store = db.open().await;
+        let mut node = Node::spawn_as(&db, NEVER, Some("victim"));
+        let before = std::time::SystemTime::now();
+        let id = hang_one(&store, &mut node).await;
+        let killed_at = std::time::SystemTime::now();
+        node.kill().await;
+
+        let (survivor, mut delivered) = survivor(builder(&store, NEVER).node_id("survivor")).await;
+        assert_eq!(redelivered(&mut delivered).await, (id, 2));
+        survivor.shutdown().await.unwrap();
+        let attempts = store.attempts(id).await.unwrap();
+        let seen: Vec<_> = attempts
+            .iter()
+            .map(|a| (a.attempt, a.outcome, a.node.as_deref()))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (1, AttemptOutcome::Interrupted, Some("victim")),
+                (2, AttemptOutcome::Done, Some("survivor")),
+            ],
+            "{attempts:?}"
+        );
+        let cut = &attempts[0];
+        let started = cut.started_at.expect("its start");
+        assert!(started >= before - Duration::from_secs(1) && started <= killed_at);
+        assert!(cut.ended_at.expect("its end") >= killed_at);
+        assert!(cut.detail.as_deref().is_some_and(|d| d.contains("took it back")), "{cut:?}");
+        assert!(attempts[1].ended_at.is_some());
     }
 }
 
