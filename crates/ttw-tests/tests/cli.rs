@@ -170,6 +170,20 @@ on_both! {
         let dead = ttw(&db, &["--json", "list", "--state", "dead"]).await.json();
         let last = ids(&dead)[0];
         assert_eq!(dead["tasks"][0]["last_error"], "boom");
+        // Its attempts, as a node would have recorded the last one.
+        db.exec(&format!(
+            "INSERT INTO ttw_attempts (task_id, claim, attempt, locked_by, started_at, ended_at, outcome, status, detail) \
+             VALUES ({last}, 3, 3, 'worker-1/00ff', 1000, 1250, 'dead', 410, 'boom: gone')"
+        ))
+        .await;
+        let shown = ttw(&db, &["--json", "show", &last.to_string()]).await.json();
+        let history = &shown["attempt_history"][0];
+        assert_eq!(
+            (history["outcome"].as_str(), history["node"].as_str(), history["status"].as_u64(), history["duration_ms"].as_u64()),
+            (Some("dead"), Some("worker-1"), Some(410), Some(250))
+        );
+        let text = ttw(&db, &["show", &last.to_string()]).await;
+        assert!(text.stdout.contains("OUTCOME") && text.stdout.contains("boom: gone") && text.stdout.contains("250 ms"), "{text:?}");
         assert_eq!(ttw(&db, &["--json", "redrive", &last.to_string()]).await.json()["redriven"], 1);
         let redriven = ttw(&db, &["--json", "show", &last.to_string()]).await.json();
         assert_eq!((redriven["state"].as_str(), redriven["attempts"].as_i64()), (Some("scheduled"), Some(0)));
