@@ -34,7 +34,7 @@ pub const MAX_ATTEMPT_DETAIL: usize = 1024;
 /// let receipt = Receipt::status(204).answer("ok");
 /// assert_eq!(receipt.status_code(), Some(204));
 /// assert_eq!(receipt.answer_text(), Some("ok"));
-/// assert_eq!(Receipt::none().status_code(), None);
+/// assert!(Receipt::none().is_empty() && !receipt.is_empty());
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Receipt {
@@ -62,6 +62,11 @@ impl Receipt {
     pub fn answer(mut self, answer: impl Into<String>) -> Receipt {
         self.answer = Some(bounded(answer.into()));
         self
+    }
+
+    /// Whether it says nothing more than "delivered" ([`Receipt::none`]).
+    pub fn is_empty(&self) -> bool {
+        self.status.is_none() && self.answer.is_none()
     }
 
     /// The status, if there is one.

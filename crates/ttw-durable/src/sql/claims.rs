@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::error::Error;
 use crate::model::attempt::Attempt;
-use crate::model::attempts::{bounded_str, Receipt};
+use crate::model::attempts::bounded_str;
 use crate::model::lanes::Lanes;
 use crate::model::task::TaskState;
 use crate::sql::announce::key_hash;
@@ -329,7 +329,7 @@ impl Claims {
             #[cfg(feature = "sqlite")]
             Db::Sqlite(pool, _) => {
                 let n = batch.len().next_power_of_two();
-                let receipts = batch.iter().any(|f| f.receipt != Receipt::none());
+                let receipts = batch.iter().any(|f| !f.receipt.is_empty());
                 let per_row = if receipts { 4 } else { 2 };
                 let rows = (0..n)
                     .map(|i| {
