@@ -83,13 +83,8 @@ impl Receipt {
 /// `text` cut to at most [`MAX_ATTEMPT_DETAIL`] bytes, at a character
 /// boundary.
 pub(crate) fn bounded(mut text: String) -> String {
-    if text.len() > MAX_ATTEMPT_DETAIL {
-        let mut end = MAX_ATTEMPT_DETAIL;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
+    let end = bounded_str(&text).len();
+    text.truncate(end);
     text
 }
 
