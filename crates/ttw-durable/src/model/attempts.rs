@@ -16,8 +16,6 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::SystemTime;
 
-use crate::model::time::from_ms;
-
 /// The most bytes an attempt keeps of its detail (the answer's first bytes,
 /// or the error): a longer one is cut at a character boundary.
 pub const MAX_ATTEMPT_DETAIL: usize = 1024;
@@ -190,38 +188,8 @@ impl AttemptInfo {
     }
 }
 
-/// A row of `ttw_attempts`, or one made from a task's own row.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct AttemptRow {
-    pub(crate) attempt: i64,
-    pub(crate) claim: i64,
-    pub(crate) outcome: String,
-    pub(crate) locked_by: Option<String>,
-    pub(crate) started_at: Option<i64>,
-    pub(crate) ended_at: Option<i64>,
-    pub(crate) status: Option<i64>,
-    pub(crate) detail: Option<String>,
-}
-
-impl TryFrom<AttemptRow> for AttemptInfo {
-    type Error = crate::error::Error;
-
-    fn try_from(row: AttemptRow) -> Result<AttemptInfo, Self::Error> {
-        Ok(AttemptInfo {
-            attempt: u32::try_from(row.attempt.max(0)).unwrap_or(u32::MAX),
-            claim: row.claim,
-            outcome: row.outcome.parse()?,
-            node: row.locked_by.map(|session| node_of(&session).to_string()),
-            started_at: row.started_at.map(from_ms),
-            ended_at: row.ended_at.map(from_ms),
-            status: row.status.and_then(|s| u16::try_from(s).ok()),
-            detail: row.detail,
-        })
-    }
-}
-
 /// The node id of a session (`node/random`, see the scheduler).
-fn node_of(session: &str) -> &str {
+pub(crate) fn node_of(session: &str) -> &str {
     session.rsplit_once('/').map_or(session, |(node, _)| node)
 }
 

@@ -4,7 +4,8 @@
 //! puts a task's attempts together.
 
 use crate::error::Error;
-use crate::model::attempts::{AttemptInfo, AttemptRow};
+use crate::model::attempts::{node_of, AttemptInfo};
+use crate::model::time::from_ms;
 use crate::sql::db::{with_pool, Db};
 
 /// The columns of `ttw_attempts`, in the order the outcome statements
@@ -46,4 +47,34 @@ pub(crate) async fn of_task(db: &Db, id: i64) -> Result<Vec<AttemptInfo>, Error>
         .collect::<Result<Vec<_>, _>>()?;
     attempts.reverse();
     Ok(attempts)
+}
+
+/// A row of `ttw_attempts`, or one made from a task's own row.
+#[derive(Debug, sqlx::FromRow)]
+struct AttemptRow {
+    attempt: i64,
+    claim: i64,
+    outcome: String,
+    locked_by: Option<String>,
+    started_at: Option<i64>,
+    ended_at: Option<i64>,
+    status: Option<i64>,
+    detail: Option<String>,
+}
+
+impl TryFrom<AttemptRow> for AttemptInfo {
+    type Error = crate::error::Error;
+
+    fn try_from(row: AttemptRow) -> Result<AttemptInfo, Self::Error> {
+        Ok(AttemptInfo {
+            attempt: u32::try_from(row.attempt.max(0)).unwrap_or(u32::MAX),
+            claim: row.claim,
+            outcome: row.outcome.parse()?,
+            node: row.locked_by.map(|session| node_of(&session).to_string()),
+            started_at: row.started_at.map(from_ms),
+            ended_at: row.ended_at.map(from_ms),
+            status: row.status.and_then(|s| u16::try_from(s).ok()),
+            detail: row.detail,
+        })
+    }
 }

@@ -432,7 +432,7 @@ impl Claims {
                      SELECT id, claims, attempts, started_at, state, run_at FROM f"
                 );
                 let rows: Vec<FailedRow> = bind_failed!(
-                    sqlx::query_as(&sql),
+                    sqlx::query_as(&sql).persistent(self.keeps_plans()),
                     attempt,
                     failed,
                     &self.session,
