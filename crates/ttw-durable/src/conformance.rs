@@ -730,5 +730,6 @@ async fn admin_case(store: &Store) {
 conformance!(admin_and_history_statements, admin_case);
 
 // After the macros above, which they use.
+mod callbacks;
 mod claims;
 mod queues;

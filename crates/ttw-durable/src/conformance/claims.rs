@@ -3,26 +3,21 @@
 
 use super::*;
 
-/// `claims`: the scheduler's statements, for a session that holds every
-/// shard: the window read, the catch-up poll, a claim (only of tasks due
-/// and held), a success and a failure recorded under the fence (a stale
-/// claim refused), a reclaim of a lock run out, and why a task was not
-/// claimed; and the history of each attempt they write (done, failed,
-/// interrupted, dead), deleted with the task by the retention sweep.
-async fn claims_case(store: &Store) {
+/// Statements of a session of node `node` (session `<node>/a`) that holds
+/// every shard of the queue `default` (4 shards).
+pub(super) async fn holding_every_shard(store: &Store, node: &str) -> crate::sql::claims::Claims {
     use std::sync::Arc;
 
     use crate::model::lanes::Lanes;
-    use crate::sql::claims::{Claiming, Claims, Failed, Success};
 
-    let (db, names) = (store.db(), store.names());
+    let session = format!("{node}/a");
     let me = leases::Session {
-        node: "n1",
-        session: "n1/a",
+        node,
+        session: &session,
         ttl_ms: 60_000,
     };
     leases::join(
-        db,
+        store.db(),
         me,
         leases::Joining {
             process: None,
@@ -31,22 +26,26 @@ async fn claims_case(store: &Store) {
     )
     .await
     .unwrap();
-    assert_eq!(
-        leases::take(
-            db,
-            me,
-            leases::Shards {
-                queue: "default",
-                shards: &[0, 1, 2, 3]
-            }
-        )
-        .await
-        .unwrap()
-        .len(),
-        4
-    );
+    let shards = leases::Shards {
+        queue: "default",
+        shards: &[0, 1, 2, 3],
+    };
+    assert_eq!(leases::take(store.db(), me, shards).await.unwrap().len(), 4);
     let lanes = Arc::new(Lanes::new(vec!["default".to_string()], 4).unwrap());
-    let claims = Claims::new(db.clone(), lanes, 4, "n1/a".to_string());
+    crate::sql::claims::Claims::new(store.db().clone(), lanes, 4, session)
+}
+
+/// `claims`: the scheduler's statements, for a session that holds every
+/// shard: the window read, the catch-up poll, a claim (only of tasks due
+/// and held), a success and a failure recorded under the fence (a stale
+/// claim refused), a reclaim of a lock run out, and why a task was not
+/// claimed; and the history of each attempt they write (done, failed,
+/// interrupted, dead), deleted with the task by the retention sweep.
+async fn claims_case(store: &Store) {
+    use crate::sql::claims::{Claiming, Failed, Success};
+
+    let (db, names) = (store.db(), store.names());
+    let claims = holding_every_shard(store, "n1").await;
     let far = 4_000_000_000_000;
     let rows = [
         task(1_000, None, "default"),

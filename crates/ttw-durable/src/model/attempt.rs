@@ -22,6 +22,29 @@ pub(crate) struct Attempt {
     pub(crate) priority: i16,
     /// Its partition key's hash (see `sql::announce::key_hash`).
     pub(crate) key: u64,
+    /// Which of its outcomes a callback URL is told of.
+    pub(crate) tells: Tells,
+}
+
+/// Which outcomes of a task make a callback task (see
+/// [Callbacks](crate::Envelope#callbacks)): known from its envelope at
+/// the claim, so that an outcome without a callback costs nothing more.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Tells {
+    /// Its `callback`, once done.
+    pub(crate) done: bool,
+    /// Its `failure_callback`, once dead.
+    pub(crate) dead: bool,
+}
+
+impl Tells {
+    /// What `envelope` asks to be told of.
+    pub(crate) fn of(envelope: Option<&crate::model::envelope::Envelope>) -> Tells {
+        envelope.map_or_else(Tells::default, |e| Tells {
+            done: e.get_callback().is_some(),
+            dead: e.get_failure_callback().is_some(),
+        })
+    }
 }
 
 /// One delivery attempt of a task: what a handler gets.

@@ -1,11 +1,12 @@
 //! What a task carries beside its payload for the way it is delivered: a
-//! destination of its own and the trace context of the request that
-//! scheduled it. Kept with the task as one JSON
-//! text (`envelope`), read back with each claim.
+//! destination of its own, the trace context of the request that
+//! scheduled it, and the URLs told of its outcome. Kept with the task as
+//! one JSON text (`envelope`), read back with each claim.
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
+use crate::model::task::TaskId;
 
 /// The most headers a [`Destination`] carries.
 pub const MAX_DESTINATION_HEADERS: usize = 16;
@@ -222,9 +223,33 @@ fn check_traceparent(value: &str) -> Result<(), Error> {
 }
 
 /// What a task carries for its delivery beside its payload, all of it
-/// optional: a [`Destination`] of its own, and the W3C trace context of the
+/// optional: a [`Destination`] of its own, the W3C trace context of the
 /// request that scheduled it (sent with every delivery, so that a trace
-/// runs from the scheduling request to the handler hours later).
+/// runs from the scheduling request to the handler hours later), and the
+/// URLs told of its outcome.
+///
+/// # Callbacks
+///
+/// A task with a [`callback`](Envelope::callback) URL, once done, and one
+/// with a [`failure_callback`](Envelope::failure_callback) URL, once dead,
+/// makes a task of its own in the same transaction as the outcome: in the
+/// same queue, due at once, with that URL as its [`Destination`], the
+/// trace context of the task it tells of, and
+/// [`outcome_of`](Envelope::outcome_of) naming it. Its payload is the
+/// outcome as JSON:
+///
+/// ```json
+/// {"id": 42, "queue": "billing", "state": "done", "attempts": 2,
+///  "status": 200, "answer": "accepted", "error": null, "finished_at": 1767225600000}
+/// ```
+///
+/// (`status` and `answer` are the last answer's HTTP status and first
+/// bytes, `error` a dead task's last error.) The queue's target delivers
+/// it as any task with a destination: a [`Webhook`](crate::Webhook) signs
+/// it with the queue's secret, sends the header `ttw-outcome-of`, and
+/// retries it under the queue's policy, and its failure never touches the
+/// outcome it tells of. A handler of the queue gets it as a task whose
+/// envelope has `outcome_of`.
 ///
 /// Given to [`Schedule::envelope`](crate::Schedule::envelope) or
 /// [`NewTask::envelope`](crate::NewTask::envelope); read back by
@@ -253,6 +278,14 @@ pub struct Envelope {
     traceparent: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     tracestate: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    callback: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    failure_callback: Option<String>,
+    /// Set by the crate only, on the task that tells a callback URL of
+    /// another task's outcome: that task's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    outcome_of: Option<i64>,
 }
 
 impl Envelope {
@@ -282,6 +315,37 @@ impl Envelope {
         self
     }
 
+    /// Tells `url` of the task's outcome once it is done (see [Callbacks](Envelope#callbacks)).
+    #[must_use]
+    pub fn callback(mut self, url: impl Into<String>) -> Self {
+        self.callback = Some(url.into());
+        self
+    }
+
+    /// Tells `url` of the task's outcome once it is dead: out of attempts,
+    /// or failed for good (see [Callbacks](Envelope#callbacks)).
+    #[must_use]
+    pub fn failure_callback(mut self, url: impl Into<String>) -> Self {
+        self.failure_callback = Some(url.into());
+        self
+    }
+
+    /// The URL told once the task is done, if any.
+    pub fn get_callback(&self) -> Option<&str> {
+        self.callback.as_deref()
+    }
+
+    /// The URL told once the task is dead, if any.
+    pub fn get_failure_callback(&self) -> Option<&str> {
+        self.failure_callback.as_deref()
+    }
+
+    /// On a task that tells a callback URL of another task's outcome, that
+    /// task.
+    pub fn outcome_of(&self) -> Option<TaskId> {
+        self.outcome_of.map(TaskId)
+    }
+
     /// The destination, if the task has one.
     pub fn get_destination(&self) -> Option<&Destination> {
         self.destination.as_ref()
@@ -302,7 +366,7 @@ impl Envelope {
         self == &Envelope::default()
     }
 
-    /// Checks every field: a URL `http` or `https` with a host, a known
+    /// Checks every field: URLs `http` or `https` with a host, a known
     /// method, headers that are tokens and not reserved, a well-formed
     /// trace context, and a size within [`MAX_ENVELOPE`].
     ///
@@ -315,6 +379,12 @@ impl Envelope {
         }
         if let Some(value) = &self.traceparent {
             check_traceparent(value)?;
+        }
+        if let Some(url) = &self.callback {
+            check_url("the callback", url)?;
+        }
+        if let Some(url) = &self.failure_callback {
+            check_url("the failure callback", url)?;
         }
         if let Some(state) = &self.tracestate {
             if self.traceparent.is_none() {
@@ -365,8 +435,17 @@ mod tests {
                     .header("x-a", "1"),
             )
             .traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
-            .tracestate("vendor=abc");
+            .tracestate("vendor=abc")
+            .callback("https://a.example/done")
+            .failure_callback("https://a.example/dead");
         envelope.check().unwrap();
+        assert_eq!(envelope.get_callback(), Some("https://a.example/done"));
+        assert_eq!(envelope.outcome_of(), None);
+        assert!(Envelope::new()
+            .callback("ftp://a.example/x")
+            .check()
+            .unwrap_err()
+            .is_invalid_envelope());
         assert_eq!(Envelope::decode(&envelope.encode()).unwrap(), envelope);
         assert_eq!(Envelope::stored(Some(&Envelope::new())), None);
         assert_eq!(

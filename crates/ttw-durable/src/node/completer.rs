@@ -158,10 +158,7 @@ mod tests {
     }
 
     fn success(id: i64, claim: i64) -> Finished {
-        Finished {
-            success: Success { id, claim },
-            receipt: crate::model::attempts::Receipt::none(),
-        }
+        Success { id, claim }.into()
     }
 
     /// A lone outcome is written at once, in a batch of its own: it waits

@@ -211,6 +211,7 @@ impl Outcomes {
                 claim: attempt.claim,
             },
             receipt,
+            tell: attempt.tells.done,
         };
         let written = self.completer.complete(finished).await?;
         if written {
@@ -298,6 +299,7 @@ mod tests {
             lane: 0,
             priority: 0,
             key: 0,
+            tells: Default::default(),
         }
     }
 

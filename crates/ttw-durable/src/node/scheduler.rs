@@ -30,6 +30,7 @@ use crate::node::events::SchedulerStats;
 use crate::node::lease::Leases;
 use crate::node::window::Window;
 use crate::node::Node;
+use crate::notify::Made;
 use crate::sql::claims::{Claims, Due};
 use crate::targets::Target;
 use tokio_timing_wheel::TimingWheel;
@@ -456,7 +457,12 @@ impl SchedulerBuilder {
             config,
             node_id,
             Arc::new(Window::new(wheel, lanes.clone(), clock)),
-            Claims::new(db, lanes, shards, session).announcing_on(store.names().channel.clone()),
+            Claims::new(db, lanes, shards, session)
+                .announcing_on(store.names().channel.clone())
+                .telling({
+                    let store = store.clone();
+                    Arc::new(move |tasks| store.notifier().committed(tasks, Made::Created))
+                }),
             leases,
             store.clone(),
         ));

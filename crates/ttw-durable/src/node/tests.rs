@@ -266,3 +266,82 @@ async fn a_silent_node_s_shards_are_taken_over_after_the_ttl() {
     a.abort();
     b.shutdown().await.unwrap();
 }
+
+/// A task's callback URLs are told of its outcome by tasks of their own,
+/// written with the outcome and handed to this process's node at once:
+/// the handler of the queue gets each within a few steps of the clock
+/// (not at the next catch-up poll, a second later), with `outcome_of`
+/// naming the task and the outcome as its payload; a done task tells its
+/// `callback`, a dead one its `failure_callback`.
+#[tokio::test]
+async fn a_callback_task_follows_its_outcome_at_once() {
+    use crate::model::envelope::Envelope;
+
+    let (store, clock) = store_on_test_clock().await;
+    let tell = Envelope::new()
+        .callback("https://hooks.example/done")
+        .failure_callback("https://hooks.example/dead");
+    let done = store.schedule("pays").envelope(tell.clone()).await.unwrap();
+    let dead = store
+        .schedule("fails")
+        .max_attempts(1)
+        .envelope(tell)
+        .await
+        .unwrap();
+
+    let (tx, mut delivered) = mpsc::unbounded_channel();
+    let seen = clock.clone();
+    let scheduler = Scheduler::builder(store.clone())
+        .start(move |task| {
+            let (tx, at) = (tx.clone(), seen.now_ms());
+            async move {
+                let envelope = task.envelope().cloned().unwrap_or_default();
+                let _ = tx.send((
+                    task.id(),
+                    envelope.outcome_of(),
+                    envelope.get_destination().map(|d| d.url().to_string()),
+                    task.payload().to_vec(),
+                    at,
+                ));
+                if task.payload() == b"fails" {
+                    return Err("declined".to_string());
+                }
+                Ok(())
+            }
+        })
+        .await
+        .unwrap();
+    pause(&clock);
+    let mut got = Vec::new();
+    while got.len() < 4 {
+        let Some(one) = next(&mut delivered, Duration::from_secs(10)).await else {
+            panic!("four deliveries within ten virtual seconds; got {got:?}");
+        };
+        got.push(one);
+    }
+    let at_of = |id| got.iter().find(|g| g.0 == id).map(|g| g.4).unwrap();
+    for (origin, url, state) in [
+        (done, "https://hooks.example/done", "done"),
+        (dead, "https://hooks.example/dead", "dead"),
+    ] {
+        let callback = got
+            .iter()
+            .find(|g| g.1 == Some(origin))
+            .unwrap_or_else(|| panic!("no callback of {origin}: {got:?}"));
+        assert_eq!(callback.2.as_deref(), Some(url));
+        let outcome: serde_json::Value = serde_json::from_slice(&callback.3).unwrap();
+        assert_eq!(outcome["id"], origin.get());
+        assert_eq!(outcome["state"], state);
+        let after = callback.4 - at_of(origin);
+        assert!(
+            (0..=300).contains(&after),
+            "the callback of {origin} came {after} ms after it ran"
+        );
+    }
+    tokio::time::resume();
+    scheduler.shutdown().await.unwrap();
+    assert_eq!(
+        store.get(dead).await.unwrap().unwrap().state,
+        TaskState::Dead
+    );
+}

@@ -13,8 +13,12 @@ use crate::model::attempts::bounded_str;
 use crate::model::lanes::Lanes;
 use crate::model::task::TaskState;
 use crate::sql::announce::key_hash;
+use crate::sql::announce::Announced;
 use crate::sql::attempts::ATTEMPT_COLUMNS;
-use crate::sql::db::{placeholders, priority_from_sql, with_pool, write_with_pool, Db, Urgency};
+use crate::sql::callbacks::{self, Tell, Told};
+use crate::sql::db::{
+    placeholders, priority_from_sql, with_pool, write_with_pool, Conn, Db, Urgency,
+};
 use crate::sql::history::{into_history, HISTORY_COLUMNS};
 
 #[macro_use]
@@ -48,6 +52,26 @@ fn array_text(ids: impl Iterator<Item = i64>) -> String {
     text
 }
 
+/// The ids of the tasks of `batch` that have a callback to tell, among
+/// those `written` (id, claim).
+fn telling(batch: &[Finished], written: &[(i64, i64)]) -> Vec<i64> {
+    let mut written: Vec<i64> = written.iter().map(|(id, _)| *id).collect();
+    written.sort_unstable();
+    batch
+        .iter()
+        .filter(|f| f.tell && written.binary_search(&f.success.id).is_ok())
+        .map(|f| f.success.id)
+        .collect()
+}
+
+/// The ids of the reclaimed tasks that died (out of attempts).
+fn died(rows: &[ReclaimedRow]) -> Vec<i64> {
+    rows.iter()
+        .filter(|row| row.state == "dead")
+        .map(|row| row.task.id)
+        .collect()
+}
+
 /// The statements of one scheduler session.
 #[derive(Clone)]
 pub(crate) struct Claims {
@@ -58,6 +82,9 @@ pub(crate) struct Claims {
     /// On PostgreSQL, the channel a limited claim announces a place left
     /// to another node on (see [`ROOM`](crate::sql::announce::ROOM)).
     channel: Option<String>,
+    /// Where this process's schedulers hear of the callback tasks the
+    /// outcomes write (see [`callbacks`]).
+    told: Option<Tell>,
 }
 
 impl Claims {
@@ -69,6 +96,42 @@ impl Claims {
             session,
             lanes,
             channel: None,
+            told: None,
+        }
+    }
+
+    /// The same, telling `told` of the callback tasks its outcomes write,
+    /// once they commit.
+    pub(crate) fn telling(mut self, told: Tell) -> Claims {
+        self.told = Some(told);
+        self
+    }
+
+    /// Writes on `conn` the callback tasks of the `told` outcomes of `ids`
+    /// (see [`callbacks::tell`]).
+    async fn tell(
+        &self,
+        conn: Conn<'_>,
+        told: Told,
+        ids: &[i64],
+        now: i64,
+    ) -> Result<Vec<Announced>, Error> {
+        callbacks::tell(
+            conn,
+            &self.db.clock_sql(),
+            self.channel.as_deref(),
+            told,
+            ids,
+            now,
+        )
+        .await
+    }
+
+    /// Hands the callback tasks a committed outcome wrote to this
+    /// process's schedulers.
+    fn hand_over(&self, tasks: Vec<Announced>) {
+        if let (false, Some(told)) = (tasks.is_empty(), &self.told) {
+            told(tasks);
         }
     }
 
@@ -279,6 +342,7 @@ impl Claims {
             return Ok(Vec::new());
         }
         let into = into_history("done", &self.db.clock_sql(), "$1");
+        let mut told = Vec::new();
         let turn = self.db.write_turn(Urgency::Ordinary).await;
         // Read to its end (see the notes of `db`).
         let written: Vec<(i64, i64)> = match &self.db {
@@ -305,7 +369,7 @@ impl Claims {
                     .collect();
                 let answers: Vec<Option<&str>> =
                     batch.iter().map(|f| f.receipt.answer_text()).collect();
-                sqlx::query_as(&sql)
+                let query = sqlx::query_as(&sql)
                     .persistent(false)
                     .bind(now)
                     .bind(&self.session)
@@ -313,9 +377,20 @@ impl Claims {
                     .bind(ids)
                     .bind(claims)
                     .bind(statuses)
-                    .bind(answers)
-                    .fetch_all(pool)
-                    .await?
+                    .bind(answers);
+                if batch.iter().any(|f| f.tell) {
+                    // The successes and their callbacks in one transaction.
+                    let mut tx = pool.begin().await?;
+                    let written: Vec<(i64, i64)> = query.fetch_all(&mut *tx).await?;
+                    let ids = telling(batch, &written);
+                    told = self
+                        .tell(Conn::Postgres(&mut tx), Told::Done, &ids, now)
+                        .await?;
+                    tx.commit().await?;
+                    written
+                } else {
+                    query.fetch_all(pool).await?
+                }
             }
             // Two statements in one transaction, under this process's
             // write turn and SQLite's one writer: copy the fenced rows,
@@ -387,11 +462,18 @@ impl Claims {
                     }
                     query.execute(&mut *tx).await?;
                 }
+                if batch.iter().any(|f| f.tell) {
+                    let ids = telling(batch, &written);
+                    told = self
+                        .tell(Conn::Sqlite(&mut tx), Told::Done, &ids, now)
+                        .await?;
+                }
                 tx.commit().await?;
                 written
             }
         };
         drop(turn);
+        self.hand_over(told);
         Ok(written
             .into_iter()
             .map(|(id, claim)| Success { id, claim })
@@ -417,7 +499,8 @@ impl Claims {
         );
         let status = failed.status.map(i32::from);
         let detail = bounded_str(failed.error);
-        let _turn = self.db.write_turn(Urgency::Ordinary).await;
+        let mut told = Vec::new();
+        let turn = self.db.write_turn(Urgency::Ordinary).await;
         // Read to its end (see the notes of `db`).
         let row: Option<FailedRow> = match &self.db {
             // One statement: the row updated under its fence is the
@@ -431,7 +514,7 @@ impl Claims {
                      ON CONFLICT DO NOTHING) \
                      SELECT id, claims, attempts, started_at, state, run_at FROM f"
                 );
-                let rows: Vec<FailedRow> = bind_failed!(
+                let query = bind_failed!(
                     sqlx::query_as(&sql).persistent(self.keeps_plans()),
                     attempt,
                     failed,
@@ -439,10 +522,24 @@ impl Claims {
                     self.shards
                 )
                 .bind(status)
-                .bind(detail)
-                .fetch_all(pool)
-                .await?;
-                rows.into_iter().next()
+                .bind(detail);
+                if attempt.tells.dead {
+                    // The death and its callback in one transaction.
+                    let mut tx = pool.begin().await?;
+                    let rows: Vec<FailedRow> = query.fetch_all(&mut *tx).await?;
+                    let row = rows.into_iter().next();
+                    if row.as_ref().is_some_and(|r| r.state == "dead") {
+                        let conn = Conn::Postgres(&mut tx);
+                        told = self
+                            .tell(conn, Told::Dead, &[attempt.id], failed.now)
+                            .await?;
+                    }
+                    tx.commit().await?;
+                    row
+                } else {
+                    let rows: Vec<FailedRow> = query.fetch_all(pool).await?;
+                    rows.into_iter().next()
+                }
             }
             // Two statements in one transaction, under SQLite's one writer.
             #[cfg(feature = "sqlite")]
@@ -477,11 +574,19 @@ impl Claims {
                         .bind(detail)
                         .execute(&mut *tx)
                         .await?;
+                    if attempt.tells.dead && row.state == "dead" {
+                        let conn = Conn::Sqlite(&mut tx);
+                        told = self
+                            .tell(conn, Told::Dead, &[attempt.id], failed.now)
+                            .await?;
+                    }
                 }
                 tx.commit().await?;
                 row
             }
         };
+        drop(turn);
+        self.hand_over(told);
         match row {
             None => Ok(None),
             Some(row) => Ok(Some(match TaskState::from_sql(&row.state)? {
@@ -521,14 +626,16 @@ impl Claims {
             retry_or_dead("$1", "$2", "$2", "0"),
             self.db.clock_sql(),
         );
-        let _turn = self.db.write_turn(Urgency::Ordinary).await;
+        let told: Vec<Announced>;
+        let turn = self.db.write_turn(Urgency::Ordinary).await;
         // Read to its end (see the notes of `db`). Each task taken back
         // leaves the attempt the crash cut short in `ttw_attempts`, as
         // `interrupted`, with the session that ran it and when it started.
         let rows: Vec<ReclaimedRow> = match &self.db {
             // One statement: the rows locked first are the rows updated,
             // and their session and start (which the update clears) are
-            // read from the lock.
+            // read from the lock; then, in its transaction, the callbacks
+            // of those that died.
             #[cfg(feature = "postgres")]
             Db::Postgres(pool) => {
                 let sql = format!(
@@ -541,13 +648,20 @@ impl Claims {
                      FROM r ON CONFLICT DO NOTHING) \
                      SELECT {DUE_COLUMNS}, state FROM r"
                 );
-                sqlx::query_as(&sql)
+                let mut tx = pool.begin().await?;
+                let rows: Vec<ReclaimedRow> = sqlx::query_as(&sql)
                     .bind(default_max)
                     .bind(now)
                     .bind(self.shards)
                     .bind(&self.session)
-                    .fetch_all(pool)
-                    .await?
+                    .fetch_all(&mut *tx)
+                    .await?;
+                let dead = died(&rows);
+                told = self
+                    .tell(Conn::Postgres(&mut tx), Told::Dead, &dead, now)
+                    .await?;
+                tx.commit().await?;
+                rows
             }
             // Two statements in one transaction, under SQLite's one writer:
             // the attempts recorded, then the same rows taken back.
@@ -569,17 +683,23 @@ impl Claims {
                     .bind(&self.session)
                     .execute(&mut *tx)
                     .await?;
-                let rows = sqlx::query_as(&update)
+                let rows: Vec<ReclaimedRow> = sqlx::query_as(&update)
                     .bind(default_max)
                     .bind(now)
                     .bind(self.shards)
                     .bind(&self.session)
                     .fetch_all(&mut *tx)
                     .await?;
+                let dead = died(&rows);
+                told = self
+                    .tell(Conn::Sqlite(&mut tx), Told::Dead, &dead, now)
+                    .await?;
                 tx.commit().await?;
                 rows
             }
         };
+        drop(turn);
+        self.hand_over(told);
         rows.into_iter()
             .filter_map(|row| {
                 let dead = match TaskState::from_sql(&row.state) {

@@ -22,6 +22,7 @@
 pub(crate) mod admin;
 pub(crate) mod announce;
 pub(crate) mod attempts;
+pub(crate) mod callbacks;
 #[cfg(feature = "sqlite")]
 pub(crate) mod checkpoint;
 pub(crate) mod claims;

@@ -124,10 +124,13 @@ pub const MESSAGE_ID: &str = "ttw-message-id";
 pub const TRACEPARENT: &str = "traceparent";
 /// The W3C `tracestate` that goes with [`TRACEPARENT`], when there is one.
 pub const TRACESTATE: &str = "tracestate";
+/// On a delivery that tells a callback URL of a task's outcome, that
+/// task's id (see [Callbacks](crate::Envelope#callbacks)).
+pub const OUTCOME_OF: &str = "ttw-outcome-of";
 
 /// The identifying headers of `task`'s delivery, as name and value.
 #[cfg_attr(not(any(feature = "webhook", feature = "nats")), allow(dead_code))]
-pub(crate) fn headers(task: &Task) -> [(&'static str, Option<String>); 8] {
+pub(crate) fn headers(task: &Task) -> [(&'static str, Option<String>); 9] {
     let envelope = task.envelope();
     [
         (MESSAGE_ID, Some(task.message_id())),
@@ -147,6 +150,12 @@ pub(crate) fn headers(task: &Task) -> [(&'static str, Option<String>); 8] {
             envelope
                 .and_then(|e| e.get_tracestate())
                 .map(str::to_string),
+        ),
+        (
+            OUTCOME_OF,
+            envelope
+                .and_then(|e| e.outcome_of())
+                .map(|id| id.get().to_string()),
         ),
     ]
 }

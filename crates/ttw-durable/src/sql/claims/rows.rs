@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::model::attempt::{Attempt, Task};
+use crate::model::attempt::{Attempt, Task, Tells};
 use crate::model::attempts::Receipt;
 use crate::model::envelope::Envelope;
 use crate::model::task::TaskState;
@@ -109,14 +109,17 @@ pub(crate) struct Success {
 pub(crate) struct Finished {
     pub(crate) success: Success,
     pub(crate) receipt: Receipt,
+    /// The task has a `callback` to tell (see `sql::callbacks`).
+    pub(crate) tell: bool,
 }
 
 impl From<Success> for Finished {
-    /// A success with nothing more to say (a handler's).
+    /// A success with nothing more to say (a handler's), and no callback.
     fn from(success: Success) -> Finished {
         Finished {
             success,
             receipt: Receipt::none(),
+            tell: false,
         }
     }
 }
@@ -135,22 +138,28 @@ pub(crate) struct Claimed {
 impl Claimed {
     /// The task as its handler gets it, in `queue`.
     pub(crate) fn into_task(self, queue: Arc<str>) -> Task {
-        Task {
-            attempt: self.attempt,
-            run_at: from_ms(self.run_at),
-            payload: self.payload,
-            idempotency_key: self.idempotency_key,
-            queue,
-            // Written only by this crate, after `Envelope::check`: a text
-            // that does not read was edited by hand, and the task is
-            // delivered as if it had none, said in the log.
-            envelope: self.envelope.and_then(|text| match Envelope::decode(&text) {
+        // Written only by this crate, after `Envelope::check`: a text
+        // that does not read was edited by hand, and the task is
+        // delivered as if it had none, said in the log.
+        let envelope = self
+            .envelope
+            .and_then(|text| match Envelope::decode(&text) {
                 Ok(envelope) => Some(Box::new(envelope)),
                 Err(err) => {
                     tracing::error!(task = self.attempt.id, %err, "delivered without its envelope");
                     None
                 }
-            }),
+            });
+        Task {
+            attempt: Attempt {
+                tells: Tells::of(envelope.as_deref()),
+                ..self.attempt
+            },
+            run_at: from_ms(self.run_at),
+            payload: self.payload,
+            idempotency_key: self.idempotency_key,
+            queue,
+            envelope,
         }
     }
 }
@@ -245,6 +254,7 @@ pub(crate) fn claimed(rows: Vec<ClaimedRow>, fired: &[Due]) -> Vec<Claimed> {
                     lane: fired[at].lane,
                     priority: fired[at].priority,
                     key: fired[at].key,
+                    tells: Tells::default(),
                 },
                 run_at: row.run_at,
                 payload: row.payload,
