@@ -62,6 +62,14 @@ class Receiver:
                     self.end_headers()
                     self.wfile.write(answer)
                     return
+                # A refusing endpoint: gone for good (the task is dead).
+                if self.path.startswith("/dest/refuse/"):
+                    answer = b"no such order"
+                    self.send_response(410)
+                    self.send_header("content-length", str(len(answer)))
+                    self.end_headers()
+                    self.wfile.write(answer)
+                    return
                 self.send_response(200)
                 self.send_header("content-length", "0")
                 self.end_headers()

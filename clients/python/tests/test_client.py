@@ -3,6 +3,7 @@ typed errors, its retries through a stopped server, and the signature of a
 real delivery; and its generated types held equal to the server's document."""
 
 import base64
+import json
 import os
 import signal
 import subprocess
@@ -197,6 +198,64 @@ def test_each_attempt_is_kept_with_its_status_and_the_answer(client, receiver):
         client.attempts(999999999)
 
 
+def test_callbacks_are_told_of_the_outcome_signed(client, receiver):
+    """A done task's `callback` and a dead task's `failure_callback` each
+    get a signed POST of the outcome, with `ttw-outcome-of` and the trace
+    context of the task told of; the callback is a task of its own."""
+    base = receiver.base
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-02"
+    done = client.schedule(
+        {"order": 8},
+        queue="hooks",
+        target={"url": base + "/dest/orders/8"},
+        callback=base + "/dest/callbacks/done",
+        failure_callback=base + "/dest/callbacks/dead",
+        traceparent=traceparent,
+    )
+    dead = client.schedule(
+        {"order": 9},
+        queue="hooks",
+        target={"url": base + "/dest/refuse/9"},
+        callback=base + "/dest/callbacks/done",
+        failure_callback=base + "/dest/callbacks/dead",
+    )
+    stored = client.get(done["id"])
+    assert (stored["callback"], stored["failure_callback"]) == (
+        base + "/dest/callbacks/done",
+        base + "/dest/callbacks/dead",
+    )
+    told = {}
+    deadline = time.time() + 30
+    while len(told) < 2:
+        headers, body = receiver.received.get(timeout=max(0.1, deadline - time.time()))
+        origin = headers.get("ttw-outcome-of")
+        if origin in (str(done["id"]), str(dead["id"])):
+            told[int(origin)] = (headers, body)
+    headers, body = told[done["id"]]
+    assert (headers[":method"], headers[":path"]) == ("POST", "/dest/callbacks/done")
+    assert verify_webhook(SECRET, headers, body) == headers["webhook-id"]
+    assert headers["traceparent"] == traceparent
+    outcome = json.loads(body)
+    assert {k: outcome[k] for k in ("id", "queue", "state", "attempts", "status", "error")} == {
+        "id": done["id"],
+        "queue": "hooks",
+        "state": "done",
+        "attempts": 1,
+        "status": 200,
+        "error": None,
+    }
+    assert outcome["finished_at"] > 0
+    headers, body = told[dead["id"]]
+    assert headers[":path"] == "/dest/callbacks/dead"
+    assert verify_webhook(SECRET, headers, body) == headers["webhook-id"]
+    outcome = json.loads(body)
+    assert (outcome["state"], outcome["attempts"], outcome["status"]) == ("dead", 1, 410)
+    assert "no such order" in outcome["error"]
+    callback_task = client.get(int(headers["ttw-task-id"]))
+    assert callback_task["outcome_of"] == dead["id"]
+    assert client.get(dead["id"])["state"] == "dead"
+
+
 def test_a_target_outside_the_token_s_destinations_is_refused(client, receiver):
     for url in [receiver.base + "/hook", "http://169.254.169.254/dest/", receiver.base.replace("127.0.0.1", "localhost") + "/dest/x"]:
         with pytest.raises(errors.DestinationNotAllowed):
@@ -209,6 +268,15 @@ def test_a_target_outside_the_token_s_destinations_is_refused(client, receiver):
         client.schedule({}, queue="hooks", target={"url": receiver.base + "/dest/x", "headers": {"webhook-id": "forged"}})
     with pytest.raises(errors.InvalidTraceContext):
         client.schedule({}, queue="hooks", traceparent="00-abc-01")
+    # Callbacks have the same allowlist.
+    with pytest.raises(errors.DestinationNotAllowed):
+        client.schedule({}, queue="hooks", callback="http://169.254.169.254/dest/")
+    with pytest.raises(errors.DestinationNotAllowed):
+        client.schedule({}, queue="hooks", failure_callback=receiver.base + "/hook")
+    with pytest.raises(errors.DestinationNotAllowed):
+        client.schedule({}, queue="later", callback=receiver.base + "/dest/x")
+    with pytest.raises(errors.InvalidDestination):
+        client.schedule({}, queue="hooks", callback="ftp://127.0.0.1/dest/x")
 
 
 def test_a_schedule_retried_through_a_stopped_server_is_stored_once(server):

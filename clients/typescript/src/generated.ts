@@ -69,6 +69,25 @@ export interface BatchView {
   tasks: ScheduledView[];
 }
 
+/** What a `callback` or `failure_callback` receives: the outcome of the */
+export interface CallbackOutcome {
+  /** The task told of. */
+  id: number;
+  queue: string;
+  /** `done` or `dead`. */
+  state: string;
+  /** The attempts it took. */
+  attempts: number;
+  /** The HTTP status of its last answer, if it had one. */
+  status?: number | null;
+  /** A done task's answer: its first 1,024 bytes. */
+  answer?: string | null;
+  /** A dead task's last error. */
+  error?: string | null;
+  /** When it finished, in milliseconds since the Unix epoch. */
+  finished_at: number;
+}
+
 /** A task cancelled. */
 export interface CancelledView {
   id: number;
@@ -187,6 +206,10 @@ export interface NewTask {
   traceparent?: string | null;
   /** The W3C `tracestate` that goes with `traceparent` (at most 512 */
   tracestate?: string | null;
+  /** Told of the outcome once the task is done: a `POST` of the outcome */
+  callback?: string | null;
+  /** Told of the outcome once the task is dead (out of attempts, or */
+  failure_callback?: string | null;
 }
 
 /** A new due time: `run_at` or `delay`, one of them. */
@@ -344,4 +367,10 @@ export interface TaskView {
   /** The trace context it was scheduled with, sent with each delivery. */
   traceparent?: string | null;
   tracestate?: string | null;
+  /** Told of its outcome once done. */
+  callback?: string | null;
+  /** Told of its outcome once dead. */
+  failure_callback?: string | null;
+  /** On a task that tells a callback of another's outcome, that task. */
+  outcome_of?: number | null;
 }

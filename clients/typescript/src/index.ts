@@ -72,6 +72,10 @@ export interface TaskInput {
   /** The W3C trace context of the scheduling request, sent with every delivery. */
   traceparent?: string;
   tracestate?: string;
+  /** Told of the outcome (a `CallbackOutcome`, signed) once the task is done; the same allowlist as `target`. */
+  callback?: string;
+  /** Told of the outcome once the task is dead. */
+  failureCallback?: string;
 }
 
 export interface ClientOptions {
@@ -123,6 +127,8 @@ export function newTask(input: TaskInput): NewTask {
   if (input.target !== undefined) task.target = input.target;
   if (input.traceparent !== undefined) task.traceparent = input.traceparent;
   if (input.tracestate !== undefined) task.tracestate = input.tracestate;
+  if (input.callback !== undefined) task.callback = input.callback;
+  if (input.failureCallback !== undefined) task.failure_callback = input.failureCallback;
   return task;
 }
 

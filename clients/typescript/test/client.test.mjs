@@ -66,6 +66,12 @@ before(async () => {
         res.end("accepted");
         return;
       }
+      // A refusing endpoint: gone for good (the task is dead).
+      if (req.url.startsWith("/dest/refuse/")) {
+        res.writeHead(410, { "content-type": "text/plain" });
+        res.end("no such order");
+        return;
+      }
       res.writeHead(200, { "content-length": "0" });
       res.end();
     });
@@ -253,6 +259,36 @@ test("each attempt is kept with its status and the answer's first bytes", async 
   await assert.rejects(client.attempts(999999999), (err) => err instanceof ApiError && err.code === "not_found");
 });
 
+test("callbacks are told of the outcome, signed", async () => {
+  const base = `http://127.0.0.1:${receiver.address().port}`;
+  const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03";
+  const tell = { callback: `${base}/dest/callbacks/done`, failureCallback: `${base}/dest/callbacks/dead` };
+  const done = await client.schedule({ payload: { order: 10 }, queue: "hooks", target: { url: `${base}/dest/orders/10` }, traceparent, ...tell });
+  const dead = await client.schedule({ payload: { order: 11 }, queue: "hooks", target: { url: `${base}/dest/refuse/11` }, ...tell });
+  const stored = await client.get(done.id);
+  assert.deepEqual([stored.callback, stored.failure_callback], [tell.callback, tell.failureCallback]);
+  const told = (id) => received.find((r) => r.headers["ttw-outcome-of"] === String(id));
+  for (let i = 0; i < 600 && !(told(done.id) && told(dead.id)); i++) await sleep(50);
+  const ok = told(done.id);
+  assert.ok(ok, "the callback was told within 30 s");
+  assert.deepEqual([ok.method, ok.path], ["POST", "/dest/callbacks/done"]);
+  assert.equal(await verifyWebhook(SECRET, ok.headers, ok.body), ok.headers["webhook-id"]);
+  assert.equal(ok.headers.traceparent, traceparent);
+  const outcome = JSON.parse(ok.body.toString());
+  assert.deepEqual(
+    [outcome.id, outcome.queue, outcome.state, outcome.attempts, outcome.status, outcome.error],
+    [done.id, "hooks", "done", 1, 200, null],
+  );
+  const gone = told(dead.id);
+  assert.ok(gone, "the failure callback was told within 30 s");
+  assert.equal(gone.path, "/dest/callbacks/dead");
+  assert.equal(await verifyWebhook(SECRET, gone.headers, gone.body), gone.headers["webhook-id"]);
+  const death = JSON.parse(gone.body.toString());
+  assert.deepEqual([death.state, death.attempts, death.status], ["dead", 1, 410]);
+  assert.match(death.error, /no such order/);
+  assert.equal((await client.get(Number(gone.headers["ttw-task-id"]))).outcome_of, dead.id);
+});
+
 test("a target outside the token's destinations is refused", async () => {
   const base = `http://127.0.0.1:${receiver.address().port}`;
   const refused = async (input, code) => {
@@ -265,6 +301,11 @@ test("a target outside the token's destinations is refused", async () => {
   await refused({ queue: "later", target: { url: `${base}/dest/x` } }, "destination_not_allowed");
   await refused({ queue: "hooks", target: { url: `${base}/dest/x`, headers: { "ttw-task-id": "1" } } }, "invalid_destination");
   await refused({ queue: "hooks", traceparent: "00-abc-01" }, "invalid_trace_context");
+  // Callbacks have the same allowlist.
+  await refused({ queue: "hooks", callback: "http://169.254.169.254/dest/" }, "destination_not_allowed");
+  await refused({ queue: "hooks", failureCallback: `${base}/hook` }, "destination_not_allowed");
+  await refused({ queue: "later", callback: `${base}/dest/x` }, "destination_not_allowed");
+  await refused({ queue: "hooks", callback: "ftp://127.0.0.1/dest/x" }, "invalid_destination");
 });
 
 test("a schedule retried through a stopped server is stored once", async () => {

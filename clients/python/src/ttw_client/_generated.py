@@ -81,6 +81,19 @@ class BatchView(TypedDict, total=False):
     tasks: List["ScheduledView"]
 
 
+class CallbackOutcome(TypedDict, total=False):
+    """What a `callback` or `failure_callback` receives: the outcome of the Always present: attempts, finished_at, id, queue, state."""
+
+    id: int
+    queue: str
+    state: str
+    attempts: int
+    status: Optional[int]
+    answer: Optional[str]
+    error: Optional[str]
+    finished_at: int
+
+
 class CancelledView(TypedDict, total=False):
     """A task cancelled. Always present: cancelled, id."""
 
@@ -185,6 +198,8 @@ class NewTask(TypedDict, total=False):
     target: Optional["TargetSpec"]
     traceparent: Optional[str]
     tracestate: Optional[str]
+    callback: Optional[str]
+    failure_callback: Optional[str]
 
 
 class NewTime(TypedDict, total=False):
@@ -328,4 +343,7 @@ class TaskView(TypedDict, total=False):
     target: Optional["TargetSpec"]
     traceparent: Optional[str]
     tracestate: Optional[str]
+    callback: Optional[str]
+    failure_callback: Optional[str]
+    outcome_of: Optional[int]
 

@@ -65,13 +65,17 @@ def new_task(
     target: Optional[Dict[str, Any]] = None,
     traceparent: Optional[str] = None,
     tracestate: Optional[str] = None,
+    callback: Optional[str] = None,
+    failure_callback: Optional[str] = None,
 ) -> Dict[str, Any]:
     """One task for :meth:`Client.schedule_many`, as :meth:`Client.schedule`
     takes it: a JSON ``payload`` (kept byte for byte as its JSON text) or
     ``payload_bytes``; ``delay`` (seconds, or ``"15m"``) or ``run_at`` (an
     aware ``datetime`` or RFC 3339 text). ``target`` (``{"url", "method",
     "headers"}``) must be under one of the token's ``destinations``; ``traceparent`` and ``tracestate`` (W3C)
-    are sent with every delivery."""
+    are sent with every delivery. ``callback`` is told of the outcome once
+    the task is done, ``failure_callback`` once it is dead: a signed
+    ``POST`` of a ``CallbackOutcome``, under the same ``destinations``."""
     if payload is not None and payload_bytes is not None:
         raise ValueError("payload or payload_bytes, not both")
     if delay is not None and run_at is not None:
@@ -91,6 +95,8 @@ def new_task(
             "target": target,
             "traceparent": traceparent,
             "tracestate": tracestate,
+            "callback": callback,
+            "failure_callback": failure_callback,
         }
     )
     if replace_pending:

@@ -22,6 +22,7 @@ use utoipa_axum::routes;
 use super::handlers::{health, queues, recurring, tasks};
 use super::refusal::{Code, ErrorBody, Refusal};
 use super::service::Shared;
+use super::wire::CallbackOutcome;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -31,7 +32,7 @@ use super::service::Shared;
         description = "Durable delayed tasks over HTTP: schedule a task for a time, and a node delivers it to its queue's webhook then, at least once and never early. Every answer that is not a success is `{\"error\": {\"code\", \"message\"}}` with a stable `code` (the `Code` schema) and the status that code always has. Every route but `/healthz`, `/readyz` and this document takes `Authorization: Bearer <token>`, and a token's scopes (read, schedule, admin) and queues decide what it may do."
     ),
     security(("bearer" = [])),
-    components(schemas(Code, ErrorBody)),
+    components(schemas(Code, ErrorBody, CallbackOutcome)),
     tags(
         (name = "tasks", description = "Schedule, look up, cancel, reschedule, list and redrive tasks"),
         (name = "recurring", description = "Schedules that make a task at each occurrence (cron or interval)"),

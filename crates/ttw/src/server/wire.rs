@@ -84,6 +84,37 @@ pub(crate) struct NewTask {
     /// bytes).
     #[schema(max_length = 512)]
     pub(crate) tracestate: Option<String>,
+    /// Told of the outcome once the task is done: a `POST` of the outcome
+    /// (`CallbackOutcome`) by a task of its own in the same queue, signed and
+    /// retried as every delivery, with the header `ttw-outcome-of`. The
+    /// same allowlist as `target`.
+    #[schema(example = "https://billing.internal/hooks/done")]
+    pub(crate) callback: Option<String>,
+    /// Told of the outcome once the task is dead (out of attempts, or
+    /// refused for good), as `callback` is.
+    pub(crate) failure_callback: Option<String>,
+}
+
+/// What a `callback` or `failure_callback` receives: the outcome of the
+/// task it tells of (the task named by the header `ttw-outcome-of`).
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+pub(crate) struct CallbackOutcome {
+    /// The task told of.
+    pub(crate) id: i64,
+    pub(crate) queue: String,
+    /// `done` or `dead`.
+    #[schema(example = "done")]
+    pub(crate) state: String,
+    /// The attempts it took.
+    pub(crate) attempts: u32,
+    /// The HTTP status of its last answer, if it had one.
+    pub(crate) status: Option<u16>,
+    /// A done task's answer: its first 1,024 bytes.
+    pub(crate) answer: Option<String>,
+    /// A dead task's last error.
+    pub(crate) error: Option<String>,
+    /// When it finished, in milliseconds since the Unix epoch.
+    pub(crate) finished_at: i64,
 }
 
 /// Where one task is delivered, in place of its queue's webhook endpoint.
@@ -310,6 +341,15 @@ pub(crate) struct TaskView {
     pub(crate) traceparent: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) tracestate: Option<String>,
+    /// Told of its outcome once done.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) callback: Option<String>,
+    /// Told of its outcome once dead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) failure_callback: Option<String>,
+    /// On a task that tells a callback of another's outcome, that task.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) outcome_of: Option<i64>,
 }
 
 impl From<&TaskInfo> for TaskView {
@@ -338,6 +378,9 @@ impl From<&TaskInfo> for TaskView {
                 }),
             traceparent: text(envelope.and_then(|e| e.get_traceparent())),
             tracestate: text(envelope.and_then(|e| e.get_tracestate())),
+            callback: text(envelope.and_then(|e| e.get_callback())),
+            failure_callback: text(envelope.and_then(|e| e.get_failure_callback())),
+            outcome_of: envelope.and_then(|e| e.outcome_of()).map(|id| id.get()),
         }
     }
 }

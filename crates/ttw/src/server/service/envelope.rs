@@ -14,13 +14,17 @@ pub(crate) struct Asked {
     pub(crate) target: Option<TargetSpec>,
     pub(crate) traceparent: Option<String>,
     pub(crate) tracestate: Option<String>,
+    pub(crate) callback: Option<String>,
+    pub(crate) failure_callback: Option<String>,
 }
 
 /// The envelope of a task of `queue` scheduled by `token`, `None` when the
 /// request asked for nothing of it. Refusals: `invalid_destination` (a
-/// malformed URL, method or header), `destination_not_allowed` (a URL under
-/// none of the token's `destinations`, or a `target` in a queue not
-/// delivered by webhook), `invalid_trace_context`.
+/// malformed URL, method or header, of the target or a callback),
+/// `destination_not_allowed` (a URL under none of the token's
+/// `destinations`, or a target or callback in a queue not delivered by
+/// webhook: a callback is a task of the same queue, delivered by its
+/// webhook), `invalid_trace_context`.
 pub(crate) fn check(
     api: &Api,
     token: &Token,
@@ -31,6 +35,8 @@ pub(crate) fn check(
         target,
         traceparent,
         tracestate,
+        callback,
+        failure_callback,
     } = asked;
     // The trace context on its own first, so that its refusal has its code.
     let mut trace = Envelope::new();
@@ -45,20 +51,39 @@ pub(crate) fn check(
         .map_err(|err| Code::InvalidTraceContext.refuse(err.to_string()))?;
 
     let mut envelope = trace;
-    let Some(spec) = target else {
-        return Ok((!envelope.is_empty()).then_some(envelope));
-    };
-    let mut to = Destination::new(spec.url.clone());
-    if let Some(method) = spec.method {
-        to = to.method(method);
+    let mut urls = Vec::new();
+    if let Some(spec) = target {
+        let mut to = Destination::new(spec.url.clone());
+        if let Some(method) = spec.method {
+            to = to.method(method);
+        }
+        for (name, value) in spec.headers {
+            to = to.header(name, value);
+        }
+        envelope = envelope.destination(to);
+        urls.push(("target", spec.url));
     }
-    for (name, value) in spec.headers {
-        to = to.header(name, value);
+    if let Some(url) = callback {
+        envelope = envelope.callback(url.clone());
+        urls.push(("callback", url));
     }
-    envelope = envelope.destination(to);
+    if let Some(url) = failure_callback {
+        envelope = envelope.failure_callback(url.clone());
+        urls.push(("failure_callback", url));
+    }
     envelope
         .check()
         .map_err(|err| Code::InvalidDestination.refuse(err.to_string()))?;
+    for (field, url) in &urls {
+        allowed(api, token, queue, field, url)?;
+    }
+    Ok((!envelope.is_empty()).then_some(envelope))
+}
+
+/// Whether `token` may have a task of `queue` call `url` (its `field`):
+/// the queue is delivered by webhook here, and the URL is under one of
+/// the token's `destinations`.
+fn allowed(api: &Api, token: &Token, queue: &str, field: &str, url: &str) -> Answer<()> {
     let webhook = api
         .settings
         .queues
@@ -66,18 +91,18 @@ pub(crate) fn check(
         .any(|q| q.name == queue && matches!(q.target, Some(TargetSettings::Webhook { .. })));
     if !webhook {
         return Err(Code::DestinationNotAllowed.refuse(format!(
-            "queue {queue:?} is not delivered by webhook here: a task's own target needs one"
+            "queue {queue:?} is not delivered by webhook here: a task's own {field} needs one"
         )));
     }
     if !token
         .destinations
         .iter()
-        .any(|prefix| url_is_under(&spec.url, prefix))
+        .any(|prefix| url_is_under(url, prefix))
     {
         return Err(Code::DestinationNotAllowed.refuse(format!(
-            "target {:?} is under none of token {:?}'s destinations",
-            spec.url, token.name
+            "{field} {url:?} is under none of token {:?}'s destinations",
+            token.name
         )));
     }
-    Ok((!envelope.is_empty()).then_some(envelope))
+    Ok(())
 }

@@ -228,6 +228,8 @@ pub(crate) fn check(
             target: b.target,
             traceparent,
             tracestate,
+            callback: b.callback,
+            failure_callback: b.failure_callback,
         },
     )?;
     Ok(Checked {
