@@ -315,7 +315,7 @@ impl Dispatcher {
             let task = c.into_task(window.lanes.queue_of(dues[at].lane).clone());
             // The handler, its outcome and whatever they log run in this
             // span, which carries the trace context the task was scheduled
-            // with, if any (a subscriber exporting traces links to it).
+            // with, if any: with the feature `opentelemetry`, as its parent.
             let span = tracing::info_span!(
                 "ttw_delivery",
                 task_id = task.attempt.id,
@@ -324,8 +324,12 @@ impl Dispatcher {
                 lateness_ms,
                 traceparent = tracing::field::Empty,
             );
-            if let Some(parent) = task.envelope().and_then(|e| e.get_traceparent()) {
-                span.record("traceparent", parent);
+            if let Some(envelope) = task.envelope() {
+                if let Some(parent) = envelope.get_traceparent() {
+                    span.record("traceparent", parent);
+                    #[cfg(feature = "opentelemetry")]
+                    crate::node::trace::adopt(&span, parent, envelope.get_tracestate());
+                }
             }
             let delivery = supervise(node.clone(), task, self.mode.clone(), permit, deadline);
             self.running.spawn(delivery.instrument(span));

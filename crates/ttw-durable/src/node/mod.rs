@@ -20,6 +20,8 @@ pub(crate) mod ready;
 pub(crate) mod report;
 pub(crate) mod scheduler;
 pub(crate) mod shards;
+#[cfg(feature = "opentelemetry")]
+pub(crate) mod trace;
 pub(crate) mod wakes;
 pub(crate) mod window;
 

@@ -18,6 +18,7 @@ mod handlers;
 mod refusal;
 mod routes;
 mod service;
+mod traces;
 mod wire;
 
 use std::path::Path;
@@ -51,11 +52,9 @@ pub(crate) async fn server(path: &Path, check: bool) -> Result<()> {
         );
         return Ok(());
     }
-    // Warnings (a failing database, a refused delivery) on standard error.
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::WARN)
-        .with_writer(std::io::stderr)
-        .try_init();
+    // Warnings (a failing database, a refused delivery) on standard error;
+    // spans by OTLP when built and asked for. Flushed when the server ends.
+    let _traces = traces::init()?;
     let store = crate::store::open(
         &settings.database,
         settings.schema.as_deref(),
