@@ -68,9 +68,12 @@ fn otlp() -> Result<Traces> {
     let protocol = match std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL").as_deref() {
         Ok("http/json") => Protocol::HttpJson,
         Ok("http/protobuf") | Err(_) => Protocol::HttpBinary,
-        Ok(other) => return Err(Failure(format!(
-            "OTEL_EXPORTER_OTLP_PROTOCOL {other:?}: this build speaks http/protobuf and http/json"
-        ))),
+        Ok(other) => {
+            let speaks = "this build speaks http/protobuf and http/json";
+            return Err(Failure(format!(
+                "OTEL_EXPORTER_OTLP_PROTOCOL {other:?}: {speaks}"
+            )));
+        }
     };
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
