@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
-use crate::model::task::TaskId;
+use crate::model::id::TaskId;
 
 /// The most headers a [`Destination`] carries.
 pub const MAX_DESTINATION_HEADERS: usize = 16;

@@ -8,6 +8,7 @@ pub(crate) mod clock;
 pub(crate) mod envelope;
 pub(crate) mod failure;
 pub(crate) mod flow;
+pub(crate) mod id;
 pub(crate) mod lanes;
 pub(crate) mod limits;
 pub(crate) mod new_task;

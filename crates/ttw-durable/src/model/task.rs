@@ -1,33 +1,11 @@
-//! What the store says about tasks: ids, states, a task as kept
+//! What the store says about tasks: states, a task as kept
 //! ([`TaskInfo`]) and the count of tasks in each state ([`StateCounts`]).
 
-use std::fmt;
 use std::time::SystemTime;
 
 use crate::error::Error;
 
-/// The id of a durable task, unique in its store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TaskId(pub(crate) i64);
-
-impl TaskId {
-    /// A task id from its stored number (as kept by an application that
-    /// recorded [`TaskId::get`]).
-    pub fn new(id: i64) -> TaskId {
-        TaskId(id)
-    }
-
-    /// The id as stored in the database.
-    pub fn get(self) -> i64 {
-        self.0
-    }
-}
-
-impl fmt::Display for TaskId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
+pub use crate::model::id::TaskId;
 
 /// Where a task is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
