@@ -611,20 +611,19 @@ async fn admin_case(store: &Store) {
 
     let filter = admin::Filter {
         state: Some(TaskState::Scheduled),
-        queue: None,
+        due_before: Some(10_000),
+        ..admin::Filter::default()
     };
     let page = admin::Page {
         filter,
-        due_from: None,
-        due_before: Some(10_000),
         after: None,
         limit: 10,
+        newest_first: false,
     };
     let got = admin::page(db, page).await.unwrap();
     assert_eq!(got.iter().map(|t| t.id.get()).collect::<Vec<_>>(), [ids[1]]);
     let after = admin::Page {
         filter: admin::Filter::default(),
-        due_before: None,
         after: Some(ids[1]),
         ..page
     };
@@ -658,12 +657,13 @@ async fn admin_case(store: &Store) {
     let dead = admin::Filter {
         state: Some(TaskState::Dead),
         queue: Some("b"),
+        ..admin::Filter::default()
     };
-    assert_eq!(admin::count_finished(db, dead).await.unwrap(), 1);
+    assert_eq!(admin::count(db, dead).await.unwrap(), 1);
     assert_eq!(
-        admin::finished_ids(
+        admin::ids(
             db,
-            admin::FinishedPage {
+            admin::IdPage {
                 filter: dead,
                 after: 0,
                 take: 10
@@ -675,12 +675,12 @@ async fn admin_case(store: &Store) {
     );
     let cancelled = admin::Filter {
         state: Some(TaskState::Cancelled),
-        queue: None,
+        ..admin::Filter::default()
     };
     assert_eq!(
-        admin::finished_ids(
+        admin::ids(
             db,
-            admin::FinishedPage {
+            admin::IdPage {
                 filter: cancelled,
                 after: ids[0],
                 take: 10

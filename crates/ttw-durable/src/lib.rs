@@ -190,7 +190,8 @@ mod sql;
 pub mod targets;
 mod telemetry;
 
-pub use client::admin::{DueTimeline, NodeInfo, Redrive, TaskQuery, MAX_PAGE, REDRIVE_GROUP};
+pub use client::admin::{DueTimeline, NodeInfo, TaskQuery, MAX_PAGE};
+pub use client::bulk::{Redrive, REDRIVE_GROUP};
 pub use client::connection::CallerConnection;
 pub use client::export::PendingTask;
 pub use client::schedule::{Schedule, Scheduled};
@@ -204,6 +205,7 @@ pub use model::envelope::{
 };
 pub use model::failure::{Failure, MAX_RETRY_AFTER};
 pub use model::flow::{QueueLimits, QueueSettings, Rate, RetryPolicy, MAX_LIMIT};
+pub use model::lateness::{Lateness, LATENESS_BOUNDS_MS};
 pub use model::limits::{MAX_IDEMPOTENCY_KEY, MAX_PARTITION_KEY, MAX_PAYLOAD, MAX_RUN_AT};
 pub use model::new_task::NewTask;
 pub use model::queue::{DEFAULT_QUEUE, MAX_QUEUE_NAME};

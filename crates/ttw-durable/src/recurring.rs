@@ -394,6 +394,41 @@ pub struct RecurringInfo {
 }
 
 impl RecurringInfo {
+    /// Its next `n` occurrences from [`next_at`](Self::next_at) on, by its
+    /// rule and time zone (fewer if its rule ends or leaves the range of
+    /// times the store holds).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// use std::time::Duration;
+    /// use ttw_durable::{Recurring, Store};
+    ///
+    /// let store = Store::sqlite_in_memory().await?;
+    /// store.register_recurring(Recurring::every("sweep", Duration::from_secs(3600))).await?;
+    /// let info = &store.list_recurring().await?[0];
+    /// let next = info.next_occurrences(3);
+    /// assert_eq!(next[0], info.next_at);
+    /// assert_eq!(next[2].duration_since(next[0]).unwrap(), Duration::from_secs(7200));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn next_occurrences(&self, n: usize) -> Vec<SystemTime> {
+        let Ok(rule) = self.to_recurring().check() else {
+            return Vec::new();
+        };
+        let mut times = Vec::with_capacity(n);
+        let mut t = ms(self.next_at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default());
+        while times.len() < n {
+            times.push(from_ms(t));
+            match rule.after(t) {
+                Ok(next) if next > t => t = next,
+                _ => break,
+            }
+        }
+        times
+    }
+
     /// The schedule to register in another store: the same rule, time
     /// zone, catch-up policy and task. An interval schedule registered anew
     /// counts its first occurrence from then, so its phase is not kept; a

@@ -9,17 +9,16 @@
 
 #[path = "support/backends.rs"]
 mod backends;
+#[path = "support/browser.rs"]
+mod browser;
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use backends::{Backend, Db};
-use fantoccini::{ClientBuilder, Locator};
-use hyper_util::client::legacy::connect::HttpConnector;
-use serde_json::{json, Value};
-use tokio::runtime::Handle;
+use browser::{http, wait_until, Browser, Killed};
+use serde_json::json;
 use ttw_durable::{Scheduler, Store, TaskId, TaskState};
 
 /// A payload and an error that would run script if the page put them in
@@ -28,155 +27,6 @@ const EVIL_PAYLOAD: &str =
     r#"<img src=x onerror="window.__pwned='img'"><script>window.__pwned='script'</script>"#;
 const EVIL_ERROR: &str = r#"<b>boom</b><script>window.__pwned='error'</script>"#;
 const TOKEN: &str = "dashboard-test-token";
-
-/// One HTTP request (`GET` with no body, or `POST` with `body` as JSON) on
-/// the runtime `rt`: (status, body).
-fn http(rt: &Handle, method: &str, url: &str, body: Option<&Value>) -> (u16, String) {
-    rt.block_on(async {
-        let client = reqwest::Client::new();
-        let request = match (method, body) {
-            ("GET", None) => client.get(url),
-            ("POST", body) => client
-                .post(url)
-                .header("content-type", "application/json")
-                .body(body.map_or_else(String::new, Value::to_string)),
-            other => panic!("no such request in this test: {other:?}"),
-        };
-        let response = request.send().await.expect("the request is answered");
-        let status = response.status().as_u16();
-        (status, response.text().await.expect("a body"))
-    })
-}
-
-/// A child process killed when dropped.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A WebDriver session on headless Chromium, driven through `fantoccini`
-/// on the runtime `rt`.
-struct Browser {
-    rt: Handle,
-    client: Option<fantoccini::Client>,
-    _driver: Killed,
-    profile: std::path::PathBuf,
-}
-
-impl Browser {
-    fn start(rt: &Handle) -> Browser {
-        let port = free_port();
-        let driver = Command::new("chromedriver")
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("chromedriver runs (Debian: apt-get install chromium chromium-driver)");
-        let driver = Killed(driver);
-        let root = format!("http://127.0.0.1:{port}");
-        wait_until(Duration::from_secs(30), "chromedriver to answer", || {
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
-                && http(rt, "GET", &format!("{root}/status"), None).0 == 200
-        });
-        let profile =
-            std::env::temp_dir().join(format!("ttw_chromium_{}_{port}", std::process::id()));
-        let caps = json!({
-            "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": "/usr/bin/chromium",
-                "args": [
-                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                    "--disable-quic", "--no-first-run", "--disable-background-networking",
-                    "--disable-component-update", "--disable-sync", "--window-size=1280,1500",
-                    format!("--user-data-dir={}", profile.display()),
-                ]
-            }
-        });
-        let Value::Object(caps) = caps else {
-            unreachable!("an object")
-        };
-        let client = rt
-            .block_on(
-                ClientBuilder::new(HttpConnector::new())
-                    .capabilities(caps)
-                    .connect(&root),
-            )
-            .expect("a new WebDriver session");
-        Browser {
-            rt: rt.clone(),
-            client: Some(client),
-            _driver: driver,
-            profile,
-        }
-    }
-
-    fn client(&self) -> &fantoccini::Client {
-        self.client.as_ref().expect("the session is open")
-    }
-
-    fn go(&self, url: &str) {
-        self.rt.block_on(self.client().goto(url)).unwrap();
-    }
-
-    /// Runs `script` (a function body) in the page and returns its value.
-    fn eval(&self, script: &str) -> Value {
-        self.rt
-            .block_on(self.client().execute(script, Vec::new()))
-            .unwrap()
-    }
-
-    fn click(&self, css: &str) {
-        self.rt
-            .block_on(async { self.client().find(Locator::Css(css)).await?.click().await })
-            .unwrap();
-    }
-
-    fn type_into(&self, css: &str, text: &str) {
-        self.rt
-            .block_on(async {
-                self.client()
-                    .find(Locator::Css(css))
-                    .await?
-                    .send_keys(text)
-                    .await
-            })
-            .unwrap();
-    }
-
-    /// The page as PNG.
-    fn screenshot(&self) -> Vec<u8> {
-        self.rt.block_on(self.client().screenshot()).unwrap()
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        if let Some(client) = self.client.take() {
-            let _ = self.rt.block_on(client.close());
-        }
-        let _ = std::fs::remove_dir_all(&self.profile);
-    }
-}
-
-fn wait_until(within: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 /// Starts `ttw serve` on `db` on a free loopback port; returns the process
 /// and the page's address.

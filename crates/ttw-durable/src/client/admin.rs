@@ -1,10 +1,9 @@
 //! What an operator reads and does across many tasks: tasks listed by
 //! state, queue and due time, a page at a time ([`Store::list`]); the
 //! nodes and the leases they hold ([`Store::nodes`]); how late each queue
-//! is ([`Store::oldest_due`]); what comes due soon ([`Store::due_timeline`]);
-//! and finished tasks run again in bulk, their due times spread out
-//! ([`Store::redrive_many`]). The `ttw` tool and its dashboard are built on
-//! these.
+//! is ([`Store::oldest_due`]); what comes due soon ([`Store::due_timeline`]).
+//! Bulk actions are in `client/bulk.rs`. The `ttw` tool, the
+//! service and its console are built on these.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -14,14 +13,10 @@ use crate::error::Error;
 use crate::model::queue::check_queue;
 use crate::model::task::{TaskInfo, TaskState};
 use crate::model::time::{from_ms, ms, to_ms};
-use crate::notify::Made;
 use crate::sql::admin::{self, Filter, Page};
 
 /// The largest page [`Store::list`] returns.
 pub const MAX_PAGE: u32 = 1000;
-
-/// How many tasks of a [`Store::redrive_many`] share one due time at most.
-pub const REDRIVE_GROUP: u64 = 500;
 
 /// Which tasks [`Store::list`] returns: filters, and a page after a task id.
 /// Pages go in id order; pass the last id of a page to [`TaskQuery::after`]
@@ -51,10 +46,15 @@ pub const REDRIVE_GROUP: u64 = 500;
 pub struct TaskQuery {
     state: Option<TaskState>,
     queue: Option<String>,
+    partition_key: Option<String>,
+    idempotency_key: Option<String>,
     due_from: Option<SystemTime>,
     due_before: Option<SystemTime>,
+    created_from: Option<SystemTime>,
+    created_before: Option<SystemTime>,
     after: Option<i64>,
     limit: u32,
+    newest_first: bool,
 }
 
 impl Default for TaskQuery {
@@ -69,10 +69,15 @@ impl TaskQuery {
         TaskQuery {
             state: None,
             queue: None,
+            partition_key: None,
+            idempotency_key: None,
             due_from: None,
             due_before: None,
+            created_from: None,
+            created_before: None,
             after: None,
             limit: 100,
+            newest_first: false,
         }
     }
 
@@ -88,6 +93,38 @@ impl TaskQuery {
         self
     }
 
+    /// Only tasks of partition key `key`.
+    pub fn partition_key(mut self, key: impl Into<String>) -> Self {
+        self.partition_key = Some(key.into());
+        self
+    }
+
+    /// Only the task of idempotency key `key` (a key names at most one
+    /// pending task, and may name finished ones too).
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// Only tasks scheduled (created) at `from` or later.
+    pub fn created_from(mut self, from: SystemTime) -> Self {
+        self.created_from = Some(from);
+        self
+    }
+
+    /// Only tasks scheduled (created) before `before`.
+    pub fn created_before(mut self, before: SystemTime) -> Self {
+        self.created_before = Some(before);
+        self
+    }
+
+    /// Pages from the newest id down: [`after`](Self::after) then means
+    /// the ids below the one given.
+    pub fn newest_first(mut self) -> Self {
+        self.newest_first = true;
+        self
+    }
+
     /// Only tasks due at `from` or later.
     pub fn due_from(mut self, from: SystemTime) -> Self {
         self.due_from = Some(from);
@@ -100,7 +137,8 @@ impl TaskQuery {
         self
     }
 
-    /// Only tasks with ids above `id`: the page after the one `id` ended.
+    /// Only tasks with ids above `id` (below it, newest first): the page
+    /// after the one `id` ended.
     pub fn after(mut self, id: crate::model::task::TaskId) -> Self {
         self.after = Some(id.get());
         self
@@ -111,6 +149,30 @@ impl TaskQuery {
     pub fn limit(mut self, n: u32) -> Self {
         self.limit = n;
         self
+    }
+
+    /// The filter of the statements, checked (a queue's name, times the
+    /// store can hold), with `state` in place of the query's own if given.
+    pub(crate) fn filter(&self, state: Option<TaskState>) -> Result<Filter<'_>, Error> {
+        if let Some(queue) = &self.queue {
+            check_queue(queue)?;
+        }
+        let time = |t: Option<SystemTime>| t.map(to_ms).transpose();
+        Ok(Filter {
+            state: state.or(self.state),
+            queue: self.queue.as_deref(),
+            partition_key: self.partition_key.as_deref(),
+            idempotency_key: self.idempotency_key.as_deref(),
+            due_from: time(self.due_from)?,
+            due_before: time(self.due_before)?,
+            created_from: time(self.created_from)?,
+            created_before: time(self.created_before)?,
+        })
+    }
+
+    /// The state it asks for, if any.
+    pub(crate) fn wanted_state(&self) -> Option<TaskState> {
+        self.state
     }
 }
 
@@ -150,66 +212,6 @@ pub struct DueTimeline {
     pub counts: Vec<u64>,
 }
 
-/// Which finished tasks [`Store::redrive_many`] runs again, how many at
-/// most, and over how long their due times are spread.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use ttw_durable::Redrive;
-///
-/// // At most 10,000 dead tasks of "emails", due over the next ten minutes.
-/// let redrive = Redrive::dead().queue("emails").limit(10_000).spread(Duration::from_secs(600));
-/// # let _ = redrive;
-/// ```
-#[derive(Debug, Clone)]
-pub struct Redrive {
-    state: TaskState,
-    queue: Option<String>,
-    limit: u64,
-    spread: Duration,
-}
-
-impl Redrive {
-    /// Dead tasks, at most 1,000, all due at once.
-    pub fn dead() -> Redrive {
-        Redrive {
-            state: TaskState::Dead,
-            queue: None,
-            limit: 1000,
-            spread: Duration::ZERO,
-        }
-    }
-
-    /// Tasks in `state` instead: dead, cancelled or done. A scheduled or
-    /// running task is refused by [`Store::redrive_many`].
-    pub fn state(mut self, state: TaskState) -> Self {
-        self.state = state;
-        self
-    }
-
-    /// Only tasks of `queue`.
-    pub fn queue(mut self, queue: impl Into<String>) -> Self {
-        self.queue = Some(queue.into());
-        self
-    }
-
-    /// At most `n` tasks, the oldest ids first.
-    pub fn limit(mut self, n: u64) -> Self {
-        self.limit = n;
-        self
-    }
-
-    /// Due times spread evenly from now to `spread` from now, in groups of
-    /// at most [`REDRIVE_GROUP`] tasks, so that a large redrive never makes
-    /// one large batch due at once.
-    pub fn spread(mut self, spread: Duration) -> Self {
-        self.spread = spread;
-        self
-    }
-}
-
 impl Store {
     /// The newest schema migration applied to the database (the store
     /// applies what is missing when it opens): 6 for this version of the
@@ -227,7 +229,7 @@ impl Store {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), ttw_durable::Error> {
     /// let store = Store::sqlite_in_memory().await?;
-    /// assert_eq!(store.schema_version().await?, 11);
+    /// assert_eq!(store.schema_version().await?, 12);
     /// # Ok(())
     /// # }
     /// ```
@@ -249,18 +251,11 @@ impl Store {
                 query.limit
             )));
         }
-        if let Some(queue) = &query.queue {
-            check_queue(queue)?;
-        }
         let page = Page {
-            filter: Filter {
-                state: query.state,
-                queue: query.queue.as_deref(),
-            },
-            due_from: query.due_from.map(to_ms).transpose()?,
-            due_before: query.due_before.map(to_ms).transpose()?,
+            filter: query.filter(None)?,
             after: query.after,
             limit: query.limit,
+            newest_first: query.newest_first,
         };
         admin::page(self.db(), page).await
     }
@@ -394,104 +389,5 @@ impl Store {
             }
         }
         Ok(timeline)
-    }
-
-    /// Runs finished tasks again: those in the state `redrive` names (dead
-    /// by default), of its queue if it names one, at most its limit, oldest
-    /// ids first. Each is scheduled with its attempts reset and its last
-    /// error kept (until the next attempt), its due times spread from now
-    /// over the redrive's span in groups of at most [`REDRIVE_GROUP`].
-    /// Returns how many were redriven. Each group is one statement: a
-    /// failure part-way leaves the groups before it redriven and the rest
-    /// as they were, so running it again finishes the job.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::is_config`] for a state that is not finished (scheduled,
-    /// running), [`Error::is_invalid_queue`], [`Error::is_database`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use ttw_durable::{Redrive, Store, TaskState};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), ttw_durable::Error> {
-    /// let store = Store::sqlite_in_memory().await?;
-    /// let id = store.schedule("x").delay(Duration::from_secs(60)).await?;
-    /// store.cancel(id).await?;
-    /// let redrive = Redrive::dead().state(TaskState::Cancelled).spread(Duration::from_secs(60));
-    /// assert_eq!(store.redrive_many(&redrive).await?, 1);
-    /// assert_eq!(store.get(id).await?.unwrap().state, TaskState::Scheduled);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn redrive_many(&self, redrive: &Redrive) -> Result<u64, Error> {
-        if !matches!(
-            redrive.state,
-            TaskState::Dead | TaskState::Cancelled | TaskState::Done
-        ) {
-            return Err(Error::config(format!(
-                "only finished tasks (dead, cancelled, done) can be redriven, not {:?}",
-                redrive.state
-            )));
-        }
-        if let Some(queue) = &redrive.queue {
-            check_queue(queue)?;
-        }
-        let redrive = redrive.clone();
-        self.to_completion(move |store| async move { store.redrive_here(&redrive).await })
-            .await
-    }
-
-    /// [`redrive_many`](Self::redrive_many), checked, on this task.
-    async fn redrive_here(&self, redrive: &Redrive) -> Result<u64, Error> {
-        let filter = Filter {
-            state: Some(redrive.state),
-            queue: redrive.queue.as_deref(),
-        };
-        let count = admin::count_finished(self.db(), filter).await?;
-        let total = u64::try_from(count).unwrap_or(0).min(redrive.limit);
-        let start = self.clock().now_ms();
-        let spread = ms(redrive.spread);
-        let mut done: u64 = 0;
-        let mut redriven: u64 = 0;
-        let mut after: i64 = 0;
-        while done < total {
-            let take = (total - done).min(REDRIVE_GROUP);
-            let ids = admin::finished_ids(
-                self.db(),
-                admin::FinishedPage {
-                    filter,
-                    after,
-                    take,
-                },
-            )
-            .await?;
-            let Some(&last) = ids.last() else {
-                break;
-            };
-            after = last;
-            // This group's place in the span: spread * done / total.
-            let offset =
-                i64::try_from(i128::from(spread) * i128::from(done) / i128::from(total.max(1)))
-                    .unwrap_or(0);
-            let at = start.saturating_add(offset);
-            let changed = admin::redrive(
-                self.db(),
-                self.names(),
-                admin::Redriving {
-                    ids: &ids,
-                    state: redrive.state,
-                    at,
-                },
-            )
-            .await?;
-            done += ids.len() as u64;
-            redriven += changed.len() as u64;
-            self.notifier().committed(changed, Made::Moved);
-        }
-        Ok(redriven)
     }
 }

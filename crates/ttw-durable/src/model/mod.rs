@@ -10,6 +10,7 @@ pub(crate) mod failure;
 pub(crate) mod flow;
 pub(crate) mod id;
 pub(crate) mod lanes;
+pub(crate) mod lateness;
 pub(crate) mod limits;
 pub(crate) mod new_task;
 pub(crate) mod queue;

@@ -145,6 +145,12 @@ pub struct TaskInfo {
     /// What it carries for its delivery beside its payload, if anything
     /// ([`Schedule::envelope`](crate::Schedule::envelope)).
     pub envelope: Option<crate::model::envelope::Envelope>,
+    /// When it was scheduled.
+    pub created_at: SystemTime,
+    /// When its row last changed (a claim, an outcome, a reschedule).
+    pub updated_at: SystemTime,
+    /// When it finished (done, dead or cancelled), if it has.
+    pub finished_at: Option<SystemTime>,
 }
 
 /// How many tasks are in each state, from

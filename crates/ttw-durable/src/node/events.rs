@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::error::Error;
+use crate::model::lateness::{Lateness, SharedLateness};
 use crate::node::report::{Failing, LockWatch, Reports};
 use crate::node::window::Window;
 use crate::telemetry::NodeMetrics;
@@ -71,6 +72,8 @@ pub struct SchedulerStats {
     /// Deliveries in flight now: claimed and not yet recorded, or fired
     /// and on their way to the claim.
     pub in_flight: u64,
+    /// The attempts started, by how late they started.
+    pub lateness: Lateness,
 }
 
 /// The running counts behind [`SchedulerStats`].
@@ -85,6 +88,7 @@ struct Counters {
     retried: AtomicU64,
     dead: AtomicU64,
     reclaimed: AtomicU64,
+    lateness: SharedLateness,
 }
 
 fn bump(counter: &AtomicU64, n: u64) {
@@ -126,6 +130,9 @@ impl Events {
     /// An attempt started: its claim won, `lateness_ms` after its time.
     pub(crate) fn delivered(&self, queue: usize, lateness_ms: i64) {
         bump(&self.counters.delivered, 1);
+        self.counters
+            .lateness
+            .record(u64::try_from(lateness_ms).unwrap_or(0));
         let metrics = self.metrics.queue(queue);
         metrics.delivered.increment(1);
         metrics.lateness.record(lateness_ms.max(0) as f64 / 1000.0);
@@ -216,6 +223,7 @@ impl Events {
             dead: get(&c.dead),
             reclaimed: get(&c.reclaimed),
             in_flight: window.shards.in_flight_total(),
+            lateness: c.lateness.read(),
         }
     }
 }

@@ -44,86 +44,164 @@ pub(crate) async fn queue_state_counts(db: &Db) -> Result<Vec<(String, String, i
     Ok(rows)
 }
 
-/// Tasks by state and queue: the filter of a page and of a redrive.
+/// Which tasks: the filter of a page, of a count, of a bulk cancel and of
+/// a redrive. Every part is optional; times are milliseconds.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Filter<'a> {
     pub(crate) state: Option<TaskState>,
     pub(crate) queue: Option<&'a str>,
+    pub(crate) partition_key: Option<&'a str>,
+    pub(crate) idempotency_key: Option<&'a str>,
+    pub(crate) due_from: Option<i64>,
+    pub(crate) due_before: Option<i64>,
+    pub(crate) created_from: Option<i64>,
+    pub(crate) created_before: Option<i64>,
 }
 
-impl Filter<'_> {
+/// A value a [`Filter`]'s clause binds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Bound<'a> {
+    Text(&'a str),
+    Int(i64),
+}
+
+impl<'a> Filter<'a> {
     /// The `WHERE` clause, and the values to bind to it in order (`$1`,
-    /// `$2`).
-    fn clause(self) -> (String, Vec<&'static str>, Option<String>) {
+    /// `$2`, ...).
+    fn clause(self) -> (String, Vec<Bound<'a>>) {
         let mut clause = String::from("TRUE");
-        let mut n = 0;
-        let state = self.state.map(|state| {
-            n += 1;
-            let _ = write!(clause, " AND state = ${n}");
-            state.as_sql()
-        });
-        let queue = self.queue.map(|queue| {
-            n += 1;
-            let _ = write!(clause, " AND queue = ${n}");
-            queue.to_string()
-        });
-        (clause, state.into_iter().collect(), queue)
+        let mut binds = Vec::new();
+        let texts = [
+            ("state", self.state.map(TaskState::as_sql)),
+            ("queue", self.queue),
+            ("partition_key", self.partition_key),
+            ("idempotency_key", self.idempotency_key),
+        ];
+        for (column, value) in texts {
+            if let Some(value) = value {
+                binds.push(Bound::Text(value));
+                let _ = write!(clause, " AND {column} = ${}", binds.len());
+            }
+        }
+        let numbers = [
+            ("run_at", ">=", self.due_from),
+            ("run_at", "<", self.due_before),
+            ("created_at", ">=", self.created_from),
+            ("created_at", "<", self.created_before),
+        ];
+        for (column, op, value) in numbers {
+            if let Some(value) = value {
+                binds.push(Bound::Int(value));
+                let _ = write!(clause, " AND {column} {op} ${}", binds.len());
+            }
+        }
+        (clause, binds)
     }
 }
 
 /// Binds what [`Filter::clause`] asked for, in order.
 macro_rules! bind_filter {
-    ($query:expr, $states:expr, $queue:expr) => {{
+    ($query:expr, $binds:expr) => {{
         let mut q = $query;
-        for state in &$states {
-            q = q.bind(*state);
-        }
-        if let Some(queue) = &$queue {
-            q = q.bind(queue.as_str());
+        for bound in &$binds {
+            q = match *bound {
+                Bound::Text(text) => q.bind(text),
+                Bound::Int(n) => q.bind(n),
+            };
         }
         q
     }};
 }
 
-/// The parameters of [`page`]: a filter, due times, and where the page
-/// starts.
+/// The parameters of [`page`]: a filter, and where the page starts.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Page<'a> {
     pub(crate) filter: Filter<'a>,
-    pub(crate) due_from: Option<i64>,
-    pub(crate) due_before: Option<i64>,
-    /// The page starts after this id.
+    /// The page starts after this id (before it, newest first).
     pub(crate) after: Option<i64>,
     pub(crate) limit: u32,
+    /// Ids downwards, the newest first.
+    pub(crate) newest_first: bool,
 }
 
-/// One page of tasks, in either table, in id order.
-pub(crate) async fn page(db: &Db, page: Page<'_>) -> Result<Vec<TaskInfo>, Error> {
-    let (mut clause, states, queue) = page.filter.clause();
-    let bound = states.len() + usize::from(queue.is_some());
-    let mut numbers = Vec::new();
-    for (column, op, value) in [
-        ("run_at", ">=", page.due_from),
-        ("run_at", "<", page.due_before),
-        ("id", ">", page.after),
-    ] {
-        if let Some(value) = value {
-            numbers.push(value);
-            let _ = write!(clause, " AND {column} {op} ${}", bound + numbers.len());
-        }
+/// The table that holds the tasks in `state`: scheduled, running and dead
+/// ones are in `ttw_tasks`, done and cancelled ones in the history (see
+/// `sql::history`), any state in the view over both.
+fn table_of(state: Option<TaskState>) -> &'static str {
+    match state {
+        None => "ttw_all_tasks",
+        Some(TaskState::Done | TaskState::Cancelled) => "ttw_history",
+        Some(_) => "ttw_tasks",
     }
+}
+
+/// One page of tasks, in id order (or its reverse).
+pub(crate) async fn page(db: &Db, page: Page<'_>) -> Result<Vec<TaskInfo>, Error> {
+    let (mut clause, mut binds) = page.filter.clause();
+    let (op, order) = if page.newest_first {
+        ("<", "DESC")
+    } else {
+        (">", "ASC")
+    };
+    if let Some(after) = page.after {
+        binds.push(Bound::Int(after));
+        let _ = write!(clause, " AND id {op} ${}", binds.len());
+    }
+    // The view: a table alone lacks some of its columns.
     let sql = format!(
-        "SELECT {TASK_INFO_COLUMNS} FROM ttw_all_tasks WHERE {clause} ORDER BY id LIMIT {}",
+        "SELECT {TASK_INFO_COLUMNS} FROM ttw_all_tasks WHERE {clause} ORDER BY id {order} LIMIT {}",
         page.limit
     );
     let tasks = with_pool!(db, pool => {
-        let mut q = bind_filter!(sqlx::query_as::<_, TaskInfoRow>(&sql), states, queue);
-        for n in &numbers {
-            q = q.bind(n);
-        }
-        q.fetch_all(pool).await?
+        bind_filter!(sqlx::query_as::<_, TaskInfoRow>(&sql), binds).fetch_all(pool).await?
     });
     tasks.into_iter().map(TaskInfo::try_from).collect()
+}
+
+/// How many tasks match `filter`.
+pub(crate) async fn count(db: &Db, filter: Filter<'_>) -> Result<i64, Error> {
+    let (clause, binds) = filter.clause();
+    let sql = format!(
+        "SELECT COUNT(*) FROM {} WHERE {clause}",
+        table_of(filter.state)
+    );
+    let count = with_pool!(db, pool => {
+        bind_filter!(sqlx::query_scalar(&sql), binds).fetch_one(pool).await?
+    });
+    Ok(count)
+}
+
+/// The ids of at most `take` tasks matching `filter` after id `after`, in
+/// id order: the pages of a bulk cancel and of a redrive.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IdPage<'a> {
+    pub(crate) filter: Filter<'a>,
+    pub(crate) after: i64,
+    pub(crate) take: u64,
+}
+
+/// The ids of an [`IdPage`].
+pub(crate) async fn ids(db: &Db, page: IdPage<'_>) -> Result<Vec<i64>, Error> {
+    let IdPage {
+        filter,
+        after,
+        take,
+    } = page;
+    let (clause, binds) = filter.clause();
+    let sql = format!(
+        "SELECT id FROM {} WHERE {clause} AND id > ${} ORDER BY id LIMIT ${}",
+        table_of(filter.state),
+        binds.len() + 1,
+        binds.len() + 2
+    );
+    let ids = with_pool!(db, pool => {
+        bind_filter!(sqlx::query_scalar(&sql), binds)
+            .bind(after)
+            .bind(i64::try_from(take).unwrap_or(i64::MAX))
+            .fetch_all(pool)
+            .await?
+    });
+    Ok(ids)
 }
 
 /// A scheduled task as [`pending`] reads it.
@@ -225,64 +303,6 @@ pub(crate) async fn due_buckets(db: &Db, buckets: Buckets) -> Result<Vec<(i64, i
         .await?
     });
     Ok(rows)
-}
-
-/// Where the finished tasks in `state` are: dead ones wait in `ttw_tasks`;
-/// done and cancelled ones are in the history (see `sql::history`).
-fn finished_table(state: Option<TaskState>) -> &'static str {
-    if state == Some(TaskState::Dead) {
-        "ttw_tasks"
-    } else {
-        "ttw_history"
-    }
-}
-
-/// How many finished tasks match `filter` (its state is dead, done or
-/// cancelled).
-pub(crate) async fn count_finished(db: &Db, filter: Filter<'_>) -> Result<i64, Error> {
-    let (clause, states, queue) = filter.clause();
-    let sql = format!(
-        "SELECT COUNT(*) FROM {} WHERE {clause}",
-        finished_table(filter.state)
-    );
-    let count = with_pool!(db, pool => {
-        bind_filter!(sqlx::query_scalar(&sql), states, queue).fetch_one(pool).await?
-    });
-    Ok(count)
-}
-
-/// A page of finished tasks' ids: at most `take` matching `filter`, after
-/// id `after`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct FinishedPage<'a> {
-    pub(crate) filter: Filter<'a>,
-    pub(crate) after: i64,
-    pub(crate) take: u64,
-}
-
-/// The ids of a page of finished tasks, in id order.
-pub(crate) async fn finished_ids(db: &Db, page: FinishedPage<'_>) -> Result<Vec<i64>, Error> {
-    let FinishedPage {
-        filter,
-        after,
-        take,
-    } = page;
-    let (clause, states, queue) = filter.clause();
-    let bound = states.len() + usize::from(queue.is_some());
-    let sql = format!(
-        "SELECT id FROM {} WHERE {clause} AND id > ${} ORDER BY id LIMIT ${}",
-        finished_table(filter.state),
-        bound + 1,
-        bound + 2
-    );
-    let ids = with_pool!(db, pool => {
-        bind_filter!(sqlx::query_scalar(&sql), states, queue)
-            .bind(after)
-            .bind(i64::try_from(take).unwrap_or(i64::MAX))
-            .fetch_all(pool)
-            .await?
-    });
-    Ok(ids)
 }
 
 /// A redrive: the tasks `ids` in finished state `state`, due again at `at`.

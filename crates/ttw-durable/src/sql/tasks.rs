@@ -267,7 +267,8 @@ macro_rules! bind_which {
 /// The columns a [`TaskInfo`] is read from, by [`read_task_info`].
 pub(crate) const TASK_INFO_COLUMNS: &str =
     "id, state, run_at, attempts, max_attempts, last_error, \
-     idempotency_key, payload, queue, priority, partition_key, envelope";
+     idempotency_key, payload, queue, priority, partition_key, envelope, \
+     created_at, updated_at, finished_at";
 
 /// A row of [`TASK_INFO_COLUMNS`].
 #[derive(Debug, sqlx::FromRow)]
@@ -284,6 +285,9 @@ pub(crate) struct TaskInfoRow {
     priority: i64,
     partition_key: Option<String>,
     envelope: Option<String>,
+    created_at: i64,
+    updated_at: i64,
+    finished_at: Option<i64>,
 }
 
 impl TryFrom<TaskInfoRow> for TaskInfo {
@@ -308,6 +312,9 @@ impl TryFrom<TaskInfoRow> for TaskInfo {
                 .as_deref()
                 .map(crate::model::envelope::Envelope::decode)
                 .transpose()?,
+            created_at: crate::model::time::from_ms(row.created_at),
+            updated_at: crate::model::time::from_ms(row.updated_at),
+            finished_at: row.finished_at.map(crate::model::time::from_ms),
         })
     }
 }

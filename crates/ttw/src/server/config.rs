@@ -37,6 +37,10 @@
 //! # token_env = "TTW_DASHBOARD_TOKEN"  # for its redrive and cancel; random if absent
 //! # refresh = "2s"
 //!
+//! [console]                         # the operator's console at /console/ on this listener
+//! # enabled = true                  # (on by default; every action needs a token)
+//! # stats_every = "10s"             # how often its charts sample this node (an hour kept)
+//!
 //! [[tokens]]
 //! name = "checkout"
 //! secret_env = "TTW_TOKEN_CHECKOUT"
@@ -73,6 +77,26 @@ struct File {
     #[serde(default)]
     tokens: Vec<TokenFile>,
     dashboard: Option<DashboardFile>,
+    #[serde(default)]
+    console: ConsoleFile,
+}
+
+/// `[console]`: the console on the API's own listener.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConsoleFile {
+    #[serde(default = "yes")]
+    enabled: bool,
+    stats_every: Option<String>,
+}
+
+impl Default for ConsoleFile {
+    fn default() -> ConsoleFile {
+        ConsoleFile {
+            enabled: true,
+            stats_every: None,
+        }
+    }
 }
 
 /// `[dashboard]`: the dashboard and `/metrics`, on a listener of their own.
@@ -179,6 +203,10 @@ pub(crate) struct Settings {
     pub(crate) tokens: Vec<std::sync::Arc<Token>>,
     /// The dashboard and `/metrics`, if the file has a `[dashboard]`.
     pub(crate) dashboard: Option<DashboardSettings>,
+    /// The console at `/console/`, unless `[console]` turns it off.
+    pub(crate) console: bool,
+    /// How often the console's charts sample this node's counters.
+    pub(crate) stats_every: Duration,
 }
 
 /// Where the dashboard listens, and the token its actions need.
@@ -451,7 +479,17 @@ fn resolve(file: File, env: impl Fn(&str) -> Option<String>) -> Result<Settings>
             })
         }
     };
+    let stats_every = match &file.console.stats_every {
+        Some(text) => crate::parse::duration(text)
+            .map_err(|err| Failure(format!("console.stats_every: {err}")))?,
+        None => Duration::from_secs(10),
+    };
+    if !(Duration::from_secs(1)..=Duration::from_secs(600)).contains(&stats_every) {
+        return fail("console.stats_every: 1s to 10m");
+    }
     Ok(Settings {
+        console: file.console.enabled,
+        stats_every,
         dashboard,
         listen: file
             .listen

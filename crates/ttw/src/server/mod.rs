@@ -11,12 +11,15 @@
 //! requests, lets the deliveries in flight finish within `shutdown_grace`,
 //! and hands the node's leases over.
 
+mod cluster;
 pub(crate) mod config;
+mod console;
 mod extract;
 mod group;
 mod handlers;
 mod refusal;
 mod routes;
+mod selection;
 mod service;
 mod traces;
 mod wire;
@@ -92,13 +95,23 @@ pub(crate) async fn server(path: &Path, check: bool) -> Result<()> {
     let grace = settings.shutdown_grace;
     let max_body = settings.max_body_bytes;
     let grouper = group::Grouper::start(store.clone());
+    let stats = cluster::Stats::new(settings.stats_every, scheduler.as_ref());
+    let console = settings.console;
     let api = Arc::new(service::Api {
         store,
         settings,
         grouper,
+        stats,
     });
-    let router = routes::routes(api).layer(axum::extract::DefaultBodyLimit::max(max_body));
+    let mut router = routes::routes(api.clone());
+    if console {
+        router = console::routes().merge(router);
+    }
+    let router = router.layer(axum::extract::DefaultBodyLimit::max(max_body));
     println!("ttw server: listening on http://{addr}");
+    if console {
+        println!("ttw server: console on http://{addr}/console/");
+    }
     let dashboard = match dashboard {
         Some((listener, router)) => {
             println!(
@@ -119,10 +132,11 @@ pub(crate) async fn server(path: &Path, check: bool) -> Result<()> {
         }
         None => None,
     };
-    axum::serve(listener, router)
-        .with_graceful_shutdown(stopped())
-        .await
-        .map_err(|err| Failure(format!("the server stopped: {err}")))?;
+    let serve = axum::serve(listener, router).with_graceful_shutdown(stopped());
+    tokio::select! {
+        served = serve => served.map_err(|err| Failure(format!("the server stopped: {err}")))?,
+        () = api.stats.sample(scheduler.as_ref()) => {}
+    }
     if let Some(scheduler) = scheduler {
         match tokio::time::timeout(grace, scheduler.shutdown()).await {
             Ok(Ok(())) => {}

@@ -24,6 +24,8 @@ pub(crate) enum Code {
     MethodNotAllowed,
     /// 409: a cancel or reschedule of a task that is no longer scheduled.
     NotScheduled,
+    /// 409: a redrive of a task that is not dead.
+    NotDead,
     /// 413: the body is over the server's `max_body`.
     BodyTooLarge,
     /// 400: the body is not JSON.
@@ -73,12 +75,13 @@ pub(crate) enum Code {
 impl Code {
     /// Every code, for the tests.
     #[cfg(test)]
-    pub(crate) const ALL: [Code; 24] = [
+    pub(crate) const ALL: [Code; 25] = [
         Code::Unauthorized,
         Code::Forbidden,
         Code::NotFound,
         Code::MethodNotAllowed,
         Code::NotScheduled,
+        Code::NotDead,
         Code::BodyTooLarge,
         Code::MalformedJson,
         Code::InvalidRequest,
@@ -107,7 +110,7 @@ impl Code {
             Code::Forbidden => StatusCode::FORBIDDEN,
             Code::NotFound => StatusCode::NOT_FOUND,
             Code::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            Code::NotScheduled => StatusCode::CONFLICT,
+            Code::NotScheduled | Code::NotDead => StatusCode::CONFLICT,
             Code::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Code::MalformedJson
@@ -138,6 +141,7 @@ impl Code {
             Code::NotFound => "not_found",
             Code::MethodNotAllowed => "method_not_allowed",
             Code::NotScheduled => "not_scheduled",
+            Code::NotDead => "not_dead",
             Code::BodyTooLarge => "body_too_large",
             Code::MalformedJson => "malformed_json",
             Code::InvalidRequest => "invalid_request",

@@ -19,7 +19,7 @@ use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::handlers::{health, queues, recurring, tasks};
+use super::handlers::{cluster, health, queues, recurring, tasks};
 use super::refusal::{Code, ErrorBody, Refusal};
 use super::service::Shared;
 use super::wire::CallbackOutcome;
@@ -37,6 +37,7 @@ use super::wire::CallbackOutcome;
         (name = "tasks", description = "Schedule, look up, cancel, reschedule, list and redrive tasks"),
         (name = "recurring", description = "Schedules that make a task at each occurrence (cron or interval)"),
         (name = "queues", description = "Settings every node obeys: pause, concurrency, rate, retry"),
+        (name = "cluster", description = "The nodes, this node's throughput and lateness, the caller's token"),
         (name = "health", description = "Open routes: liveness, readiness, this document"),
     )
 )]
@@ -51,6 +52,8 @@ fn table() -> OpenApiRouter<Shared> {
         .routes(routes!(tasks::schedule, tasks::list))
         .routes(routes!(tasks::schedule_batch))
         .routes(routes!(tasks::redrive))
+        .routes(routes!(tasks::cancel_many))
+        .routes(routes!(tasks::redrive_task))
         .routes(routes!(tasks::get_task, tasks::cancel_task))
         .routes(routes!(tasks::get_attempts))
         .routes(routes!(tasks::reschedule_task))
@@ -67,6 +70,9 @@ fn table() -> OpenApiRouter<Shared> {
         .routes(routes!(queues::resume))
         .routes(routes!(queues::put_limits))
         .routes(routes!(queues::put_retry))
+        .routes(routes!(cluster::nodes))
+        .routes(routes!(cluster::stats))
+        .routes(routes!(cluster::whoami))
 }
 
 /// The router of the API, from [`table`].

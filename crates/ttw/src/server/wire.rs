@@ -16,7 +16,7 @@ use ttw_durable::{
     AttemptInfo, AttemptOutcome, CatchUp, QueueSettings, RecurringInfo, Scheduled, StateCounts,
     TaskInfo, TaskState,
 };
-use utoipa::{IntoParams, ToSchema};
+use utoipa::ToSchema;
 
 // The bounds the schemas state, held to the ones the server enforces.
 const _: () = assert!(ttw_durable::MAX_IDEMPOTENCY_KEY == 1024);
@@ -316,6 +316,15 @@ pub(crate) struct TaskView {
     /// When it is (or was) due.
     #[schema(format = DateTime)]
     pub(crate) run_at: String,
+    /// When it was scheduled.
+    #[schema(format = DateTime)]
+    pub(crate) created_at: String,
+    /// When its row last changed.
+    #[schema(format = DateTime)]
+    pub(crate) updated_at: String,
+    /// When it finished, if it has.
+    #[schema(format = DateTime)]
+    pub(crate) finished_at: Option<String>,
     /// Attempts begun.
     pub(crate) attempts: u32,
     pub(crate) max_attempts: Option<u32>,
@@ -360,6 +369,9 @@ impl From<&TaskInfo> for TaskView {
             id: info.id.get(),
             state: info.state.into(),
             run_at: rfc3339(info.run_at),
+            created_at: rfc3339(info.created_at),
+            updated_at: rfc3339(info.updated_at),
+            finished_at: info.finished_at.map(rfc3339),
             attempts: info.attempts,
             max_attempts: info.max_attempts,
             last_error: info.last_error.clone(),
@@ -389,31 +401,6 @@ fn text(s: Option<&str>) -> Option<String> {
     s.map(str::to_string)
 }
 
-/// The filters and the page of `GET /v1/tasks`.
-#[derive(Debug, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub(crate) struct ListQuery {
-    /// Only tasks in this state: scheduled, running, done, dead,
-    /// cancelled.
-    #[param(value_type = Option<StateName>)]
-    pub(crate) state: Option<String>,
-    /// Only tasks of this queue (required of a token limited to some
-    /// queues).
-    pub(crate) queue: Option<String>,
-    /// Due at or after (RFC 3339).
-    #[param(format = DateTime)]
-    pub(crate) due_from: Option<String>,
-    /// Due before (RFC 3339).
-    #[param(format = DateTime)]
-    pub(crate) due_before: Option<String>,
-    /// The `next_cursor` of the page before.
-    pub(crate) cursor: Option<String>,
-    /// At most this many (default 100).
-    #[param(minimum = 1, maximum = 1000)]
-    pub(crate) limit: Option<u32>,
-}
-
 /// A page of tasks, in id order.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct PageView {
@@ -436,28 +423,6 @@ pub(crate) struct RescheduledView {
     pub(crate) rescheduled: bool,
 }
 
-/// Finished tasks to run again, their attempts reset.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RedriveRequest {
-    /// dead (default), done or cancelled.
-    #[schema(value_type = Option<StateName>)]
-    pub(crate) state: Option<String>,
-    /// Only tasks of this queue.
-    pub(crate) queue: Option<String>,
-    /// At most this many (default 1,000).
-    pub(crate) limit: Option<u64>,
-    /// Their due times spread from now over this (`"10m"`; default: all
-    /// at once).
-    pub(crate) spread: Option<String>,
-}
-
-/// How many tasks were redriven.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct RedrivenView {
-    pub(crate) redriven: u64,
-}
-
 /// Tasks of one queue, per state.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct CountsView {
@@ -466,6 +431,10 @@ pub(crate) struct CountsView {
     pub(crate) done: u64,
     pub(crate) dead: u64,
     pub(crate) cancelled: u64,
+    /// How late its oldest due scheduled task is (absent when none is
+    /// due).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) late_ms: Option<u64>,
 }
 
 impl From<StateCounts> for CountsView {
@@ -476,6 +445,7 @@ impl From<StateCounts> for CountsView {
             done: c.done,
             dead: c.dead,
             cancelled: c.cancelled,
+            late_ms: None,
         }
     }
 }
@@ -551,6 +521,8 @@ pub(crate) struct RecurringView {
     /// Its next occurrence.
     #[schema(format = DateTime)]
     pub(crate) next_at: String,
+    /// Its next five occurrences, `next_at` first.
+    pub(crate) next: Vec<String>,
     pub(crate) queue: String,
     pub(crate) priority: i16,
     pub(crate) max_attempts: Option<u32>,
@@ -575,6 +547,7 @@ impl From<&RecurringInfo> for RecurringView {
             missed_after: humantime::format_duration(info.missed_after).to_string(),
             paused: info.paused,
             next_at: rfc3339(info.next_at),
+            next: info.next_occurrences(5).into_iter().map(rfc3339).collect(),
             queue: info.queue.clone(),
             priority: info.priority,
             max_attempts: info.max_attempts,

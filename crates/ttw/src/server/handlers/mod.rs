@@ -3,6 +3,7 @@
 //! and answers a type of [`wire`](super::wire). Each carries its part of
 //! the OpenAPI document (`#[utoipa::path]`).
 
+pub(crate) mod cluster;
 pub(crate) mod health;
 pub(crate) mod queues;
 pub(crate) mod recurring;

@@ -9,12 +9,14 @@ use ttw_durable::{Scheduled, TaskId};
 
 use super::super::extract::{Admin, Auth, Body, Params, Read, Schedule, TaskHeaders};
 use super::super::refusal::{Answer, ErrorBody};
+use super::super::selection::{
+    CancelRequest, CancelledManyView, ListQuery, RedriveRequest, RedrivenOneView, RedrivenView,
+};
 use super::super::service::tasks::{self, Named};
-use super::super::service::Shared;
+use super::super::service::{bulk, Shared};
 use super::super::wire::{
-    AttemptView, AttemptsView, BatchView, CancelledView, ListQuery, NewBatch, NewTask, NewTime,
-    PageView, QueueCountsView, RedriveRequest, RedrivenView, RescheduledView, ScheduledView,
-    TaskView,
+    AttemptView, AttemptsView, BatchView, CancelledView, NewBatch, NewTask, NewTime, PageView,
+    QueueCountsView, RescheduledView, ScheduledView, TaskView,
 };
 
 /// 201 for a new task, 200 for one of its key.
@@ -65,7 +67,7 @@ pub(crate) async fn schedule_batch(
     Ok(Json(BatchView { tasks }))
 }
 
-/// A page of tasks in id order, filtered.
+/// A page of tasks in id order (or newest first), filtered.
 #[utoipa::path(get, path = "/v1/tasks", tag = "tasks",
     params(ListQuery),
     responses(
@@ -77,23 +79,64 @@ pub(crate) async fn list(
     Auth(token, ..): Auth<Read>,
     Params(query): Params<ListQuery>,
 ) -> Answer<Json<PageView>> {
-    Ok(Json(tasks::list(&api, &token, query).await?))
+    Ok(Json(bulk::list(&api, &token, query).await?))
 }
 
-/// Run finished tasks again (dead by default), their attempts reset.
+/// Run finished tasks again (dead by default), their attempts reset,
+/// chosen by the filters of `GET /v1/tasks`; `dry_run` only counts them.
 #[utoipa::path(post, path = "/v1/tasks/redrive", tag = "tasks",
     request_body = RedriveRequest,
     responses(
-        (status = 200, description = "How many were redriven", body = RedrivenView),
-        (status = 400, description = "`invalid_state`, `invalid_delay`", body = ErrorBody),
+        (status = 200, description = "How many were redriven (would be, in a dry run)", body = RedrivenView),
+        (status = 400, description = "`invalid_state`, `invalid_delay`, `invalid_time`, `invalid_limit`", body = ErrorBody),
     ))]
 pub(crate) async fn redrive(
     State(api): State<Shared>,
-    _: Auth<Admin>,
+    Auth(token, ..): Auth<Admin>,
     Body(request): Body<RedriveRequest>,
 ) -> Answer<Json<RedrivenView>> {
-    let redriven = tasks::redrive(&api, request).await?;
-    Ok(Json(RedrivenView { redriven }))
+    let dry_run = request.dry_run;
+    let redriven = bulk::redrive(&api, &token, request).await?;
+    Ok(Json(RedrivenView { redriven, dry_run }))
+}
+
+/// Cancel the scheduled tasks the filters of `GET /v1/tasks` choose;
+/// `dry_run` only counts them.
+#[utoipa::path(post, path = "/v1/tasks/cancel", tag = "tasks",
+    request_body = CancelRequest,
+    responses(
+        (status = 200, description = "How many were cancelled (would be, in a dry run)", body = CancelledManyView),
+        (status = 400, description = "`invalid_state`, `invalid_time`, `invalid_limit`", body = ErrorBody),
+    ))]
+pub(crate) async fn cancel_many(
+    State(api): State<Shared>,
+    Auth(token, ..): Auth<Admin>,
+    Body(request): Body<CancelRequest>,
+) -> Answer<Json<CancelledManyView>> {
+    let dry_run = request.dry_run;
+    let cancelled = bulk::cancel(&api, &token, request).await?;
+    Ok(Json(CancelledManyView { cancelled, dry_run }))
+}
+
+/// Run a dead task again, due at once with its attempts reset.
+#[utoipa::path(post, path = "/v1/tasks/{id}/redrive", tag = "tasks",
+    params(("id" = String, Path, description = "The task's id")),
+    responses(
+        (status = 200, description = "Redriven", body = RedrivenOneView),
+        (status = 400, description = "`invalid_id`", body = ErrorBody),
+        (status = 404, description = "`not_found`", body = ErrorBody),
+        (status = 409, description = "`not_dead`: the message says its state", body = ErrorBody),
+    ))]
+pub(crate) async fn redrive_task(
+    State(api): State<Shared>,
+    Auth(token, ..): Auth<Admin>,
+    Path(id): Path<String>,
+) -> Answer<Json<RedrivenOneView>> {
+    let id = tasks::redrive_one(&api, &token, id).await?;
+    Ok(Json(RedrivenOneView {
+        id: id.get(),
+        redriven: true,
+    }))
 }
 
 /// One task, by id.

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use tower::ServiceExt;
 
 use super::*;
+use crate::server::cluster::Stats;
 use crate::server::group::Grouper;
 use crate::server::service::Api;
 
@@ -55,6 +56,7 @@ async fn router(name: &str) -> (Router, std::path::PathBuf) {
     let api = Arc::new(Api {
         grouper: Grouper::start(store.clone()),
         store,
+        stats: Stats::new(std::time::Duration::from_secs(10), None),
         settings,
     });
     (routes(api), dir)
@@ -106,7 +108,7 @@ fn described(doc: &Value, method: &str, path: &str, status: StatusCode) -> Optio
 async fn the_router_serves_every_route_the_document_names() {
     let (router, dir) = router("routes").await;
     let routes = documented();
-    assert_eq!(routes.len(), 26, "{routes:?}");
+    assert_eq!(routes.len(), 31, "{routes:?}");
     for (method, path) in &routes {
         let uri = path
             .replace("{id}", "1")

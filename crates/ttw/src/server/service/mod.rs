@@ -7,10 +7,12 @@ use std::sync::Arc;
 
 use ttw_durable::Store;
 
+use super::cluster::Stats;
 use super::config::{Scope, Settings, Token};
 use super::group::Grouper;
 use super::refusal::{Answer, Code};
 
+pub(crate) mod bulk;
 pub(crate) mod envelope;
 pub(crate) mod queues;
 pub(crate) mod recurring;
@@ -22,6 +24,8 @@ pub(crate) struct Api {
     pub(crate) settings: Settings,
     /// Writes single schedules in groups.
     pub(crate) grouper: Grouper,
+    /// This node's counters, sampled for the console's charts.
+    pub(crate) stats: Stats,
 }
 
 pub(crate) type Shared = Arc<Api>;

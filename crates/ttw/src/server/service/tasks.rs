@@ -6,13 +6,13 @@ use std::time::{Duration, SystemTime};
 
 use base64::Engine;
 use serde_json::value::RawValue;
-use ttw_durable::{NewTask, Redrive, Scheduled, Store, TaskId, TaskInfo, TaskQuery, TaskState};
+use ttw_durable::{NewTask, Scheduled, Store, TaskId, TaskInfo, TaskState};
 
-use super::super::config::{Scope, Token};
+use super::super::config::Token;
 use super::super::group::Refused;
 use super::super::refusal::{Answer, Code};
 use super::super::wire::MAX_BATCH;
-use super::super::wire::{self, CountsView, ListQuery, NewBatch, NewTime, PageView, TaskView};
+use super::super::wire::{self, CountsView, NewBatch, NewTime};
 use super::{allow_queue, duration, envelope, known_queue, Api};
 
 /// When a task is due: `run_at`, or `delay` from now, or now.
@@ -338,6 +338,20 @@ pub(crate) async fn find(api: &Api, token: &Token, named: Named) -> Answer<TaskI
     }
 }
 
+/// Redrives the task `id` names, if it is dead: due at once, its attempts
+/// reset.
+pub(crate) async fn redrive_one(api: &Api, token: &Token, id: String) -> Answer<TaskId> {
+    let info = find(api, token, Named::Id(id)).await?;
+    if api.store.redrive(info.id).await? {
+        return Ok(info.id);
+    }
+    let state = match api.store.get(info.id).await {
+        Ok(Some(now)) => now.state,
+        _ => info.state,
+    };
+    Err(Code::NotDead.refuse(format!("task {} is {state}, not dead", info.id)))
+}
+
 /// A change to a pending task that did not happen: 409 `not_scheduled`,
 /// with the state it is in now.
 async fn not_scheduled(api: &Api, info: TaskInfo) -> Answer<TaskId> {
@@ -376,101 +390,35 @@ pub(crate) async fn reschedule(
 }
 
 /// A state named in a request: 400 `invalid_state` otherwise.
-fn state(text: &str) -> Answer<TaskState> {
+pub(crate) fn state(text: &str) -> Answer<TaskState> {
     text.parse()
         .map_err(|err: ttw_durable::ParseStateError| Code::InvalidState.refuse(err.to_string()))
 }
 
 /// An RFC 3339 time of a query.
-fn time(field: &str, text: &str) -> Answer<SystemTime> {
+pub(crate) fn time(field: &str, text: &str) -> Answer<SystemTime> {
     ttw_durable::parse_time(text).map_err(|err| Code::InvalidTime.refuse(format!("{field}: {err}")))
-}
-
-/// A page of tasks in id order, filtered; `next_cursor` names the page
-/// after (absent on the last page). A token limited to some queues must
-/// name one of them.
-pub(crate) async fn list(api: &Api, token: &Token, q: ListQuery) -> Answer<PageView> {
-    let limit = q.limit.unwrap_or(100);
-    if limit == 0 || limit > ttw_durable::MAX_PAGE {
-        return Err(Code::InvalidLimit.refuse(format!(
-            "limit is 1 to {}, not {limit}",
-            ttw_durable::MAX_PAGE
-        )));
-    }
-    let mut query = TaskQuery::new().limit(limit);
-    match &q.queue {
-        Some(queue) => {
-            allow_queue(token, queue)?;
-            query = query.queue(queue.clone());
-        }
-        None if token.queues.is_some() && !token.scopes.contains(&Scope::Admin) => {
-            return Err(Code::Forbidden.refuse(format!(
-                "token {:?} may list only its queues: name one",
-                token.name
-            )))
-        }
-        None => {}
-    }
-    if let Some(s) = &q.state {
-        query = query.state(state(s)?);
-    }
-    if let Some(from) = &q.due_from {
-        query = query.due_from(time("due_from", from)?);
-    }
-    if let Some(before) = &q.due_before {
-        query = query.due_before(time("due_before", before)?);
-    }
-    if let Some(cursor) = &q.cursor {
-        let after = cursor
-            .parse::<i64>()
-            .ok()
-            .filter(|&id| id > 0)
-            .ok_or_else(|| Code::InvalidCursor.refuse(format!("{cursor:?} is not a cursor")))?;
-        query = query.after(TaskId::new(after));
-    }
-    let tasks = api.store.list(&query).await?;
-    let next_cursor = (tasks.len() == limit as usize)
-        .then(|| tasks.last().map(|t| t.id.get().to_string()))
-        .flatten();
-    Ok(PageView {
-        tasks: tasks.iter().map(TaskView::from).collect(),
-        next_cursor,
-    })
-}
-
-/// Finished tasks run again, their attempts reset: how many.
-pub(crate) async fn redrive(api: &Api, b: wire::RedriveRequest) -> Answer<u64> {
-    let mut redrive = Redrive::dead().limit(b.limit.unwrap_or(1000));
-    if let Some(s) = &b.state {
-        let s = state(s)?;
-        if !matches!(s, TaskState::Dead | TaskState::Done | TaskState::Cancelled) {
-            return Err(Code::InvalidState
-                .refuse("only finished tasks (dead, done, cancelled) are redriven"));
-        }
-        redrive = redrive.state(s);
-    }
-    if let Some(queue) = &b.queue {
-        redrive = redrive.queue(queue.clone());
-    }
-    if let Some(spread) = &b.spread {
-        let spread = duration(Code::InvalidDelay, "spread", spread)?;
-        if super::from_now(spread).is_none() {
-            return Err(Code::InvalidDelay.refuse("spread reaches past the year 9999"));
-        }
-        redrive = redrive.spread(spread);
-    }
-    Ok(api.store.redrive_many(&redrive).await?)
 }
 
 /// Tasks per queue (of the queues the token may use) and state.
 pub(crate) async fn counts(api: &Api, token: &Token) -> Answer<BTreeMap<String, CountsView>> {
+    let oldest = api.store.oldest_due().await?;
     Ok(api
         .store
         .queue_counts()
         .await?
         .into_iter()
         .filter(|(queue, _)| allow_queue(token, queue).is_ok())
-        .map(|(queue, c)| (queue, c.into()))
+        .map(|(queue, c)| {
+            let mut view = CountsView::from(c);
+            view.late_ms = oldest.get(&queue).map(|&due| {
+                SystemTime::now()
+                    .duration_since(due)
+                    .unwrap_or_default()
+                    .as_millis() as u64
+            });
+            (queue, view)
+        })
         .collect())
 }
 
