@@ -94,6 +94,28 @@ def test_a_batch_is_listed_back_page_by_page(client):
     assert ids == sorted(ids)
 
 
+def test_a_filter_chooses_a_page_a_count_and_a_bulk_cancel_alike(client):
+    key = f"tenant-{uuid.uuid4()}"
+    batch = [new_task({"n": n}, delay="2h", queue="later", partition_key=key) for n in range(4)]
+    ids = [t["id"] for t in client.schedule_many(batch)["tasks"]]
+    newest = client.page(queue="later", partition_key=key, order="desc")
+    assert [t["id"] for t in newest["tasks"]] == ids[::-1]
+    created = client.page(queue="later", partition_key=key, created_from=datetime.now(timezone.utc) - timedelta(minutes=5))
+    assert len(created["tasks"]) == 4
+    assert client.cancel_matching(queue="later", partition_key=key, dry_run=True)["cancelled"] == 4
+    assert len(client.page(queue="later", partition_key=key, state="scheduled")["tasks"]) == 4
+    assert client.cancel_matching(queue="later", partition_key=key, limit=3) == {"cancelled": 3, "dry_run": False}
+    assert client.redrive(state="cancelled", queue="later", partition_key=key, dry_run=True)["redriven"] == 3
+    assert client.redrive(state="cancelled", queue="later", partition_key=key)["redriven"] == 3
+    assert len(client.page(queue="later", partition_key=key, state="scheduled")["tasks"]) == 4
+    with pytest.raises(errors.NotDead):
+        client.redrive_task(ids[0])
+    with pytest.raises(TypeError):
+        client.page(tenant=key)
+    assert isinstance(client.nodes()["nodes"], list)
+    assert isinstance(client.stats()["points"], list)
+
+
 def test_refusals_are_typed_by_code(client, server):
     with pytest.raises(errors.NotFound) as missing:
         client.get(999_999_999)

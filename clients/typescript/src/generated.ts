@@ -7,6 +7,7 @@ export const CODES = [
   "not_found",
   "method_not_allowed",
   "not_scheduled",
+  "not_dead",
   "body_too_large",
   "malformed_json",
   "invalid_request",
@@ -88,10 +89,32 @@ export interface CallbackOutcome {
   finished_at: number;
 }
 
+/** How many tasks were cancelled (or, in a dry run, would be). */
+export interface CancelledManyView {
+  cancelled: number;
+  dry_run: boolean;
+}
+
 /** A task cancelled. */
 export interface CancelledView {
   id: number;
   cancelled: boolean;
+}
+
+/** Scheduled tasks to cancel, chosen by the filters of `GET /v1/tasks` */
+export interface CancelRequest {
+  state?: StateName | null;
+  queue?: string | null;
+  partition_key?: string | null;
+  idempotency_key?: string | null;
+  due_from?: string | null;
+  due_before?: string | null;
+  created_from?: string | null;
+  created_before?: string | null;
+  /** At most this many (default 1,000; at most 1,000,000), the oldest */
+  limit?: number | null;
+  /** Only count what would be cancelled (at most `limit`); change */
+  dry_run?: boolean;
 }
 
 /** Occurrences missed while no node ran. */
@@ -104,6 +127,8 @@ export interface CountsView {
   done: number;
   dead: number;
   cancelled: number;
+  /** How late its oldest due scheduled task is (absent when none is */
+  late_ms?: number | null;
 }
 
 /** The body of every refusal. */
@@ -220,6 +245,28 @@ export interface NewTime {
   delay?: string | null;
 }
 
+/** The nodes, by id. */
+export interface NodesView {
+  nodes: NodeView[];
+}
+
+/** A node as the store knows it. */
+export interface NodeView {
+  node_id: string;
+  queues: string[];
+  /** Its last heartbeat (the database's clock). */
+  heartbeat_at: string;
+  heartbeat_ago_ms: number;
+  /** It is shutting down, giving its shards back. */
+  leaving: boolean;
+  /** The (queue, shard) leases it holds. */
+  leases: number;
+  /** When its leases run out unless renewed. */
+  lease_expires_at?: string | null;
+  /** Its heartbeat is recent enough that it counts as a member. */
+  live: boolean;
+}
+
 /** What a schedule did. */
 export type Outcome = "created" | "existing" | "replaced";
 
@@ -231,6 +278,21 @@ export interface PageView {
   tasks: TaskView[];
   /** Pass it back as `cursor` for the next page; absent on the last. */
   next_cursor?: string | null;
+}
+
+/** One interval: rates per second, and how late its deliveries started. */
+export interface PointView {
+  /** The interval's end. */
+  at: string;
+  done_per_s: number;
+  failed_per_s: number;
+  retried_per_s: number;
+  dead_per_s: number;
+  /** Deliveries started in the interval. */
+  started: number;
+  lateness_p50_ms?: number | null;
+  lateness_p90_ms?: number | null;
+  lateness_p99_ms?: number | null;
 }
 
 /** Tasks per queue (the queues the token may use) and state. */
@@ -295,6 +357,8 @@ export interface RecurringView {
   paused: boolean;
   /** Its next occurrence. */
   next_at: string;
+  /** Its next five occurrences, `next_at` first. */
+  next: string[];
   queue: string;
   priority: number;
   max_attempts?: number | null;
@@ -302,20 +366,35 @@ export interface RecurringView {
   payload?: unknown;
 }
 
-/** How many tasks were redriven. */
-export interface RedrivenView {
-  redriven: number;
+/** One task redriven. */
+export interface RedrivenOneView {
+  id: number;
+  redriven: boolean;
 }
 
-/** Finished tasks to run again, their attempts reset. */
+/** How many tasks were redriven (or, in a dry run, would be). */
+export interface RedrivenView {
+  redriven: number;
+  dry_run: boolean;
+}
+
+/** Finished tasks to run again, their attempts reset, chosen by the */
 export interface RedriveRequest {
   state?: StateName | null;
   /** Only tasks of this queue. */
   queue?: string | null;
-  /** At most this many (default 1,000). */
+  partition_key?: string | null;
+  idempotency_key?: string | null;
+  due_from?: string | null;
+  due_before?: string | null;
+  created_from?: string | null;
+  created_before?: string | null;
+  /** At most this many (default 1,000; at most 1,000,000). */
   limit?: number | null;
   /** Their due times spread from now over this (`"10m"`; default: all */
   spread?: string | null;
+  /** Only count what would be redriven (at most `limit`); change */
+  dry_run?: boolean;
 }
 
 /** A task moved to its new due time. */
@@ -334,6 +413,18 @@ export interface ScheduledView {
 /** Where a task is in its life. */
 export type StateName = "scheduled" | "running" | "done" | "dead" | "cancelled";
 
+/** This node's throughput and lateness over the last hour. */
+export interface StatsView {
+  /** The node sampled; absent when this instance runs no scheduler (no */
+  node_id?: string | null;
+  /** The time between two samples. */
+  every_ms: number;
+  /** One per interval, oldest first. */
+  points: PointView[];
+  /** The node's counters since it started. */
+  totals: TotalsView;
+}
+
 /** Where one task is delivered, in place of its queue's webhook endpoint. */
 export interface TargetSpec {
   /** An `http` or `https` URL. */
@@ -350,6 +441,12 @@ export interface TaskView {
   state: StateName;
   /** When it is (or was) due. */
   run_at: string;
+  /** When it was scheduled. */
+  created_at: string;
+  /** When its row last changed. */
+  updated_at: string;
+  /** When it finished, if it has. */
+  finished_at?: string | null;
   /** Attempts begun. */
   attempts: number;
   max_attempts?: number | null;
@@ -373,4 +470,26 @@ export interface TaskView {
   failure_callback?: string | null;
   /** On a task that tells a callback of another's outcome, that task. */
   outcome_of?: number | null;
+}
+
+/** A node's counters since it started. */
+export interface TotalsView {
+  delivered: number;
+  succeeded: number;
+  failed: number;
+  retried: number;
+  dead: number;
+  reclaimed: number;
+  lease_takeovers: number;
+  shards_owned: number;
+  in_flight: number;
+}
+
+/** The caller's token: what the console may offer it. */
+export interface WhoamiView {
+  name: string;
+  /** read, schedule, admin. */
+  scopes: string[];
+  /** The queues it is limited to; absent: every queue. */
+  queues?: string[] | null;
 }

@@ -23,6 +23,10 @@ import {
   type StateName,
   type TargetSpec,
   type TaskView,
+  type CancelledManyView,
+  type NodesView,
+  type RedrivenOneView,
+  type StatsView,
 } from "./generated.js";
 
 export * from "./generated.js";
@@ -136,9 +140,31 @@ export function newTask(input: TaskInput): NewTask {
 export interface TaskFilter {
   state?: StateName;
   queue?: string;
+  partitionKey?: string;
+  idempotencyKey?: string;
   dueFrom?: When;
   dueBefore?: When;
+  createdFrom?: When;
+  createdBefore?: When;
+  /** `"desc"`: the newest first. */
+  order?: "asc" | "desc";
   limit?: number;
+}
+
+/** The filters of a page as the API names them (no order, page or limit). */
+function selection(filter: TaskFilter): Record<string, unknown> {
+  const fields: Record<string, unknown> = {
+    state: filter.state,
+    queue: filter.queue,
+    partition_key: filter.partitionKey,
+    idempotency_key: filter.idempotencyKey,
+    due_from: filter.dueFrom === undefined ? undefined : timeText(filter.dueFrom),
+    due_before: filter.dueBefore === undefined ? undefined : timeText(filter.dueBefore),
+    created_from: filter.createdFrom === undefined ? undefined : timeText(filter.createdFrom),
+    created_before: filter.createdBefore === undefined ? undefined : timeText(filter.createdBefore),
+  };
+  for (const k of Object.keys(fields)) if (fields[k] === undefined) delete fields[k];
+  return fields;
 }
 
 /**
@@ -283,10 +309,8 @@ export class Client {
   /** One page of tasks in id order, and the cursor of the next. */
   page(filter: TaskFilter = {}, cursor?: string): Promise<PageView> {
     return this.request("GET", "/v1/tasks", undefined, {
-      state: filter.state,
-      queue: filter.queue,
-      due_from: filter.dueFrom === undefined ? undefined : timeText(filter.dueFrom),
-      due_before: filter.dueBefore === undefined ? undefined : timeText(filter.dueBefore),
+      ...selection(filter),
+      order: filter.order,
       limit: filter.limit,
       cursor,
     });
@@ -302,14 +326,39 @@ export class Client {
     } while (cursor);
   }
 
-  /** Runs finished tasks again (dead ones by default). Not retried. */
-  redrive(options: { state?: StateName; queue?: string; limit?: number; spread?: Delay } = {}): Promise<RedrivenView> {
-    const body: Record<string, unknown> = {};
-    if (options.state !== undefined) body.state = options.state;
-    if (options.queue !== undefined) body.queue = options.queue;
+  /**
+   * Runs finished tasks again (dead ones by default), chosen by the
+   * filters of a page; `dryRun` only counts them. Not retried.
+   */
+  redrive(options: TaskFilter & { spread?: Delay; dryRun?: boolean } = {}): Promise<RedrivenView> {
+    const body: Record<string, unknown> = selection(options);
     if (options.limit !== undefined) body.limit = options.limit;
     if (options.spread !== undefined) body.spread = delayText(options.spread);
+    if (options.dryRun) body.dry_run = true;
     return this.request("POST", "/v1/tasks/redrive", body, undefined, false);
+  }
+
+  /** Cancels the scheduled tasks the filters choose (at most `limit`, 1,000 by default); `dryRun` only counts them. */
+  cancelMatching(options: TaskFilter & { dryRun?: boolean } = {}): Promise<CancelledManyView> {
+    const body: Record<string, unknown> = selection(options);
+    if (options.limit !== undefined) body.limit = options.limit;
+    if (options.dryRun) body.dry_run = true;
+    return this.request("POST", "/v1/tasks/cancel", body, undefined, false);
+  }
+
+  /** Runs a dead task again, due at once with its attempts reset. */
+  redriveTask(id: number): Promise<RedrivenOneView> {
+    return this.request("POST", `/v1/tasks/${id}/redrive`, undefined, undefined, false);
+  }
+
+  /** The nodes and the leases each holds. */
+  nodes(): Promise<NodesView> {
+    return this.request("GET", "/v1/nodes");
+  }
+
+  /** The answering instance's node over the last hour: throughput and lateness. */
+  stats(): Promise<StatsView> {
+    return this.request("GET", "/v1/stats");
   }
 
   /** Tasks per queue and state. */

@@ -162,6 +162,23 @@ test("a batch is listed back page by page", async () => {
   assert.deepEqual(ids, [...ids].sort((a, b) => a - b));
 });
 
+test("a filter chooses a page, a count and a bulk cancel alike", async () => {
+  const key = `tenant-${Date.now()}`;
+  const inputs = Array.from({ length: 4 }, (_, n) => ({ payload: { n }, delay: "2h", queue: "later", partitionKey: key }));
+  const ids = (await client.scheduleMany(inputs)).tasks.map((t) => t.id);
+  const newest = await client.page({ queue: "later", partitionKey: key, order: "desc" });
+  assert.deepEqual(newest.tasks.map((t) => t.id), [...ids].reverse());
+  assert.equal((await client.cancelMatching({ queue: "later", partitionKey: key, dryRun: true })).cancelled, 4);
+  assert.equal((await client.page({ queue: "later", partitionKey: key, state: "scheduled" })).tasks.length, 4, "a dry run changes nothing");
+  assert.deepEqual(await client.cancelMatching({ queue: "later", partitionKey: key, limit: 3 }), { cancelled: 3, dry_run: false });
+  assert.equal((await client.redrive({ state: "cancelled", queue: "later", partitionKey: key, dryRun: true })).redriven, 3);
+  assert.equal((await client.redrive({ state: "cancelled", queue: "later", partitionKey: key })).redriven, 3);
+  assert.equal((await client.page({ queue: "later", partitionKey: key, state: "scheduled" })).tasks.length, 4);
+  await assert.rejects(client.redriveTask(ids[0]), (e) => e instanceof ApiError && e.code === "not_dead");
+  assert.ok(Array.isArray((await client.nodes()).nodes));
+  assert.ok(Array.isArray((await client.stats()).points));
+});
+
 test("refusals carry their status and stable code", async () => {
   const code = async (promise) => {
     try {

@@ -9,6 +9,7 @@ CODES = (
     "not_found",
     "method_not_allowed",
     "not_scheduled",
+    "not_dead",
     "body_too_large",
     "malformed_json",
     "invalid_request",
@@ -94,6 +95,28 @@ class CallbackOutcome(TypedDict, total=False):
     finished_at: int
 
 
+class CancelRequest(TypedDict, total=False):
+    """Scheduled tasks to cancel, chosen by the filters of `GET /v1/tasks`"""
+
+    state: Optional["StateName"]
+    queue: Optional[str]
+    partition_key: Optional[str]
+    idempotency_key: Optional[str]
+    due_from: Optional[str]
+    due_before: Optional[str]
+    created_from: Optional[str]
+    created_before: Optional[str]
+    limit: Optional[int]
+    dry_run: bool
+
+
+class CancelledManyView(TypedDict, total=False):
+    """How many tasks were cancelled (or, in a dry run, would be). Always present: cancelled, dry_run."""
+
+    cancelled: int
+    dry_run: bool
+
+
 class CancelledView(TypedDict, total=False):
     """A task cancelled. Always present: cancelled, id."""
 
@@ -109,6 +132,7 @@ class CountsView(TypedDict, total=False):
     done: int
     dead: int
     cancelled: int
+    late_ms: Optional[int]
 
 
 class ErrorBody(TypedDict, total=False):
@@ -209,11 +233,44 @@ class NewTime(TypedDict, total=False):
     delay: Optional[str]
 
 
+class NodeView(TypedDict, total=False):
+    """A node as the store knows it. Always present: heartbeat_ago_ms, heartbeat_at, leases, leaving, live, node_id, queues."""
+
+    node_id: str
+    queues: List[str]
+    heartbeat_at: str
+    heartbeat_ago_ms: int
+    leaving: bool
+    leases: int
+    lease_expires_at: Optional[str]
+    live: bool
+
+
+class NodesView(TypedDict, total=False):
+    """The nodes, by id. Always present: nodes."""
+
+    nodes: List["NodeView"]
+
+
 class PageView(TypedDict, total=False):
     """A page of tasks, in id order. Always present: tasks."""
 
     tasks: List["TaskView"]
     next_cursor: Optional[str]
+
+
+class PointView(TypedDict, total=False):
+    """One interval: rates per second, and how late its deliveries started. Always present: at, dead_per_s, done_per_s, failed_per_s, retried_per_s, started."""
+
+    at: str
+    done_per_s: float
+    failed_per_s: float
+    retried_per_s: float
+    dead_per_s: float
+    started: int
+    lateness_p50_ms: Optional[int]
+    lateness_p90_ms: Optional[int]
+    lateness_p99_ms: Optional[int]
 
 
 class QueueCountsView(TypedDict, total=False):
@@ -271,7 +328,7 @@ class RecurringPut(TypedDict, total=False):
 
 
 class RecurringView(TypedDict, total=False):
-    """A recurring schedule. Always present: catch_up, missed_after, name, next_at, paused, payload_base64, priority, queue."""
+    """A recurring schedule. Always present: catch_up, missed_after, name, next, next_at, paused, payload_base64, priority, queue."""
 
     name: str
     cron: Optional[str]
@@ -281,6 +338,7 @@ class RecurringView(TypedDict, total=False):
     missed_after: str
     paused: bool
     next_at: str
+    next: List[str]
     queue: str
     priority: int
     max_attempts: Optional[int]
@@ -289,18 +347,33 @@ class RecurringView(TypedDict, total=False):
 
 
 class RedriveRequest(TypedDict, total=False):
-    """Finished tasks to run again, their attempts reset."""
+    """Finished tasks to run again, their attempts reset, chosen by the"""
 
     state: Optional["StateName"]
     queue: Optional[str]
+    partition_key: Optional[str]
+    idempotency_key: Optional[str]
+    due_from: Optional[str]
+    due_before: Optional[str]
+    created_from: Optional[str]
+    created_before: Optional[str]
     limit: Optional[int]
     spread: Optional[str]
+    dry_run: bool
+
+
+class RedrivenOneView(TypedDict, total=False):
+    """One task redriven. Always present: id, redriven."""
+
+    id: int
+    redriven: bool
 
 
 class RedrivenView(TypedDict, total=False):
-    """How many tasks were redriven. Always present: redriven."""
+    """How many tasks were redriven (or, in a dry run, would be). Always present: dry_run, redriven."""
 
     redriven: int
+    dry_run: bool
 
 
 class RescheduledView(TypedDict, total=False):
@@ -317,6 +390,15 @@ class ScheduledView(TypedDict, total=False):
     outcome: "Outcome"
 
 
+class StatsView(TypedDict, total=False):
+    """This node's throughput and lateness over the last hour. Always present: every_ms, points, totals."""
+
+    node_id: Optional[str]
+    every_ms: int
+    points: List["PointView"]
+    totals: "TotalsView"
+
+
 class TargetSpec(TypedDict, total=False):
     """Where one task is delivered, in place of its queue's webhook endpoint. Always present: url."""
 
@@ -326,11 +408,14 @@ class TargetSpec(TypedDict, total=False):
 
 
 class TaskView(TypedDict, total=False):
-    """A task. Always present: attempts, id, payload_base64, priority, queue, run_at, state."""
+    """A task. Always present: attempts, created_at, id, payload_base64, priority, queue, run_at, state, updated_at."""
 
     id: int
     state: "StateName"
     run_at: str
+    created_at: str
+    updated_at: str
+    finished_at: Optional[str]
     attempts: int
     max_attempts: Optional[int]
     last_error: Optional[str]
@@ -346,4 +431,26 @@ class TaskView(TypedDict, total=False):
     callback: Optional[str]
     failure_callback: Optional[str]
     outcome_of: Optional[int]
+
+
+class TotalsView(TypedDict, total=False):
+    """A node's counters since it started. Always present: dead, delivered, failed, in_flight, lease_takeovers, reclaimed, retried, shards_owned, succeeded."""
+
+    delivered: int
+    succeeded: int
+    failed: int
+    retried: int
+    dead: int
+    reclaimed: int
+    lease_takeovers: int
+    shards_owned: int
+    in_flight: int
+
+
+class WhoamiView(TypedDict, total=False):
+    """The caller's token: what the console may offer it. Always present: name, scopes."""
+
+    name: str
+    scopes: List[str]
+    queues: Optional[List[str]]
 

@@ -14,16 +14,20 @@ from typing import Any, Dict, Iterator, List, Optional, Union, cast
 from ._generated import (
     AttemptsView,
     BatchView,
+    CancelledManyView,
     CancelledView,
+    NodesView,
     PageView,
     QueueCountsView,
     QueueView,
     RecurringChanged,
     RecurringPut,
     RecurringView,
+    RedrivenOneView,
     RedrivenView,
     RescheduledView,
     ScheduledView,
+    StatsView,
     TaskView,
 )
 from .errors import ApiError, ConnectionFailed, error_for
@@ -43,6 +47,17 @@ def _delay(delay: Union[str, float, int]) -> str:
     if isinstance(delay, str):
         return delay
     return "%dms" % round(float(delay) * 1000)
+
+
+_FILTERS = ("state", "queue", "partition_key", "idempotency_key", "due_from", "due_before", "created_from", "created_before")
+
+
+def _selection(filters: Dict[str, Any]) -> Dict[str, Any]:
+    """The filters of a page as the API names them, times as RFC 3339."""
+    unknown = set(filters) - set(_FILTERS)
+    if unknown:
+        raise TypeError(f"no such filter: {', '.join(sorted(unknown))}")
+    return {k: (_time(v) if k.endswith(("_from", "_before")) else v) for k, v in filters.items() if v is not None}
 
 
 def _clean(fields: Dict[str, Any]) -> Dict[str, Any]:
@@ -227,16 +242,12 @@ class Client:
             raise ValueError("delay or run_at, one of them")
         return {"delay": _delay(delay)} if delay is not None else {"run_at": _time(cast(When, run_at))}
 
-    def page(self, *, state: Optional[str] = None, queue: Optional[str] = None, due_from: Optional[When] = None, due_before: Optional[When] = None, limit: Optional[int] = None, cursor: Optional[str] = None) -> PageView:
-        """One page of tasks in id order, and the cursor of the next."""
-        query = {
-            "state": state,
-            "queue": queue,
-            "due_from": _time(due_from) if due_from is not None else None,
-            "due_before": _time(due_before) if due_before is not None else None,
-            "limit": limit,
-            "cursor": cursor,
-        }
+    def page(self, *, order: Optional[str] = None, limit: Optional[int] = None, cursor: Optional[str] = None, **filters: Any) -> PageView:
+        """One page of tasks in id order (``order="desc"``: the newest
+        first), and the cursor of the next. The filters: ``state``,
+        ``queue``, ``partition_key``, ``idempotency_key``, ``due_from``,
+        ``due_before``, ``created_from``, ``created_before``."""
+        query = dict(_selection(filters), order=order, limit=limit, cursor=cursor)
         return cast(PageView, self._request("GET", "/v1/tasks", query=query))
 
     def tasks(self, **filters: Any) -> Iterator[TaskView]:
@@ -250,10 +261,31 @@ class Client:
             if not cursor:
                 return
 
-    def redrive(self, *, state: Optional[str] = None, queue: Optional[str] = None, limit: Optional[int] = None, spread: Union[str, float, int, None] = None) -> RedrivenView:
-        """Runs finished tasks again (dead ones by default). Not retried."""
-        body = _clean({"state": state, "queue": queue, "limit": limit, "spread": _delay(spread) if spread is not None else None})
+    def redrive(self, *, limit: Optional[int] = None, spread: Union[str, float, int, None] = None, dry_run: bool = False, **filters: Any) -> RedrivenView:
+        """Runs finished tasks again (dead ones by default), chosen by the
+        filters of :meth:`page`; ``dry_run`` only counts them. Not retried."""
+        body = _clean(dict(_selection(filters), limit=limit, spread=_delay(spread) if spread is not None else None, dry_run=dry_run or None))
         return cast(RedrivenView, self._request("POST", "/v1/tasks/redrive", body, retry=False))
+
+    def cancel_matching(self, *, limit: Optional[int] = None, dry_run: bool = False, **filters: Any) -> CancelledManyView:
+        """Cancels the scheduled tasks the filters of :meth:`page` choose
+        (at most ``limit``, 1,000 by default); ``dry_run`` only counts
+        them. Not retried."""
+        body = _clean(dict(_selection(filters), limit=limit, dry_run=dry_run or None))
+        return cast(CancelledManyView, self._request("POST", "/v1/tasks/cancel", body, retry=False))
+
+    def redrive_task(self, task_id: int) -> RedrivenOneView:
+        """Runs a dead task again, due at once with its attempts reset."""
+        return cast(RedrivenOneView, self._request("POST", f"/v1/tasks/{int(task_id)}/redrive", retry=False))
+
+    def nodes(self) -> NodesView:
+        """The nodes and the leases each holds."""
+        return cast(NodesView, self._request("GET", "/v1/nodes"))
+
+    def stats(self) -> StatsView:
+        """The answering instance's node over the last hour: throughput and
+        lateness per sampling interval."""
+        return cast(StatsView, self._request("GET", "/v1/stats"))
 
     def counts(self) -> QueueCountsView:
         """Tasks per queue and state: ``{"queues": {"emails": {"scheduled": 3, ...}}}``."""
