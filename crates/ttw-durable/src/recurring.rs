@@ -418,7 +418,10 @@ impl RecurringInfo {
             return Vec::new();
         };
         let mut times = Vec::with_capacity(n);
-        let mut t = ms(self.next_at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default());
+        let mut t = ms(self
+            .next_at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default());
         while times.len() < n {
             times.push(from_ms(t));
             match rule.after(t) {

@@ -86,8 +86,7 @@ fn then_page(b: &Browser, page: &str, step: impl FnOnce()) {
     let before = drawn(b);
     step();
     wait_until(Duration::from_secs(20), &format!("the {page} page"), || {
-        drawn(b) > before
-            && b.eval("return document.body.dataset.page;").as_str() == Some(page)
+        drawn(b) > before && b.eval("return document.body.dataset.page;").as_str() == Some(page)
     });
 }
 
@@ -97,9 +96,14 @@ fn confirm(b: &Browser, question: &str) {
         b.eval("return !document.getElementById('confirm').hidden;") == json!(true)
     });
     assert_eq!(text(b, "#confirm-text").as_deref(), Some(question));
-    then_page(b, &b.eval("return document.body.dataset.page;").as_str().unwrap().to_string(), || {
-        b.click("#confirm-yes")
-    });
+    then_page(
+        b,
+        &b.eval("return document.body.dataset.page;")
+            .as_str()
+            .unwrap()
+            .to_string(),
+        || b.click("#confirm-yes"),
+    );
 }
 
 fn use_token(b: &Browser, token: &str) {
@@ -122,6 +126,10 @@ fn state_of(rt: &Handle, base: &str, id: i64) -> String {
 }
 
 #[test]
+#[cfg_attr(
+    ttw_no_browser,
+    ignore = "needs chromedriver and chromium (apt-get install chromium chromium-driver); .ci/run installs them"
+)]
 fn an_operator_goes_through_every_page_of_the_console() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let rt = runtime.handle().clone();
@@ -168,34 +176,67 @@ scopes = ["read"]
     .unwrap();
     let (_server, addr) = rt.block_on(ttw_server::start(
         &config,
-        &[("TTW_SECRET", SECRET), ("TTW_OPS", OPS), ("TTW_VIEWER", VIEWER)],
+        &[
+            ("TTW_SECRET", SECRET),
+            ("TTW_OPS", OPS),
+            ("TTW_VIEWER", VIEWER),
+        ],
     ));
     let base = format!("http://{addr}");
 
     // What the operator will look for.
-    let (status, dead) = call(&rt, "POST", &format!("{base}/v1/tasks"), OPS, Some(json!({
-        "queue": "orders", "idempotency_key": "order-42-receipt", "max_attempts": 1,
-        "payload": {"order": {"id": 42, "items": [1, 2]}, "note": "<b>not html</b>"},
-        "target": {"url": down_url},
-    })));
+    let (status, dead) = call(
+        &rt,
+        "POST",
+        &format!("{base}/v1/tasks"),
+        OPS,
+        Some(json!({
+            "queue": "orders", "idempotency_key": "order-42-receipt", "max_attempts": 1,
+            "payload": {"order": {"id": 42, "items": [1, 2]}, "note": "<b>not html</b>"},
+            "target": {"url": down_url},
+        })),
+    );
     assert_eq!(status, 201, "{dead}");
     let dead_id = dead["id"].as_i64().unwrap();
-    for (i, tenant) in ["tenant-a", "tenant-a", "tenant-a", "tenant-b", "tenant-b"].iter().enumerate() {
-        let (status, answer) = call(&rt, "POST", &format!("{base}/v1/tasks"), OPS, Some(json!({
-            "queue": "orders", "delay": "1h", "partition_key": tenant, "payload": {"n": i},
-        })));
+    for (i, tenant) in ["tenant-a", "tenant-a", "tenant-a", "tenant-b", "tenant-b"]
+        .iter()
+        .enumerate()
+    {
+        let (status, answer) = call(
+            &rt,
+            "POST",
+            &format!("{base}/v1/tasks"),
+            OPS,
+            Some(json!({
+                "queue": "orders", "delay": "1h", "partition_key": tenant, "payload": {"n": i},
+            })),
+        );
         assert_eq!(status, 201, "{answer}");
     }
-    let (status, answer) = call(&rt, "POST", &format!("{base}/v1/tasks"), OPS, Some(json!({
-        "queue": "orders", "delay": "1h", "payload_base64": "AAEC/w==", "idempotency_key": "bytes",
-    })));
+    let (status, answer) = call(
+        &rt,
+        "POST",
+        &format!("{base}/v1/tasks"),
+        OPS,
+        Some(json!({
+            "queue": "orders", "delay": "1h", "payload_base64": "AAEC/w==", "idempotency_key": "bytes",
+        })),
+    );
     assert_eq!(status, 201, "{answer}");
     let bytes_id = answer["id"].as_i64().unwrap();
-    let (status, answer) = call(&rt, "PUT", &format!("{base}/v1/recurring/nightly"), OPS, Some(json!({
-        "cron": "0 3 * * *", "time_zone": "Europe/Paris", "queue": "orders", "payload": {"report": "daily"},
-    })));
+    let (status, answer) = call(
+        &rt,
+        "PUT",
+        &format!("{base}/v1/recurring/nightly"),
+        OPS,
+        Some(json!({
+            "cron": "0 3 * * *", "time_zone": "Europe/Paris", "queue": "orders", "payload": {"report": "daily"},
+        })),
+    );
     assert!(status < 300, "{answer}");
-    wait_until(Duration::from_secs(30), "the task to die", || state_of(&rt, &base, dead_id) == "dead");
+    wait_until(Duration::from_secs(30), "the task to die", || {
+        state_of(&rt, &base, dead_id) == "dead"
+    });
 
     let b = Browser::start(&rt);
     b.go(&format!("{base}/console/"));
@@ -212,7 +253,9 @@ scopes = ["read"]
     then_page(&b, "tasks", || use_token(&b, VIEWER));
     assert_eq!(count(&b, "#tasks tbody tr"), 7);
     assert_eq!(count(&b, "#bulk-cancel"), 0);
-    then_page(&b, "task", || b.go(&format!("{base}/console/#/task/{bytes_id}")));
+    then_page(&b, "task", || {
+        b.go(&format!("{base}/console/#/task/{bytes_id}"))
+    });
     assert_eq!(count(&b, "#actions button"), 0);
     // Bytes are shown as hex and base64.
     assert_eq!(text(&b, "#payload-hex").as_deref(), Some("00 01 02 ff"));
@@ -229,26 +272,47 @@ scopes = ["read"]
     assert_eq!(text(&b, "#f-id").unwrap(), dead_id.to_string());
     assert_eq!(text(&b, "#f-state").as_deref(), Some("dead"));
     let error = text(&b, "#f-last_error").unwrap();
-    assert!(error.contains("connect") || error.contains("refused"), "{error}");
+    assert!(
+        error.contains("connect") || error.contains("refused"),
+        "{error}"
+    );
     // Its attempt, with the same error; its payload as a tree, as text.
     assert_eq!(count(&b, "#attempts tbody tr"), 1);
-    assert_eq!(text(&b, "#attempts tbody tr td:nth-child(2)").as_deref(), Some("dead"));
-    assert!(text(&b, "#payload").unwrap().contains("\"<b>not html</b>\""));
-    assert_eq!(count(&b, "#payload ul.tree details"), 2, "order and its items open and close");
+    assert_eq!(
+        text(&b, "#attempts tbody tr td:nth-child(2)").as_deref(),
+        Some("dead")
+    );
+    assert!(text(&b, "#payload")
+        .unwrap()
+        .contains("\"<b>not html</b>\""));
+    assert_eq!(
+        count(&b, "#payload ul.tree details"),
+        2,
+        "order and its items open and close"
+    );
     assert_eq!(count(&b, "#payload b"), 0, "a payload is text, never HTML");
     keep(&b, "task-dead");
     // Its destination is back; the redrive delivers it.
     let back = rt.block_on(down.restart());
     b.click("#act-redrive");
-    confirm(&b, &format!("Redrive task {dead_id} (due now, attempts reset)?"));
-    wait_until(Duration::from_secs(30), "the redriven task to be done", || {
-        state_of(&rt, &base, dead_id) == "done"
-    });
+    confirm(
+        &b,
+        &format!("Redrive task {dead_id} (due now, attempts reset)?"),
+    );
+    wait_until(
+        Duration::from_secs(30),
+        "the redriven task to be done",
+        || state_of(&rt, &base, dead_id) == "done",
+    );
     b.eval("location.reload(); return null;");
     wait_until(Duration::from_secs(20), "the page to show it done", || {
         text(&b, "#f-state").as_deref() == Some("done")
     });
-    assert_eq!(count(&b, "#attempts tbody tr"), 2, "the failure and the success");
+    assert_eq!(
+        count(&b, "#attempts tbody tr"),
+        2,
+        "the failure and the success"
+    );
     assert!(back.accepted().iter().any(|r| r["path"] == "/dest/orders/"));
     keep(&b, "task-done");
 
@@ -264,27 +328,58 @@ scopes = ["read"]
     confirm(&b, "Cancel 3 tasks?");
     assert!(text(&b, "#message").unwrap().contains("\"cancelled\":3"));
     assert_eq!(count(&b, "#tasks tbody tr td.state-cancelled"), 3);
-    let (_, tenant_b) = call(&rt, "GET", &format!("{base}/v1/tasks?partition_key=tenant-b&state=scheduled"), OPS, None);
-    assert_eq!(tenant_b["tasks"].as_array().unwrap().len(), 2, "the other key's tasks stay");
+    let (_, tenant_b) = call(
+        &rt,
+        "GET",
+        &format!("{base}/v1/tasks?partition_key=tenant-b&state=scheduled"),
+        OPS,
+        None,
+    );
+    assert_eq!(
+        tenant_b["tasks"].as_array().unwrap().len(),
+        2,
+        "the other key's tasks stay"
+    );
 
     // Pause a queue: a task due now waits; resume it: delivered.
     then_page(&b, "queues", || b.go(&format!("{base}/console/#/queues")));
     b.click("tr[data-queue=orders] button.pause");
-    confirm(&b, "Pause queue orders? No node starts its tasks until it is resumed.");
-    assert_eq!(text(&b, "tr[data-queue=orders] td:nth-child(2)").as_deref(), Some("paused"));
-    let (_, due) = call(&rt, "POST", &format!("{base}/v1/tasks"), OPS, Some(json!({
-        "queue": "orders", "payload": {"while": "paused"},
-    })));
+    confirm(
+        &b,
+        "Pause queue orders? No node starts its tasks until it is resumed.",
+    );
+    assert_eq!(
+        text(&b, "tr[data-queue=orders] td:nth-child(2)").as_deref(),
+        Some("paused")
+    );
+    let (_, due) = call(
+        &rt,
+        "POST",
+        &format!("{base}/v1/tasks"),
+        OPS,
+        Some(json!({
+            "queue": "orders", "payload": {"while": "paused"},
+        })),
+    );
     let due_id = due["id"].as_i64().unwrap();
     std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(state_of(&rt, &base, due_id), "scheduled", "no delivery while paused");
-    assert!(!receiver.requests().iter().any(|r| r["body"].as_str().is_some_and(|b| b.contains("paused"))));
+    assert_eq!(
+        state_of(&rt, &base, due_id),
+        "scheduled",
+        "no delivery while paused"
+    );
+    assert!(!receiver
+        .requests()
+        .iter()
+        .any(|r| r["body"].as_str().is_some_and(|b| b.contains("paused"))));
     keep(&b, "queues-paused");
     b.click("tr[data-queue=orders] button.resume");
     confirm(&b, "Resume queue orders?");
-    wait_until(Duration::from_secs(30), "the delivery after the resume", || {
-        state_of(&rt, &base, due_id) == "done"
-    });
+    wait_until(
+        Duration::from_secs(30),
+        "the delivery after the resume",
+        || state_of(&rt, &base, due_id) == "done",
+    );
 
     // Change the rate in place.
     b.click("tr[data-queue=orders] button.edit-limits");
@@ -295,14 +390,24 @@ scopes = ["read"]
         b.eval("return !document.getElementById('confirm').hidden;") == json!(true)
     });
     then_page(&b, "queues", || b.click("#confirm-yes"));
-    let (_, queue) = call(&rt, "GET", &format!("{base}/v1/queues/orders"), VIEWER, None);
+    let (_, queue) = call(
+        &rt,
+        "GET",
+        &format!("{base}/v1/queues/orders"),
+        VIEWER,
+        None,
+    );
     assert_eq!(queue["rate"]["count"], 5, "{queue}");
     assert_eq!(queue["rate"]["period_ms"], 1000, "{queue}");
-    assert!(text(&b, "tr[data-queue=orders] td.rate").unwrap().starts_with("5 per 1 s"));
+    assert!(text(&b, "tr[data-queue=orders] td.rate")
+        .unwrap()
+        .starts_with("5 per 1 s"));
     keep(&b, "queues");
 
     // Recurring: its next occurrences; pause it.
-    then_page(&b, "recurring", || b.go(&format!("{base}/console/#/recurring")));
+    then_page(&b, "recurring", || {
+        b.go(&format!("{base}/console/#/recurring"))
+    });
     assert_eq!(count(&b, "tr[data-name=nightly] td:nth-child(6) div"), 5);
     keep(&b, "recurring");
     b.click("tr[data-name=nightly] button.pause");
@@ -313,13 +418,18 @@ scopes = ["read"]
     // Nodes: this server's node holds the shards.
     then_page(&b, "nodes", || b.go(&format!("{base}/console/#/nodes")));
     assert_eq!(count(&b, "#nodes tbody tr"), 1);
-    assert_eq!(text(&b, "#nodes tbody tr td:nth-child(6)").as_deref(), Some("live"));
+    assert_eq!(
+        text(&b, "#nodes tbody tr td:nth-child(6)").as_deref(),
+        Some("live")
+    );
     keep(&b, "nodes");
 
     // Charts: drawn from this node's samples, once a second here.
     wait_until(Duration::from_secs(30), "points with deliveries", || {
         let (_, stats) = call(&rt, "GET", &format!("{base}/v1/stats"), VIEWER, None);
-        stats["points"].as_array().is_some_and(|p| p.iter().any(|p| p["started"].as_u64() > Some(0)))
+        stats["points"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p["started"].as_u64() > Some(0)))
     });
     then_page(&b, "charts", || b.go(&format!("{base}/console/#/charts")));
     let line = b.eval("return document.querySelector('#throughput polyline.series-done_per_s').getAttribute('points');");

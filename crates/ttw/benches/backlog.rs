@@ -5,8 +5,11 @@
 //! 10 million); the insert rate of each million, then the bytes a pending
 //! task takes in the database, the server's memory, and the lateness of
 //! tasks due now (1,000 a second for 10 s, due 2 s after they are sent,
-//! taken by a webhook receiver in this process) with the backlog there.
-//! SQLite, or PostgreSQL when `DATABASE_URL` is set.
+//! taken by a webhook receiver in this process) with the backlog there;
+//! then how long each page of the console takes to read (the `/v1` calls
+//! it makes, 5 times each: the median and the slowest), 1,000 of the
+//! tasks carrying a partition key for its filter. SQLite, or PostgreSQL
+//! when `DATABASE_URL` is set.
 //!
 //! `cargo bench -p ttw --bench backlog` (`TTW_BACKLOG_TASKS`).
 
@@ -71,7 +74,7 @@ fn main() {
     std::fs::write(
         &config,
         format!(
-            "listen = \"127.0.0.1:0\"\ndatabase = \"{database}\"\n{}\n\n[[queues]]\nname = \"hooks\"\nwebhook = {{ url = \"{receiver}\", secret_env = \"TTW_HOOK_SECRET\", max_in_flight = 256 }}\n\n[[tokens]]\nname = \"bench\"\nsecret_env = \"TTW_BENCH_TOKEN\"\nscopes = [\"schedule\"]\n",
+            "listen = \"127.0.0.1:0\"\ndatabase = \"{database}\"\n{}\n\n[[queues]]\nname = \"hooks\"\nwebhook = {{ url = \"{receiver}\", secret_env = \"TTW_HOOK_SECRET\", max_in_flight = 256 }}\n\n[[tokens]]\nname = \"bench\"\nsecret_env = \"TTW_BENCH_TOKEN\"\nscopes = [\"admin\"]\n",
             if backend == "PostgreSQL" { format!("schema = \"{schema}\"") } else { String::new() }
         ),
     )
@@ -160,6 +163,7 @@ fn main() {
         lateness.last().copied().unwrap_or(0),
         rss(pid) / 1_000_000
     );
+    runtime.block_on(console_pages(backend, &addr));
     drop(server);
     if backend == "PostgreSQL" {
         runtime.block_on(async {
@@ -172,6 +176,101 @@ fn main() {
         });
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Times the console's pages on the backlog: each page's `/v1` calls in
+/// turn, 5 times; prints each page's median and slowest, and the slowest
+/// page.
+async fn console_pages(backend: &str, addr: &str) {
+    let client = reqwest::Client::new();
+    let base = format!("http://{addr}");
+    let call = |method: reqwest::Method, path: String, body: Option<String>| {
+        let mut request = client
+            .request(method, format!("{base}{path}"))
+            .bearer_auth(TOKEN);
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body);
+        }
+        async move {
+            let response = request.send().await.expect("the server answers");
+            assert!(response.status().is_success(), "{}", response.status());
+            response.text().await.unwrap()
+        }
+    };
+    // A tenant's tasks among the backlog, for the filter by partition key.
+    let tasks: Vec<String> = (0..1_000)
+        .map(|i| {
+            format!(r#"{{"queue":"hooks","delay":"20d","partition_key":"tenant-7","payload":{i}}}"#)
+        })
+        .collect();
+    call(
+        reqwest::Method::POST,
+        "/v1/tasks/batch".into(),
+        Some(format!(r#"{{"tasks":[{}]}}"#, tasks.join(","))),
+    )
+    .await;
+    let newest = call(
+        reqwest::Method::GET,
+        "/v1/tasks?order=desc&limit=1".into(),
+        None,
+    )
+    .await;
+    let id = newest
+        .split("\"id\":")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .unwrap_or("1")
+        .to_string();
+    let hour_ago = humantime::format_rfc3339_millis(
+        UNIX_EPOCH + Duration::from_millis((now_ms() - 3_600_000) as u64),
+    );
+    let get = |p: &str| (reqwest::Method::GET, p.to_string(), None::<String>);
+    let post = |p: &str, b: &str| (reqwest::Method::POST, p.to_string(), Some(b.to_string()));
+    let pages = [
+        ("tasks (newest first)", vec![get("/v1/tasks?order=desc&limit=50")]),
+        ("tasks, next page", vec![get(&format!("/v1/tasks?order=desc&limit=50&cursor={id}"))]),
+        ("tasks, oldest first", vec![get("/v1/tasks?order=asc&limit=50")]),
+        ("tasks, state dead", vec![get("/v1/tasks?state=dead&order=desc&limit=50")]),
+        ("tasks, state scheduled, queue hooks", vec![get("/v1/tasks?state=scheduled&queue=hooks&order=desc&limit=50")]),
+        ("tasks, partition key", vec![get("/v1/tasks?partition_key=tenant-7&order=desc&limit=50")]),
+        ("tasks, idempotency key", vec![get("/v1/tasks?idempotency_key=nobody&limit=50")]),
+        ("tasks, state scheduled, due between", vec![get("/v1/tasks?state=scheduled&due_before=2099-01-01T00:00:00Z&due_from=2026-01-01T00:00:00Z&limit=50")]),
+        ("tasks, created in the last hour", vec![get(&format!("/v1/tasks?created_from={hour_ago}&order=desc&limit=50"))]),
+        ("bulk cancel, dry run by partition key", vec![post("/v1/tasks/cancel", r#"{"partition_key":"tenant-7","dry_run":true}"#)]),
+        ("a task", vec![get(&format!("/v1/tasks/{id}")), get(&format!("/v1/tasks/{id}/attempts"))]),
+        ("a key", vec![get("/v1/keys/nobody-has-it")]),
+        ("queues", vec![get("/v1/queues"), get("/v1/counts")]),
+        ("recurring", vec![get("/v1/recurring")]),
+        ("nodes", vec![get("/v1/nodes"), get("/v1/stats")]),
+        ("charts", vec![get("/v1/stats")]),
+    ];
+    let mut slowest = (Duration::ZERO, "");
+    for (page, requests) in &pages {
+        let mut times = Vec::new();
+        for _ in 0..5 {
+            let started = Instant::now();
+            for (method, path, body) in requests {
+                call(method.clone(), path.clone(), body.clone()).await;
+            }
+            times.push(started.elapsed());
+        }
+        times.sort();
+        println!(
+            "backlog {backend}: console page {page}: median {:.1} ms, slowest {:.1} ms",
+            times[2].as_secs_f64() * 1000.0,
+            times[4].as_secs_f64() * 1000.0
+        );
+        if times[4] > slowest.0 {
+            slowest = (times[4], page);
+        }
+    }
+    println!(
+        "backlog {backend}: the slowest console page: {} at {:.1} ms",
+        slowest.1,
+        slowest.0.as_secs_f64() * 1000.0
+    );
 }
 
 /// The bytes the store takes: the SQLite file and its WAL, or the tasks

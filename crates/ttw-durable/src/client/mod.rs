@@ -3,8 +3,8 @@
 //! by idempotency key; and what an operator reads and does across tasks.
 
 pub(crate) mod admin;
-pub(crate) mod bulk;
 pub(crate) mod batch;
+pub(crate) mod bulk;
 pub(crate) mod connection;
 pub(crate) mod counts;
 pub(crate) mod export;

@@ -161,4 +161,3 @@ pub fn wait_until(within: Duration, what: &str, mut done: impl FnMut() -> bool) 
         std::thread::sleep(Duration::from_millis(100));
     }
 }
-

@@ -86,7 +86,11 @@ impl Stats {
 
 /// What happened between two samples.
 fn point(t0: SystemTime, a: &SchedulerStats, t1: SystemTime, b: &SchedulerStats) -> PointView {
-    let seconds = t1.duration_since(t0).unwrap_or_default().as_secs_f64().max(0.001);
+    let seconds = t1
+        .duration_since(t0)
+        .unwrap_or_default()
+        .as_secs_f64()
+        .max(0.001);
     let rate = |x: u64, y: u64| (y.saturating_sub(x) as f64 / seconds * 100.0).round() / 100.0;
     let lateness = b.lateness.since(&a.lateness);
     let quantile = |q: f64| {

@@ -22,10 +22,19 @@ const STYLE: &str = include_str!("console/app.css");
 /// operations).
 pub(crate) fn routes() -> Router {
     Router::new()
-        .route("/console", get(|| async { Redirect::permanent("/console/") }))
+        .route(
+            "/console",
+            get(|| async { Redirect::permanent("/console/") }),
+        )
         .route("/console/", get(|| async { file("text/html", PAGE) }))
-        .route("/console/app.js", get(|| async { file("text/javascript", SCRIPT) }))
-        .route("/console/app.css", get(|| async { file("text/css", STYLE) }))
+        .route(
+            "/console/app.js",
+            get(|| async { file("text/javascript", SCRIPT) }),
+        )
+        .route(
+            "/console/app.css",
+            get(|| async { file("text/css", STYLE) }),
+        )
 }
 
 /// A file of the console, with the headers every one carries.
@@ -46,6 +55,9 @@ fn file(kind: &str, body: &'static str) -> Response {
         HeaderValue::from_static("nosniff"),
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
     response
 }

@@ -44,7 +44,11 @@ fn query(token: &Token, s: Selection<'_>) -> Answer<TaskQuery> {
         ("due_from", s.due_from, TaskQuery::due_from as fn(_, _) -> _),
         ("due_before", s.due_before, TaskQuery::due_before),
         ("created_from", s.created_from, TaskQuery::created_from),
-        ("created_before", s.created_before, TaskQuery::created_before),
+        (
+            "created_before",
+            s.created_before,
+            TaskQuery::created_before,
+        ),
     ] {
         if let Some(text) = text {
             query = set(query, time(field, text)?);
