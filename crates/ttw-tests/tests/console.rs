@@ -96,14 +96,8 @@ fn confirm(b: &Browser, question: &str) {
         b.eval("return !document.getElementById('confirm').hidden;") == json!(true)
     });
     assert_eq!(text(b, "#confirm-text").as_deref(), Some(question));
-    then_page(
-        b,
-        &b.eval("return document.body.dataset.page;")
-            .as_str()
-            .unwrap()
-            .to_string(),
-        || b.click("#confirm-yes"),
-    );
+    let page = b.eval("return document.body.dataset.page;");
+    then_page(b, page.as_str().unwrap(), || b.click("#confirm-yes"));
 }
 
 fn use_token(b: &Browser, token: &str) {

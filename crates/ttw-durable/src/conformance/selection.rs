@@ -2,8 +2,6 @@
 //! redrive (`sql::admin::Filter`) select the same tasks on each backend,
 //! in both tables, and pages run either way.
 
-use std::time::SystemTime;
-
 use super::*;
 use crate::client::admin::TaskQuery;
 use crate::client::bulk::Redrive;
@@ -40,7 +38,7 @@ async fn selection_case(store: &Store) {
         .await
         .unwrap();
     pause().await;
-    let mid = SystemTime::now();
+    let mid = crate::model::time::from_ms(store.clock().now_ms());
     pause().await;
     let t3 = store
         .schedule("3")
@@ -72,7 +70,7 @@ async fn selection_case(store: &Store) {
         ids(store, TaskQuery::new().idempotency_key("k1")).await,
         [t1]
     );
-    let soon = SystemTime::now() + hour + hour / 2;
+    let soon = crate::model::time::from_ms(store.clock().now_ms()) + hour + hour / 2;
     assert_eq!(ids(store, a().due_before(soon)).await, [t1]);
     assert_eq!(store.count(&a()).await.unwrap(), 2);
     assert_eq!(
