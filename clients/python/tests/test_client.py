@@ -94,6 +94,20 @@ def test_a_batch_is_listed_back_page_by_page(client):
     assert ids == sorted(ids)
 
 
+def test_tasks_page_in_due_order_by_their_cursor(client):
+    key = f"due-{uuid.uuid4()}"
+    batch = [new_task({"n": n}, delay=delay, queue="later", partition_key=key) for n, delay in enumerate(["3h", "1h", "2h"])]
+    ids = [t["id"] for t in client.schedule_many(batch)["tasks"]]
+    first = client.page(queue="later", partition_key=key, state="scheduled", order="due", limit=2)
+    assert [t["id"] for t in first["tasks"]] == [ids[1], ids[2]]
+    rest = client.page(queue="later", partition_key=key, state="scheduled", order="due", limit=2, cursor=first["next_cursor"])
+    assert [t["id"] for t in rest["tasks"]] == [ids[0]]
+    latest = [t["id"] for t in client.tasks(queue="later", partition_key=key, state="scheduled", order="due_desc", limit=1)]
+    assert latest == [ids[0], ids[2], ids[1]]
+    with pytest.raises(errors.InvalidCursor):
+        client.page(queue="later", order="due", cursor=str(ids[0]))
+
+
 def test_a_filter_chooses_a_page_a_count_and_a_bulk_cancel_alike(client):
     key = f"tenant-{uuid.uuid4()}"
     batch = [new_task({"n": n}, delay="2h", queue="later", partition_key=key) for n in range(4)]

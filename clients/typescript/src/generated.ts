@@ -129,6 +129,8 @@ export interface CountsView {
   cancelled: number;
   /** How late its oldest due scheduled task is (absent when none is */
   late_ms?: number | null;
+  /** The states whose figure is not exact: the store is large, and the */
+  estimated?: StateName[];
 }
 
 /** The body of every refusal. */
@@ -298,6 +300,8 @@ export interface PointView {
 /** Tasks per queue (the queues the token may use) and state. */
 export interface QueueCountsView {
   queues: Record<string, CountsView>;
+  /** When the full count behind an `estimated` figure was taken (a */
+  counted_at?: string | null;
 }
 
 /** The queues the token may see. */

@@ -146,8 +146,8 @@ export interface TaskFilter {
   dueBefore?: When;
   createdFrom?: When;
   createdBefore?: When;
-  /** `"desc"`: the newest first. */
-  order?: "asc" | "desc";
+  /** `"desc"`: the newest first; `"due"`, `"due_desc"`: by due time, the soonest or the latest first. */
+  order?: "asc" | "desc" | "due" | "due_desc";
   limit?: number;
 }
 

@@ -162,6 +162,21 @@ test("a batch is listed back page by page", async () => {
   assert.deepEqual(ids, [...ids].sort((a, b) => a - b));
 });
 
+test("tasks page in due order by their cursor", async () => {
+  const key = `due-${Date.now()}`;
+  const inputs = ["3h", "1h", "2h"].map((delay, n) => ({ payload: { n }, delay, queue: "later", partitionKey: key }));
+  const ids = (await client.scheduleMany(inputs)).tasks.map((t) => t.id);
+  const filter = { queue: "later", partitionKey: key, state: "scheduled", order: "due", limit: 2 };
+  const first = await client.page(filter);
+  assert.deepEqual(first.tasks.map((t) => t.id), [ids[1], ids[2]]);
+  const rest = await client.page(filter, first.next_cursor);
+  assert.deepEqual(rest.tasks.map((t) => t.id), [ids[0]]);
+  const latest = [];
+  for await (const t of client.tasks({ ...filter, order: "due_desc", limit: 1 })) latest.push(t.id);
+  assert.deepEqual(latest, [ids[0], ids[2], ids[1]]);
+  await assert.rejects(client.page({ queue: "later", order: "due" }, String(ids[0])), (e) => e.code === "invalid_cursor");
+});
+
 test("a filter chooses a page, a count and a bulk cancel alike", async () => {
   const key = `tenant-${Date.now()}`;
   const inputs = Array.from({ length: 4 }, (_, n) => ({ payload: { n }, delay: "2h", queue: "later", partitionKey: key }));

@@ -619,12 +619,13 @@ async fn admin_case(store: &Store) {
         after: None,
         limit: 10,
         newest_first: false,
+        by_due: false,
     };
     let got = admin::page(db, page).await.unwrap();
     assert_eq!(got.iter().map(|t| t.id.get()).collect::<Vec<_>>(), [ids[1]]);
     let after = admin::Page {
         filter: admin::Filter::default(),
-        after: Some(ids[1]),
+        after: Some(admin::Cursor::Id(ids[1])),
         ..page
     };
     let got = admin::page(db, after).await.unwrap();

@@ -781,7 +781,7 @@ async fn pages_redrive_recurring_schedules_and_the_openapi_routes() {
             "POST",
             "/v1/tasks",
             &app,
-            Some(json!({"queue": "library", "delay": "1h", "payload": {"n": i}})),
+            Some(json!({"queue": "library", "delay": format!("{}h", 5 - i), "payload": {"n": i}})),
         )
         .await;
         assert_eq!(status, 201, "{made}");
@@ -803,6 +803,34 @@ async fn pages_redrive_recurring_schedules_and_the_openapi_routes() {
         }
     }
     assert_eq!(listed, ids);
+    // In due order (the last made is due first), a cursor of (due, id).
+    let mut listed = Vec::new();
+    let first = "/v1/tasks?queue=library&state=scheduled&order=due&limit=2";
+    let mut path = first.to_string();
+    loop {
+        let (status, page) = call("GET", &path, &reader, None).await;
+        assert_eq!(status, 200, "{page}");
+        listed.extend(
+            page["tasks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["id"].as_i64().unwrap()),
+        );
+        match page["next_cursor"].as_str() {
+            Some(cursor) => path = format!("{first}&cursor={cursor}"),
+            None => break,
+        }
+    }
+    assert_eq!(listed, ids.iter().rev().copied().collect::<Vec<_>>());
+    let (_, latest) = call(
+        "GET",
+        "/v1/tasks?queue=library&order=due_desc&limit=1",
+        &reader,
+        None,
+    )
+    .await;
+    assert_eq!(latest["tasks"][0]["id"], ids[0]);
     let (_, one) = call("GET", "/v1/tasks?state=scheduled&limit=1", &app, None).await;
     assert_eq!(one["tasks"][0]["payload"], json!({"n": 0}));
     for (path, who, status, code) in [
@@ -810,6 +838,20 @@ async fn pages_redrive_recurring_schedules_and_the_openapi_routes() {
         ("/v1/tasks?limit=0", &app, 400, "invalid_limit"),
         ("/v1/tasks?limit=1001", &app, 400, "invalid_limit"),
         ("/v1/tasks?cursor=abc", &app, 400, "invalid_cursor"),
+        ("/v1/tasks?order=due&cursor=12", &app, 400, "invalid_cursor"),
+        (
+            "/v1/tasks?order=due&cursor=12_x",
+            &app,
+            400,
+            "invalid_cursor",
+        ),
+        (
+            "/v1/tasks?cursor=1700000000000_12",
+            &app,
+            400,
+            "invalid_cursor",
+        ),
+        ("/v1/tasks?order=sideways", &app, 400, "invalid_request"),
         ("/v1/tasks?due_before=soon", &app, 400, "invalid_time"),
         ("/v1/tasks?colour=red", &app, 400, "invalid_request"),
         ("/v1/tasks", &reader, 403, "forbidden"),

@@ -228,6 +228,15 @@ async fn console_pages(backend: &str, addr: &str) {
     let hour_ago = humantime::format_rfc3339_millis(
         UNIX_EPOCH + Duration::from_millis((now_ms() - 3_600_000) as u64),
     );
+    // The second page of the whole backlog in due order, by its cursor.
+    let due_page = "/v1/tasks?state=scheduled&due_from=2026-01-01T00:00:00Z&order=due&limit=50";
+    let first = call(reqwest::Method::GET, due_page.into(), None).await;
+    let due_cursor = first
+        .split("\"next_cursor\":\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .unwrap_or("0_1")
+        .to_string();
     let get = |p: &str| (reqwest::Method::GET, p.to_string(), None::<String>);
     let post = |p: &str, b: &str| (reqwest::Method::POST, p.to_string(), Some(b.to_string()));
     let pages = [
@@ -239,6 +248,8 @@ async fn console_pages(backend: &str, addr: &str) {
         ("tasks, partition key", vec![get("/v1/tasks?partition_key=tenant-7&order=desc&limit=50")]),
         ("tasks, idempotency key", vec![get("/v1/tasks?idempotency_key=nobody&limit=50")]),
         ("tasks, state scheduled, due between", vec![get("/v1/tasks?state=scheduled&due_before=2099-01-01T00:00:00Z&due_from=2026-01-01T00:00:00Z&limit=50")]),
+        ("tasks, state scheduled, due from 2026, in due order", vec![get(due_page)]),
+        ("tasks, the same, next page", vec![get(&format!("{due_page}&cursor={due_cursor}"))]),
         ("tasks, created in the last hour", vec![get(&format!("/v1/tasks?created_from={hour_ago}&order=desc&limit=50"))]),
         ("bulk cancel, dry run by partition key", vec![post("/v1/tasks/cancel", r#"{"partition_key":"tenant-7","dry_run":true}"#)]),
         ("a task", vec![get(&format!("/v1/tasks/{id}")), get(&format!("/v1/tasks/{id}/attempts"))]),

@@ -133,6 +133,7 @@ class CountsView(TypedDict, total=False):
     dead: int
     cancelled: int
     late_ms: Optional[int]
+    estimated: List["StateName"]
 
 
 class ErrorBody(TypedDict, total=False):
@@ -277,6 +278,7 @@ class QueueCountsView(TypedDict, total=False):
     """Tasks per queue (the queues the token may use) and state. Always present: queues."""
 
     queues: Dict[str, Any]
+    counted_at: Optional[str]
 
 
 class QueueList(TypedDict, total=False):

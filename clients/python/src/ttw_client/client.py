@@ -244,7 +244,8 @@ class Client:
 
     def page(self, *, order: Optional[str] = None, limit: Optional[int] = None, cursor: Optional[str] = None, **filters: Any) -> PageView:
         """One page of tasks in id order (``order="desc"``: the newest
-        first), and the cursor of the next. The filters: ``state``,
+        first; ``"due"``/``"due_desc"``: by due time, the soonest or the
+        latest first), and the cursor of the next. The filters: ``state``,
         ``queue``, ``partition_key``, ``idempotency_key``, ``due_from``,
         ``due_before``, ``created_from``, ``created_before``."""
         query = dict(_selection(filters), order=order, limit=limit, cursor=cursor)

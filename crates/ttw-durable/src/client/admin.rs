@@ -13,7 +13,7 @@ use crate::error::Error;
 use crate::model::queue::check_queue;
 use crate::model::task::{TaskInfo, TaskState};
 use crate::model::time::{from_ms, ms, to_ms};
-use crate::sql::admin::{self, Filter, Page};
+use crate::sql::admin::{self, Cursor, Filter, Page};
 
 /// The largest page [`Store::list`] returns.
 pub const MAX_PAGE: u32 = 1000;
@@ -53,8 +53,10 @@ pub struct TaskQuery {
     created_from: Option<SystemTime>,
     created_before: Option<SystemTime>,
     after: Option<i64>,
+    after_due: Option<i64>,
     limit: u32,
     newest_first: bool,
+    by_due: bool,
 }
 
 impl Default for TaskQuery {
@@ -76,8 +78,10 @@ impl TaskQuery {
             created_from: None,
             created_before: None,
             after: None,
+            after_due: None,
             limit: 100,
             newest_first: false,
+            by_due: false,
         }
     }
 
@@ -122,6 +126,55 @@ impl TaskQuery {
     /// the ids below the one given.
     pub fn newest_first(mut self) -> Self {
         self.newest_first = true;
+        self
+    }
+
+    /// Pages in due order, the soonest first (the latest first with
+    /// [`newest_first`](Self::newest_first)), tasks due at the same
+    /// millisecond by id; the next page starts
+    /// [`after_task`](Self::after_task) the last of this one. With the
+    /// state scheduled, running or dead, each page is a keyset read of the
+    /// due index, however many tasks the filter selects.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ttw_durable::{Store, TaskQuery, TaskState};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// for minutes in [30, 10, 20, 10] {
+    ///     store.schedule("x").delay(Duration::from_secs(60 * minutes)).await?;
+    /// }
+    /// let query = TaskQuery::new().state(TaskState::Scheduled).by_due().limit(3);
+    /// let first = store.list(&query).await?;
+    /// assert!(first[0].run_at <= first[1].run_at && first[1].run_at <= first[2].run_at);
+    /// let next = store.list(&query.clone().after_task(&first[2])).await?;
+    /// assert_eq!(next.len(), 1);
+    /// assert!(next[0].run_at >= first[2].run_at);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn by_due(mut self) -> Self {
+        self.by_due = true;
+        self
+    }
+
+    /// The page after the one `task` ended, in either order: its id, and
+    /// its due time for [`by_due`](Self::by_due).
+    pub fn after_task(mut self, task: &TaskInfo) -> Self {
+        self.after = Some(task.id.get());
+        self.after_due = to_ms(task.run_at).ok();
+        self
+    }
+
+    /// The page after the task due at `run_at` with id `id`, for
+    /// [`by_due`](Self::by_due) (a cursor kept as these two values).
+    pub fn after_due(mut self, run_at: SystemTime, id: crate::model::task::TaskId) -> Self {
+        self.after = Some(id.get());
+        self.after_due = to_ms(run_at).ok();
         self
     }
 
@@ -237,11 +290,13 @@ impl Store {
         Ok(admin::schema_version(self.db()).await?.unwrap_or(0))
     }
 
-    /// Tasks that match `query`, in id order, at most its limit.
+    /// Tasks that match `query`, in id order (or due order), at most its
+    /// limit.
     ///
     /// # Errors
     ///
-    /// [`Error::is_config`] for a limit of 0 or over [`MAX_PAGE`],
+    /// [`Error::is_config`] for a limit of 0 or over [`MAX_PAGE`], or a
+    /// page in due order after an id alone,
     /// [`Error::is_invalid_queue`], [`Error::is_out_of_range`] for a due
     /// time the store cannot hold, [`Error::is_database`].
     pub async fn list(&self, query: &TaskQuery) -> Result<Vec<TaskInfo>, Error> {
@@ -251,11 +306,23 @@ impl Store {
                 query.limit
             )));
         }
+        let after = match (query.by_due, query.after, query.after_due) {
+            (_, None, _) => None,
+            (false, Some(id), _) => Some(Cursor::Id(id)),
+            (true, Some(id), Some(at)) => Some(Cursor::Due(at, id)),
+            (true, Some(_), None) => {
+                return Err(Error::config(
+                    "a page in due order starts after a task (after_task or after_due), \
+                     not after an id alone",
+                ))
+            }
+        };
         let page = Page {
             filter: query.filter(None)?,
-            after: query.after,
+            after,
             limit: query.limit,
             newest_first: query.newest_first,
+            by_due: query.by_due,
         };
         admin::page(self.db(), page).await
     }

@@ -1,7 +1,8 @@
 //! Counting tasks: per state ([`Store::counts`]) and per queue and state
-//! ([`Store::queue_counts`]).
+//! ([`Store::queue_counts`]), and per queue and state with a bound on what
+//! is read ([`Store::bounded_queue_counts`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::client::store::Store;
 use crate::error::Error;
@@ -60,6 +61,80 @@ impl Store {
         Ok(counts)
     }
 
+    /// Tasks per queue and state, read in a time that does not grow with
+    /// the store: each pending state (scheduled, running, dead) of each
+    /// queue counted up to `bound`, and the finished ones (done,
+    /// cancelled) among the newest `bound` tasks of the history. A count
+    /// that stopped there is in [`BoundedCounts::at_least`]: there are at
+    /// least that many (a queue whose finished tasks are all older than
+    /// the newest `bound` is absent). [`Store::queue_counts`] counts every
+    /// task, in a time that grows with the tasks; a console of a large
+    /// store shows these first and those when it has them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_config`] for a bound of 0, [`Error::is_database`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ttw_durable::{Store, TaskState};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// for _ in 0..5 {
+    ///     store.schedule("a").queue("emails").await?;
+    /// }
+    /// store.schedule("b").await?;
+    /// let counts = store.bounded_queue_counts(3).await?;
+    /// assert_eq!(counts.counts["emails"].scheduled, 3);
+    /// assert!(counts.at_least.contains(&("emails".to_string(), TaskState::Scheduled)));
+    /// assert_eq!(counts.counts["default"].scheduled, 1);
+    /// assert!(!counts.is_capped("default", TaskState::Scheduled));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn bounded_queue_counts(&self, bound: u64) -> Result<BoundedCounts, Error> {
+        let bound = i64::try_from(bound)
+            .ok()
+            .filter(|&b| b > 0)
+            .ok_or_else(|| Error::config(format!("a bound of counts is 1 or more, not {bound}")))?;
+        let mut out = BoundedCounts::default();
+        let pending = admin::bounded_pending_counts(self.db(), bound).await?;
+        let finished = admin::recent_finished_counts(self.db(), bound).await?;
+        let history_full = finished.iter().map(|(_, _, n)| n).sum::<i64>() >= bound;
+        for (queue, state, n) in pending {
+            let state = TaskState::from_sql(&state)?;
+            if n >= bound {
+                out.at_least.insert((queue.clone(), state));
+            }
+            out.counts
+                .entry(queue)
+                .or_default()
+                .set(state, u64::try_from(n).unwrap_or(0));
+        }
+        for (queue, state, n) in finished {
+            let state = TaskState::from_sql(&state)?;
+            if history_full {
+                out.at_least.insert((queue.clone(), state));
+            }
+            out.counts
+                .entry(queue)
+                .or_default()
+                .set(state, u64::try_from(n).unwrap_or(0));
+        }
+        if history_full {
+            // A finished state a full window did not show may still be there.
+            for (queue, _) in out.counts.iter() {
+                for state in [TaskState::Done, TaskState::Cancelled] {
+                    out.at_least.insert((queue.clone(), state));
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Sets the `ttw_tasks{queue, state}` gauge of the installed
     /// [`metrics`] recorder from [`Store::queue_counts`], and returns the
     /// counts. One `GROUP BY` over the tasks: call it every few seconds,
@@ -100,6 +175,25 @@ impl Store {
         *published = counts.keys().cloned().collect();
         drop(published);
         Ok(counts)
+    }
+}
+
+/// Counts per queue and state that stop at a bound, from
+/// [`Store::bounded_queue_counts`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BoundedCounts {
+    /// By queue: each count at most the bound.
+    pub counts: BTreeMap<String, StateCounts>,
+    /// The (queue, state) counts that stopped at the bound: there are at
+    /// least that many.
+    pub at_least: BTreeSet<(String, TaskState)>,
+}
+
+impl BoundedCounts {
+    /// Whether the count of `queue` in `state` stopped at the bound.
+    pub fn is_capped(&self, queue: &str, state: TaskState) -> bool {
+        self.at_least.contains(&(queue.to_string(), state))
     }
 }
 

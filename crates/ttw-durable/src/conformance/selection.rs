@@ -108,5 +108,99 @@ async fn selection_case(store: &Store) {
             .unwrap(),
         4
     );
+    due_order(store).await;
 }
 conformance!(selection_statements, selection_case);
+
+/// Pages in due order, of tasks of their own key: due at +2 s, +1 s (two,
+/// a tie), +3 s in id order; pages follow each other by (due time, id)
+/// both ways, a cursor inside a tie splits it, and an id alone is no
+/// cursor of that order.
+async fn due_order(store: &Store) {
+    let base = crate::model::time::from_ms(store.clock().now_ms()) + Duration::from_secs(5 * 3600);
+    let mut t = Vec::new();
+    for offset in [2, 1, 1, 3] {
+        let at = base + Duration::from_secs(offset);
+        t.push(
+            store
+                .schedule("d")
+                .partition_key("due")
+                .at(at)
+                .await
+                .unwrap(),
+        );
+    }
+    let due = || {
+        TaskQuery::new()
+            .state(TaskState::Scheduled)
+            .partition_key("due")
+            .by_due()
+    };
+    assert_eq!(ids(store, due()).await, [t[1], t[2], t[0], t[3]]);
+    let first = store.list(&due().limit(2)).await.unwrap();
+    assert_eq!(ids(store, due().after_task(&first[1])).await, [t[0], t[3]]);
+    let latest = store.list(&due().newest_first().limit(2)).await.unwrap();
+    assert_eq!(
+        latest.iter().map(|t| t.id).collect::<Vec<_>>(),
+        [t[3], t[0]]
+    );
+    assert_eq!(
+        ids(store, due().newest_first().after_task(&latest[1])).await,
+        [t[2], t[1]]
+    );
+    let tie = base + Duration::from_secs(1);
+    assert_eq!(
+        ids(store, due().after_due(tie, t[1])).await,
+        [t[2], t[0], t[3]]
+    );
+    assert_eq!(
+        ids(store, due().newest_first().after_due(tie, t[2])).await,
+        [t[1]]
+    );
+    assert_eq!(
+        ids(
+            store,
+            due().due_from(base + Duration::from_secs(2)).limit(1)
+        )
+        .await,
+        [t[0]]
+    );
+    assert!(store
+        .list(&due().after(t[0]))
+        .await
+        .unwrap_err()
+        .is_config());
+}
+
+/// `bounded counts`: each pending count stops at the bound and says so;
+/// the finished ones are counted in the newest `bound` of the history,
+/// and a full window marks every finished count as a floor; with room to
+/// spare they equal the full counts.
+async fn bounded_counts_case(store: &Store) {
+    for _ in 0..3 {
+        store.schedule("a").queue("a").await.unwrap();
+    }
+    let mut b = Vec::new();
+    for _ in 0..3 {
+        b.push(store.schedule("b").queue("b").await.unwrap());
+    }
+    for id in &b[..2] {
+        assert!(store.cancel(*id).await.unwrap());
+    }
+    let tight = store.bounded_queue_counts(2).await.unwrap();
+    assert_eq!(tight.counts["a"].scheduled, 2);
+    assert!(tight.is_capped("a", TaskState::Scheduled));
+    assert_eq!(tight.counts["b"].scheduled, 1);
+    assert!(!tight.is_capped("b", TaskState::Scheduled));
+    assert!(!tight.is_capped("a", TaskState::Dead));
+    assert_eq!(tight.counts["b"].cancelled, 2);
+    for queue in ["a", "b"] {
+        assert!(tight.is_capped(queue, TaskState::Done));
+        assert!(tight.is_capped(queue, TaskState::Cancelled));
+    }
+    let roomy = store.bounded_queue_counts(10).await.unwrap();
+    assert!(roomy.at_least.is_empty(), "{:?}", roomy.at_least);
+    assert_eq!(roomy.counts, store.queue_counts().await.unwrap());
+    assert!(store.bounded_queue_counts(0).await.unwrap_err().is_config());
+}
+conformance!(bounded_counts, bounded_counts_case);

@@ -8,7 +8,7 @@ use crate::error::Error;
 pub use crate::model::id::TaskId;
 
 /// Where a task is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum TaskState {
     /// Waiting for its `run_at` (or for a retry).
@@ -172,6 +172,26 @@ pub struct StateCounts {
 
 impl StateCounts {
     /// The count of tasks in `state`.
+    ///
+    /// ```
+    /// use ttw_durable::{StateCounts, TaskState};
+    ///
+    /// let mut counts = StateCounts::default();
+    /// counts.set(TaskState::Dead, 3);
+    /// assert_eq!(counts.get(TaskState::Dead), 3);
+    /// assert_eq!(counts.dead, 3);
+    /// ```
+    pub fn get(&self, state: TaskState) -> u64 {
+        let mut copy = *self;
+        *copy.slot(state)
+    }
+
+    /// Sets the count of tasks in `state`.
+    pub fn set(&mut self, state: TaskState, n: u64) {
+        *self.slot(state) = n;
+    }
+
+    /// The count of tasks in `state`, to change.
     pub(crate) fn slot(&mut self, state: TaskState) -> &mut u64 {
         match state {
             TaskState::Scheduled => &mut self.scheduled,

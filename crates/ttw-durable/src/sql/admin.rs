@@ -44,6 +44,53 @@ pub(crate) async fn queue_state_counts(db: &Db) -> Result<Vec<(String, String, i
     Ok(rows)
 }
 
+/// Pending tasks (scheduled, running, dead) per queue and state, each
+/// count stopped at `bound`: one index probe of `(queue, state)` per
+/// queue, found by a skip along that index, and at most `bound` entries
+/// read per queue and state however many tasks there are.
+pub(crate) async fn bounded_pending_counts(
+    db: &Db,
+    bound: i64,
+) -> Result<Vec<(String, String, i64)>, Error> {
+    let rows = with_pool!(db, pool => {
+        sqlx::query_as(
+            "WITH RECURSIVE q(name) AS ( \
+                 SELECT MIN(queue) FROM ttw_tasks \
+                 UNION ALL \
+                 SELECT (SELECT MIN(t.queue) FROM ttw_tasks t WHERE t.queue > q.name) \
+                 FROM q WHERE q.name IS NOT NULL), \
+             s(state) AS (SELECT 'scheduled' UNION ALL SELECT 'running' UNION ALL SELECT 'dead') \
+             SELECT q.name, s.state, \
+                 (SELECT COUNT(*) FROM (SELECT 1 FROM ttw_tasks t \
+                   WHERE t.queue = q.name AND t.state = s.state LIMIT $1) AS c) \
+             FROM q CROSS JOIN s WHERE q.name IS NOT NULL",
+        )
+        .bind(bound)
+        .fetch_all(pool)
+        .await?
+    });
+    Ok(rows)
+}
+
+/// The newest `window` finished tasks (done, cancelled) of the history,
+/// counted per queue and state: every one when the history holds fewer.
+pub(crate) async fn recent_finished_counts(
+    db: &Db,
+    window: i64,
+) -> Result<Vec<(String, String, i64)>, Error> {
+    let rows = with_pool!(db, pool => {
+        sqlx::query_as(
+            "SELECT h.queue, h.state, COUNT(*) FROM \
+             (SELECT queue, state FROM ttw_history ORDER BY id DESC LIMIT $1) AS h \
+             GROUP BY h.queue, h.state",
+        )
+        .bind(window)
+        .fetch_all(pool)
+        .await?
+    });
+    Ok(rows)
+}
+
 /// Which tasks: the filter of a page, of a count, of a bulk cancel and of
 /// a redrive. Every part is optional; times are milliseconds.
 #[derive(Debug, Clone, Copy, Default)]
@@ -113,15 +160,24 @@ macro_rules! bind_filter {
     }};
 }
 
+/// Where a [`Page`] starts: after a task id, or after a (due time, id).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Cursor {
+    Id(i64),
+    Due(i64, i64),
+}
+
 /// The parameters of [`page`]: a filter, and where the page starts.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Page<'a> {
     pub(crate) filter: Filter<'a>,
-    /// The page starts after this id (before it, newest first).
-    pub(crate) after: Option<i64>,
+    /// The page starts after this task (before it, newest first).
+    pub(crate) after: Option<Cursor>,
     pub(crate) limit: u32,
-    /// Ids downwards, the newest first.
+    /// Downwards, the newest (or the latest due) first.
     pub(crate) newest_first: bool,
+    /// By (due time, id) rather than by id.
+    pub(crate) by_due: bool,
 }
 
 /// The table that holds the tasks in `state`: scheduled, running and dead
@@ -135,7 +191,10 @@ fn table_of(state: Option<TaskState>) -> &'static str {
     }
 }
 
-/// One page of tasks, in id order (or its reverse).
+/// One page of tasks, in id order or due order (or their reverse). A state
+/// names the one table that holds it, so the page reads that table's
+/// indexes: in due order, scheduled, running and dead tasks are a keyset
+/// read of `(state, run_at)` whatever the filter selects.
 pub(crate) async fn page(db: &Db, page: Page<'_>) -> Result<Vec<TaskInfo>, Error> {
     let (mut clause, mut binds) = page.filter.clause();
     let (op, order) = if page.newest_first {
@@ -143,13 +202,31 @@ pub(crate) async fn page(db: &Db, page: Page<'_>) -> Result<Vec<TaskInfo>, Error
     } else {
         (">", "ASC")
     };
-    if let Some(after) = page.after {
-        binds.push(Bound::Int(after));
-        let _ = write!(clause, " AND id {op} ${}", binds.len());
+    match page.after {
+        Some(Cursor::Id(after)) => {
+            binds.push(Bound::Int(after));
+            let _ = write!(clause, " AND id {op} ${}", binds.len());
+        }
+        Some(Cursor::Due(at, after)) => {
+            binds.push(Bound::Int(at));
+            binds.push(Bound::Int(after));
+            let (a, b) = (binds.len() - 1, binds.len());
+            // The bound on run_at alone lets either planner seek the index.
+            let _ = write!(
+                clause,
+                " AND run_at {op}= ${a} AND (run_at, id) {op} (${a}, ${b})"
+            );
+        }
+        None => {}
     }
-    // The view: a table alone lacks some of its columns.
+    let by = if page.by_due {
+        format!("run_at {order}, id {order}")
+    } else {
+        format!("id {order}")
+    };
     let sql = format!(
-        "SELECT {TASK_INFO_COLUMNS} FROM ttw_all_tasks WHERE {clause} ORDER BY id {order} LIMIT {}",
+        "SELECT {TASK_INFO_COLUMNS} FROM {} WHERE {clause} ORDER BY {by} LIMIT {}",
+        table_of(page.filter.state),
         page.limit
     );
     let tasks = with_pool!(db, pool => {

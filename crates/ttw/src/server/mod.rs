@@ -102,6 +102,7 @@ pub(crate) async fn server(path: &Path, check: bool) -> Result<()> {
         settings,
         grouper,
         stats,
+        counts: Arc::default(),
     });
     let mut router = routes::routes(api.clone());
     if console {

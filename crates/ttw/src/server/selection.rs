@@ -68,7 +68,8 @@ pub(crate) struct ListQuery {
     /// Scheduled (created) before (RFC 3339).
     #[param(format = DateTime)]
     pub(crate) created_before: Option<String>,
-    /// `asc` (the default: the oldest id first) or `desc` (the newest
+    /// `asc` (the default: the oldest id first), `desc` (the newest
+    /// first), `due` (the soonest due first) or `due_desc` (the latest due
     /// first).
     pub(crate) order: Option<Order>,
     /// The `next_cursor` of the page before.
@@ -84,12 +85,17 @@ impl ListQuery {
     }
 }
 
-/// The order of a page.
+/// The order of a page: by id (`asc`, `desc`), or by due time, ties by id
+/// (`due`: the soonest first; `due_desc`: the latest first). With the state
+/// scheduled, running or dead, a page in due order is a keyset read of the
+/// due index however many tasks the filter selects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Order {
     Asc,
     Desc,
+    Due,
+    DueDesc,
 }
 
 /// Scheduled tasks to cancel, chosen by the filters of `GET /v1/tasks`

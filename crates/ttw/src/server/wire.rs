@@ -435,6 +435,14 @@ pub(crate) struct CountsView {
     /// due).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) late_ms: Option<u64>,
+    /// The states whose figure is not exact: the store is large, and the
+    /// count of this page stopped at 10,000 (of pending tasks per state,
+    /// of finished ones among the newest); the figure is the larger of
+    /// that and the last full count's (see `counted_at`). Absent when
+    /// every figure is exact.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<StateName>)]
+    pub(crate) estimated: Vec<String>,
 }
 
 impl From<StateCounts> for CountsView {
@@ -446,6 +454,7 @@ impl From<StateCounts> for CountsView {
             dead: c.dead,
             cancelled: c.cancelled,
             late_ms: None,
+            estimated: Vec::new(),
         }
     }
 }
@@ -454,6 +463,13 @@ impl From<StateCounts> for CountsView {
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct QueueCountsView {
     pub(crate) queues: BTreeMap<String, CountsView>,
+    /// When the full count behind an `estimated` figure was taken (a
+    /// count of every task, run in the background, again after twenty
+    /// times its own duration: 10 s to 30 min). Absent when no figure is
+    /// from it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    pub(crate) counted_at: Option<String>,
 }
 
 /// A recurring schedule's definition: `cron` (with `time_zone`) or

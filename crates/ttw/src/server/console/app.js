@@ -119,7 +119,8 @@ async function tasksPage() {
     const placeholder = name.includes("_from") || name.includes("_before") ? "2026-01-01T00:00:00Z" : "";
     form.append(el("label", {}, name.replace("_", " "), el("input", { name, value: p.get(name) || "", placeholder, size: name.includes("key") ? 16 : 20 })));
   }
-  const order = el("select", { name: "order" }, el("option", { value: "desc", text: "newest first" }), el("option", { value: "asc", text: "oldest first" }));
+  const order = el("select", { name: "order" }, el("option", { value: "desc", text: "newest first" }), el("option", { value: "asc", text: "oldest first" }),
+    el("option", { value: "due", text: "due soonest first" }), el("option", { value: "due_desc", text: "due latest first" }));
   order.value = p.get("order") || "desc";
   form.append(el("label", {}, "order", order), el("button", { id: "apply", type: "submit", text: "Apply" }));
   form.addEventListener("submit", (ev) => {
@@ -278,10 +279,17 @@ async function queuesPage() {
   const [list, counts] = await Promise.all([api("GET", "/v1/queues"), api("GET", "/v1/counts")]);
   const rows = list.queues.map((q) => {
     const c = counts.queues[q.queue] || {};
+    // A large store's figure that is not exact: "≈" from the last full
+    // count, "+" a floor before the first one.
+    const figure = (state) => {
+      const n = c[state] ?? 0;
+      if (!(c.estimated || []).includes(state)) return n;
+      return counts.counted_at ? "≈" + n : n + "+";
+    };
     const rate = q.rate ? q.rate.count + " per " + span(q.rate.period_ms) + " (burst " + q.rate.burst + ")" : "-";
     const tr = el("tr", { "data-queue": q.queue },
       cell(q.queue), cell(q.paused ? "paused" : "running", q.paused ? "state-dead" : "state-done"),
-      cell(c.scheduled ?? 0, "n"), cell(c.running ?? 0, "n"), cell(c.done ?? 0, "n"), cell(c.dead ?? 0, "n"), cell(c.cancelled ?? 0, "n"),
+      cell(figure("scheduled"), "n"), cell(figure("running"), "n"), cell(figure("done"), "n"), cell(figure("dead"), "n"), cell(figure("cancelled"), "n"),
       cell(c.late_ms === undefined ? "-" : span(c.late_ms), "n"),
       cell(q.concurrency, "n"), cell(q.per_key_concurrency, "n"), cell(rate, "rate"));
     const td = el("td", {});
@@ -297,6 +305,11 @@ async function queuesPage() {
   });
   show(el("h2", { text: "Queues" }),
     table("queues", ["queue", "", "scheduled", "running", "done", "dead", "cancelled", "oldest due, late by", "concurrency", "per key", "rate", ""], rows),
+    counts.counted_at
+      ? el("p", { id: "counted-at", text: "A large store: figures marked ≈ are from the full count of " + counts.counted_at + " (counted again in the background); the others are exact now." })
+      : Object.values(counts.queues).some((c) => (c.estimated || []).length)
+        ? el("p", { id: "counted-at", text: "A large store: figures marked + are at least that many; the full count is running." })
+        : null,
     el("p", { text: "Throughput and lateness over time: see Charts." }));
 }
 

@@ -13,7 +13,7 @@ use super::super::selection::{
     CancelRequest, CancelledManyView, ListQuery, RedriveRequest, RedrivenOneView, RedrivenView,
 };
 use super::super::service::tasks::{self, Named};
-use super::super::service::{bulk, Shared};
+use super::super::service::{bulk, counts, Shared};
 use super::super::wire::{
     AttemptView, AttemptsView, BatchView, CancelledView, NewBatch, NewTask, NewTime, PageView,
     QueueCountsView, RescheduledView, ScheduledView, TaskView,
@@ -290,6 +290,5 @@ pub(crate) async fn counts(
     State(api): State<Shared>,
     Auth(token, ..): Auth<Read>,
 ) -> Answer<Json<QueueCountsView>> {
-    let queues = tasks::counts(&api, &token).await?;
-    Ok(Json(QueueCountsView { queues }))
+    Ok(Json(counts::counts(&api, &token).await?))
 }

@@ -58,6 +58,7 @@ async fn router(name: &str) -> (Router, std::path::PathBuf) {
         store,
         stats: Stats::new(std::time::Duration::from_secs(10), None),
         settings,
+        counts: Arc::default(),
     });
     (routes(api), dir)
 }

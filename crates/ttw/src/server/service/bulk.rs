@@ -2,6 +2,8 @@
 //! actions (cancel, redrive) with their dry runs, which count what the
 //! action would change with the same filters.
 
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
 use ttw_durable::{Redrive, TaskId, TaskQuery, TaskState};
 
 use super::super::config::{Scope, Token};
@@ -76,21 +78,44 @@ pub(crate) async fn list(api: &Api, token: &Token, q: ListQuery) -> Answer<PageV
         )));
     }
     let mut query = query(token, q.selection())?.limit(limit);
-    if q.order == Some(Order::Desc) {
+    let order = q.order.unwrap_or(Order::Asc);
+    if matches!(order, Order::Desc | Order::DueDesc) {
         query = query.newest_first();
     }
+    let by_due = matches!(order, Order::Due | Order::DueDesc);
+    if by_due {
+        query = query.by_due();
+    }
     if let Some(cursor) = &q.cursor {
-        let after = cursor
-            .parse::<i64>()
-            .ok()
-            .filter(|&id| id > 0)
-            .ok_or_else(|| Code::InvalidCursor.refuse(format!("{cursor:?} is not a cursor")))?;
-        query = query.after(TaskId::new(after));
+        let bad =
+            || Code::InvalidCursor.refuse(format!("{cursor:?} is not a cursor of this order"));
+        query = if by_due {
+            let (at, id) = cursor.split_once('_').ok_or_else(bad)?;
+            let at = at.parse::<u64>().map_err(|_| bad())?;
+            let id = id
+                .parse::<i64>()
+                .ok()
+                .filter(|&id| id > 0)
+                .ok_or_else(bad)?;
+            query.after_due(UNIX_EPOCH + Duration::from_millis(at), TaskId::new(id))
+        } else {
+            let id = cursor
+                .parse::<i64>()
+                .ok()
+                .filter(|&id| id > 0)
+                .ok_or_else(bad)?;
+            query.after(TaskId::new(id))
+        };
     }
     let tasks = api.store.list(&query).await?;
+    // A page in due order goes on after (due time, id): `<ms>_<id>`.
     let next_cursor = (tasks.len() == limit as usize)
-        .then(|| tasks.last().map(|t| t.id.get().to_string()))
-        .flatten();
+        .then(|| tasks.last())
+        .flatten()
+        .map(|t| match by_due {
+            true => format!("{}_{}", ms(t.run_at), t.id.get()),
+            false => t.id.get().to_string(),
+        });
     Ok(PageView {
         tasks: tasks.iter().map(TaskView::from).collect(),
         next_cursor,
@@ -110,6 +135,13 @@ pub(crate) async fn cancel(api: &Api, token: &Token, b: CancelRequest) -> Answer
         return Ok(api.store.count(&query).await?.min(limit));
     }
     Ok(api.store.cancel_many(&query, limit).await?)
+}
+
+/// Milliseconds since the epoch of `at`.
+fn ms(at: SystemTime) -> u128 {
+    at.duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis()
 }
 
 fn query_state(text: &Option<String>) -> Answer<TaskState> {

@@ -13,6 +13,7 @@ use super::group::Grouper;
 use super::refusal::{Answer, Code};
 
 pub(crate) mod bulk;
+pub(crate) mod counts;
 pub(crate) mod envelope;
 pub(crate) mod queues;
 pub(crate) mod recurring;
@@ -26,6 +27,8 @@ pub(crate) struct Api {
     pub(crate) grouper: Grouper,
     /// This node's counters, sampled for the console's charts.
     pub(crate) stats: Stats,
+    /// The last full count of the tasks, for `GET /v1/counts`.
+    pub(crate) counts: Arc<counts::CountCache>,
 }
 
 pub(crate) type Shared = Arc<Api>;

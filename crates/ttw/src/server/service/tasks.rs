@@ -1,7 +1,6 @@
 //! Tasks: schedule one or a batch, look one up by id or key, cancel or
 //! reschedule it, list them by cursor, redrive finished ones, count them.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use base64::Engine;
@@ -12,7 +11,7 @@ use super::super::config::Token;
 use super::super::group::Refused;
 use super::super::refusal::{Answer, Code};
 use super::super::wire::MAX_BATCH;
-use super::super::wire::{self, CountsView, NewBatch, NewTime};
+use super::super::wire::{self, NewBatch, NewTime};
 use super::{allow_queue, duration, envelope, known_queue, Api};
 
 /// When a task is due: `run_at`, or `delay` from now, or now.
@@ -398,28 +397,6 @@ pub(crate) fn state(text: &str) -> Answer<TaskState> {
 /// An RFC 3339 time of a query.
 pub(crate) fn time(field: &str, text: &str) -> Answer<SystemTime> {
     ttw_durable::parse_time(text).map_err(|err| Code::InvalidTime.refuse(format!("{field}: {err}")))
-}
-
-/// Tasks per queue (of the queues the token may use) and state.
-pub(crate) async fn counts(api: &Api, token: &Token) -> Answer<BTreeMap<String, CountsView>> {
-    let oldest = api.store.oldest_due().await?;
-    Ok(api
-        .store
-        .queue_counts()
-        .await?
-        .into_iter()
-        .filter(|(queue, _)| allow_queue(token, queue).is_ok())
-        .map(|(queue, c)| {
-            let mut view = CountsView::from(c);
-            view.late_ms = oldest.get(&queue).map(|&due| {
-                SystemTime::now()
-                    .duration_since(due)
-                    .unwrap_or_default()
-                    .as_millis() as u64
-            });
-            (queue, view)
-        })
-        .collect())
 }
 
 #[cfg(test)]
