@@ -193,7 +193,7 @@ mod telemetry;
 pub use client::admin::{DueTimeline, NodeInfo, TaskQuery, MAX_PAGE};
 pub use client::bulk::{Redrive, REDRIVE_GROUP};
 pub use client::connection::CallerConnection;
-pub use client::counts::BoundedCounts;
+pub use client::counts::{BoundedCounts, Throughput, MAX_THROUGHPUT_READ};
 pub use client::export::PendingTask;
 pub use client::schedule::{Schedule, Scheduled};
 pub use client::store::{Store, StoreBuilder};

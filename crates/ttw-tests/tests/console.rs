@@ -335,6 +335,23 @@ scopes = ["read"]
         "the other key's tasks stay"
     );
 
+    // A due range typed in picks due order; the page comes in that order.
+    then_page(&b, "tasks", || b.go(&format!("{base}/console/#/tasks")));
+    then_page(&b, "tasks", || {
+        b.type_into("#filters input[name=due_from]", "2000-01-01T00:00:00Z");
+        let order = b.eval("return document.querySelector('#filters select[name=order]').value;");
+        assert_eq!(order, "due", "a due range picks due order");
+        b.click("#apply");
+    });
+    let hash = b.eval("return location.hash;");
+    assert!(hash.as_str().unwrap().contains("order=due"), "{hash}");
+    assert!(count(&b, "#tasks tbody tr") > 1);
+    let due = b.eval(
+        "return [...document.querySelectorAll('#tasks tbody tr')].map((r) => r.children[3].textContent);",
+    );
+    let due: Vec<String> = serde_json::from_value(due).unwrap();
+    assert!(due.windows(2).all(|w| w[0] <= w[1]), "{due:?}");
+
     // Pause a queue: a task due now waits; resume it: delivered.
     then_page(&b, "queues", || b.go(&format!("{base}/console/#/queues")));
     b.click("tr[data-queue=orders] button.pause");
@@ -374,6 +391,15 @@ scopes = ["read"]
         "the delivery after the resume",
         || state_of(&rt, &base, due_id) == "done",
     );
+    // Orders' tasks done in the last minute: a throughput, shown.
+    let (_, counts) = call(&rt, "GET", &format!("{base}/v1/counts"), OPS, None);
+    let rate = counts["queues"]["orders"]["done_per_s"].as_f64().unwrap();
+    assert!(rate > 0.0, "{counts}");
+    then_page(&b, "queues", || {
+        b.go(&format!("{base}/console/#/queues?again"))
+    });
+    let shown = text(&b, "tr[data-queue=orders] td.done-per-s").unwrap();
+    assert!(shown.parse::<f64>().unwrap() > 0.0, "{shown}");
 
     // Change the rate in place.
     b.click("tr[data-queue=orders] button.edit-limits");

@@ -287,3 +287,68 @@ async fn id_lookups_stay_lookups_as_a_young_table_grows() {
     // table's plans kept, over half a million (278,000 with 30,000 rows).
     assert!(scanned < 150_000, "{scanned} rows read by sequential scans");
 }
+
+/// The console's pages on PostgreSQL read a page's worth of index
+/// entries, not the store's. 30,000 tasks due at one millisecond (a burst)
+/// and 10 others: two pages of 50 in due order across the whole range, the
+/// second after the first's cursor inside the burst, read the due index's
+/// entries of those pages. With the index on `(state, run_at)` alone
+/// PostgreSQL read the millisecond's entries to sort them by id (30,001
+/// for the two pages). And the counts of the queues page, stopped at
+/// 1,000, read at most that many entries per queue and state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(ttw_no_postgres, ignore = "needs DATABASE_URL when built")]
+async fn console_pages_read_a_page_of_entries_among_a_burst() {
+    use ttw_durable::{TaskQuery, TaskState};
+    let db = Db::new(Backend::Postgres, "console_pages");
+    let store = db.open().await;
+    let burst = std::time::SystemTime::now() + Duration::from_secs(86_400);
+    let tasks = (0..30_000).map(|i| NewTask::new(vec![i as u8]).queue("big").at(burst));
+    store.schedule_batch(tasks).await.unwrap();
+    for i in 0..10u64 {
+        let at = burst + Duration::from_secs(i * 60 + 1);
+        store.schedule(vec![1]).queue("small").at(at).await.unwrap();
+    }
+    // The statistics of a table in steady use (autovacuum's): a table so
+    // young that it has none, PostgreSQL reads every entry the range
+    // selects into a bitmap and sorts them, whatever the index.
+    db.exec(&format!("ANALYZE {}", db.qualified("ttw_tasks")))
+        .await;
+    drop(store);
+    let due_before = entries_read(&db, "ttw_tasks_due").await;
+    let queue_before = entries_read(&db, "ttw_tasks_queue").await;
+
+    let store = db.open().await;
+    let query = TaskQuery::new()
+        .state(TaskState::Scheduled)
+        .due_from(burst - Duration::from_secs(1))
+        .by_due()
+        .limit(50);
+    let first = store.list(&query).await.unwrap();
+    let second = store
+        .list(&query.clone().after_task(first.last().unwrap()))
+        .await
+        .unwrap();
+    assert_eq!((first.len(), second.len()), (50, 50));
+    assert!(first
+        .iter()
+        .chain(&second)
+        .all(|t| t.run_at == first[0].run_at));
+    assert!(second[0].id > first[49].id);
+    let counts = store.bounded_queue_counts(1_000).await.unwrap();
+    assert_eq!(counts.counts["big"].scheduled, 1_000);
+    assert!(counts.is_capped("big", TaskState::Scheduled));
+    assert_eq!(counts.counts["small"].scheduled, 10);
+    drop(store);
+    let due = entries_read(&db, "ttw_tasks_due").await - due_before;
+    let queue = entries_read(&db, "ttw_tasks_queue").await - queue_before;
+    println!("two pages in due order read {due} entries; the bounded counts {queue}");
+    assert!(
+        due > 0 && due < 1_000,
+        "{due} entries of the due index read"
+    );
+    assert!(
+        queue > 0 && queue < 3_000,
+        "{queue} entries of the queue index read"
+    );
+}

@@ -267,7 +267,7 @@ pub struct DueTimeline {
 
 impl Store {
     /// The newest schema migration applied to the database (the store
-    /// applies what is missing when it opens): 6 for this version of the
+    /// applies what is missing when it opens): 13 for this version of the
     /// crate.
     ///
     /// # Errors
@@ -282,7 +282,7 @@ impl Store {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), ttw_durable::Error> {
     /// let store = Store::sqlite_in_memory().await?;
-    /// assert_eq!(store.schema_version().await?, 12);
+    /// assert_eq!(store.schema_version().await?, 13);
     /// # Ok(())
     /// # }
     /// ```

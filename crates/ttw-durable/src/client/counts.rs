@@ -3,6 +3,7 @@
 //! is read ([`Store::bounded_queue_counts`]).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use crate::client::store::Store;
 use crate::error::Error;
@@ -135,6 +136,64 @@ impl Store {
         Ok(out)
     }
 
+    /// How many tasks each queue got done per second, by every node, over
+    /// the last `window` (from the history, so finished tasks must be kept
+    /// that long), reading at most [`MAX_THROUGHPUT_READ`] of them: when
+    /// more finished within the window, the rate is over the span the
+    /// newest of them cover ([`Throughput::over`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ttw_durable::{Scheduler, Store};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// let scheduler = Scheduler::builder(store.clone())
+    ///     .handle("emails", |_task| async { Ok::<_, String>(()) })
+    ///     .start_queues()
+    ///     .await?;
+    /// for _ in 0..6 {
+    ///     store.schedule("hi").queue("emails").await?;
+    /// }
+    /// while store.counts().await?.done < 6 {
+    ///     tokio::time::sleep(Duration::from_millis(10)).await;
+    /// }
+    /// let recent = store.recent_throughput(Duration::from_secs(60)).await?;
+    /// assert_eq!(recent.over, Duration::from_secs(60));
+    /// assert!((recent.done_per_second["emails"] - 0.1).abs() < 1e-9);
+    /// scheduler.shutdown().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn recent_throughput(&self, window: Duration) -> Result<Throughput, Error> {
+        let now = self.clock().now_ms();
+        let since = now.saturating_sub(i64::try_from(window.as_millis()).unwrap_or(i64::MAX));
+        let limit = i64::try_from(MAX_THROUGHPUT_READ).unwrap_or(i64::MAX);
+        let rows = admin::recent_done(self.db(), since, limit).await?;
+        let read: i64 = rows.iter().map(|(_, n, _)| n).sum();
+        let over = match rows.iter().map(|(_, _, first)| *first).min() {
+            Some(first) if read >= limit => {
+                Duration::from_millis(u64::try_from(now - first).unwrap_or(0).max(1))
+            }
+            _ => window,
+        };
+        let per_second = |n: i64| n as f64 / over.as_secs_f64().max(1e-3);
+        Ok(Throughput {
+            done_per_second: rows
+                .into_iter()
+                .map(|(q, n, _)| (q, per_second(n)))
+                .collect(),
+            over,
+        })
+    }
+
     /// Sets the `ttw_tasks{queue, state}` gauge of the installed
     /// [`metrics`] recorder from [`Store::queue_counts`], and returns the
     /// counts. One `GROUP BY` over the tasks: call it every few seconds,
@@ -176,6 +235,21 @@ impl Store {
         drop(published);
         Ok(counts)
     }
+}
+
+/// The most finished tasks [`Store::recent_throughput`] reads.
+pub const MAX_THROUGHPUT_READ: u64 = 100_000;
+
+/// Tasks done per second, per queue, by every node: from
+/// [`Store::recent_throughput`].
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Throughput {
+    /// By queue; a queue that got none done is absent.
+    pub done_per_second: BTreeMap<String, f64>,
+    /// The span the rates are over: the window asked for, or less when
+    /// more than [`MAX_THROUGHPUT_READ`] tasks finished in it.
+    pub over: Duration,
 }
 
 /// Counts per queue and state that stop at a bound, from

@@ -91,6 +91,29 @@ pub(crate) async fn recent_finished_counts(
     Ok(rows)
 }
 
+/// The newest done tasks of the history that finished at `since` or later,
+/// at most `limit` of them (the newest first, by the finished index): per
+/// queue, how many, and the earliest finish among them.
+pub(crate) async fn recent_done(
+    db: &Db,
+    since: i64,
+    limit: i64,
+) -> Result<Vec<(String, i64, i64)>, Error> {
+    let rows = with_pool!(db, pool => {
+        sqlx::query_as(
+            "SELECT r.queue, COUNT(*), MIN(r.finished_at) FROM \
+             (SELECT queue, finished_at FROM ttw_history WHERE finished_at >= $1 AND state = 'done' \
+              ORDER BY finished_at DESC LIMIT $2) AS r \
+             GROUP BY r.queue",
+        )
+        .bind(since)
+        .bind(limit)
+        .fetch_all(pool)
+        .await?
+    });
+    Ok(rows)
+}
+
 /// Which tasks: the filter of a page, of a count, of a bulk cancel and of
 /// a redrive. Every part is optional; times are milliseconds.
 #[derive(Debug, Clone, Copy, Default)]

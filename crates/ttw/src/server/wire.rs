@@ -443,6 +443,10 @@ pub(crate) struct CountsView {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schema(value_type = Vec<StateName>)]
     pub(crate) estimated: Vec<String>,
+    /// Tasks done per second by every node over the last minute (from the
+    /// history of finished tasks; over the span of the newest 100,000 when
+    /// more finished in that minute).
+    pub(crate) done_per_s: f64,
 }
 
 impl From<StateCounts> for CountsView {
@@ -455,6 +459,7 @@ impl From<StateCounts> for CountsView {
             cancelled: c.cancelled,
             late_ms: None,
             estimated: Vec::new(),
+            done_per_s: 0.0,
         }
     }
 }

@@ -122,6 +122,15 @@ async function tasksPage() {
   const order = el("select", { name: "order" }, el("option", { value: "desc", text: "newest first" }), el("option", { value: "asc", text: "oldest first" }),
     el("option", { value: "due", text: "due soonest first" }), el("option", { value: "due_desc", text: "due latest first" }));
   order.value = p.get("order") || "desc";
+  // A due range reads best in due order (a keyset of the due index; in id
+  // order the store sorts all it selects): typing one picks that order
+  // unless the operator chose one.
+  order.addEventListener("change", () => { order.dataset.chosen = "1"; });
+  for (const name of ["due_from", "due_before"]) {
+    form.elements[name].addEventListener("input", () => {
+      if (!order.dataset.chosen && !order.value.startsWith("due")) order.value = "due";
+    });
+  }
   form.append(el("label", {}, "order", order), el("button", { id: "apply", type: "submit", text: "Apply" }));
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
@@ -291,6 +300,7 @@ async function queuesPage() {
       cell(q.queue), cell(q.paused ? "paused" : "running", q.paused ? "state-dead" : "state-done"),
       cell(figure("scheduled"), "n"), cell(figure("running"), "n"), cell(figure("done"), "n"), cell(figure("dead"), "n"), cell(figure("cancelled"), "n"),
       cell(c.late_ms === undefined ? "-" : span(c.late_ms), "n"),
+      cell(c.done_per_s === undefined ? "-" : String(Number(c.done_per_s.toPrecision(2))), "n done-per-s"),
       cell(q.concurrency, "n"), cell(q.per_key_concurrency, "n"), cell(rate, "rate"));
     const td = el("td", {});
     if (can("admin")) {
@@ -304,7 +314,7 @@ async function queuesPage() {
     return tr;
   });
   show(el("h2", { text: "Queues" }),
-    table("queues", ["queue", "", "scheduled", "running", "done", "dead", "cancelled", "oldest due, late by", "concurrency", "per key", "rate", ""], rows),
+    table("queues", ["queue", "", "scheduled", "running", "done", "dead", "cancelled", "oldest due, late by", "done/s (last minute)", "concurrency", "per key", "rate", ""], rows),
     counts.counted_at
       ? el("p", { id: "counted-at", text: "A large store: figures marked ≈ are from the full count of " + counts.counted_at + " (counted again in the background); the others are exact now." })
       : Object.values(counts.queues).some((c) => (c.estimated || []).length)

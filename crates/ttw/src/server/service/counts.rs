@@ -20,6 +20,9 @@ use super::{allow_queue, Api};
 /// entries per queue and pending state, and this many finished tasks.
 pub(crate) const BOUND: u64 = 10_000;
 
+/// The span of each queue's `done_per_s`.
+const THROUGHPUT_WINDOW: Duration = Duration::from_secs(60);
+
 /// The shortest and the longest time between two full counts; between
 /// them, twenty times what the last one took.
 const REFRESH: (Duration, Duration) = (Duration::from_secs(10), Duration::from_secs(1800));
@@ -92,6 +95,7 @@ const STATES: [TaskState; 5] = [
 /// Tasks per queue (of the queues the token may use) and state.
 pub(crate) async fn counts(api: &Api, token: &Token) -> Answer<QueueCountsView> {
     let oldest = api.store.oldest_due().await?;
+    let recent = api.store.recent_throughput(THROUGHPUT_WINDOW).await?;
     let bounded = api.store.bounded_queue_counts(BOUND).await?;
     let full = if bounded.at_least.is_empty() {
         None
@@ -110,6 +114,7 @@ pub(crate) async fn counts(api: &Api, token: &Token) -> Answer<QueueCountsView> 
                     .unwrap_or_default()
                     .as_millis() as u64
             });
+            view.done_per_s = recent.done_per_second.get(&queue).copied().unwrap_or(0.0);
             (queue, view)
         })
         .collect();

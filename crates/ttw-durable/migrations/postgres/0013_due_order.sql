@@ -1,0 +1,7 @@
+-- A page in due order goes by (due time, id), and its cursor is both: the
+-- due index ends with the id, so that a page among many tasks due at the
+-- same millisecond (a burst of a million at 10:00) reads its own entries,
+-- not every task of that millisecond to sort them. The claims' reads of the
+-- index are unchanged by the extra column.
+DROP INDEX ttw_tasks_due;
+CREATE INDEX ttw_tasks_due ON ttw_tasks (state, run_at, id);
