@@ -131,6 +131,8 @@ export interface CountsView {
   late_ms?: number | null;
   /** The states whose figure is not exact: the store is large, and the */
   estimated?: StateName[];
+  /** Tasks done per second by every node over the last minute (from the */
+  done_per_s: number;
 }
 
 /** The body of every refusal. */
@@ -267,6 +269,8 @@ export interface NodeView {
   lease_expires_at?: string | null;
   /** Its heartbeat is recent enough that it counts as a member. */
   live: boolean;
+  /** Shards it has taken over from another owner since it joined. */
+  takeovers: number;
 }
 
 /** What a schedule did. */

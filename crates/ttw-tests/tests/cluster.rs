@@ -246,6 +246,18 @@ on_both! {
         assert!(duplicates <= at_risk, "{duplicates} duplicates, but only {at_risk} were in flight on the dead node");
         let takeovers: u64 = survivors.iter().map(|n| n.stats().lease_takeovers).sum();
         assert!(takeovers > 0);
+        // Any node's view of the members shows the survivors' takeovers,
+        // as their heartbeats wrote them.
+        let mut shown = 0;
+        for _ in 0..100 {
+            let rows = stores[1].nodes().await.unwrap();
+            shown = rows.iter().filter(|r| r.node_id != "n1").map(|r| r.takeovers).sum::<u64>();
+            if shown == survivors.iter().map(|n| n.stats().lease_takeovers).sum::<u64>() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(shown, survivors.iter().map(|n| n.stats().lease_takeovers).sum::<u64>());
         for n in nodes.into_iter().flatten() {
             n.shutdown().await.unwrap();
         }

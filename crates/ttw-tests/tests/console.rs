@@ -439,7 +439,12 @@ scopes = ["read"]
     then_page(&b, "nodes", || b.go(&format!("{base}/console/#/nodes")));
     assert_eq!(count(&b, "#nodes tbody tr"), 1);
     assert_eq!(
-        text(&b, "#nodes tbody tr td:nth-child(6)").as_deref(),
+        text(&b, "#nodes td.takeovers").as_deref(),
+        Some("0"),
+        "the one node took over none"
+    );
+    assert_eq!(
+        text(&b, "#nodes tbody tr td:nth-child(7)").as_deref(),
         Some("live")
     );
     keep(&b, "nodes");

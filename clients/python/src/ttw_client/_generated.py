@@ -125,7 +125,7 @@ class CancelledView(TypedDict, total=False):
 
 
 class CountsView(TypedDict, total=False):
-    """Tasks of one queue, per state. Always present: cancelled, dead, done, running, scheduled."""
+    """Tasks of one queue, per state. Always present: cancelled, dead, done, done_per_s, running, scheduled."""
 
     scheduled: int
     running: int
@@ -134,6 +134,7 @@ class CountsView(TypedDict, total=False):
     cancelled: int
     late_ms: Optional[int]
     estimated: List["StateName"]
+    done_per_s: float
 
 
 class ErrorBody(TypedDict, total=False):
@@ -235,7 +236,7 @@ class NewTime(TypedDict, total=False):
 
 
 class NodeView(TypedDict, total=False):
-    """A node as the store knows it. Always present: heartbeat_ago_ms, heartbeat_at, leases, leaving, live, node_id, queues."""
+    """A node as the store knows it. Always present: heartbeat_ago_ms, heartbeat_at, leases, leaving, live, node_id, queues, takeovers."""
 
     node_id: str
     queues: List[str]
@@ -245,6 +246,7 @@ class NodeView(TypedDict, total=False):
     leases: int
     lease_expires_at: Optional[str]
     live: bool
+    takeovers: int
 
 
 class NodesView(TypedDict, total=False):

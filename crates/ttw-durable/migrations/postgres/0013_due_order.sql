@@ -5,3 +5,7 @@
 -- index are unchanged by the extra column.
 DROP INDEX ttw_tasks_due;
 CREATE INDEX ttw_tasks_due ON ttw_tasks (state, run_at, id);
+
+-- The shards each node has taken over from another owner since it joined,
+-- so that any node's console shows every node's takeovers.
+ALTER TABLE ttw_nodes ADD COLUMN takeovers BIGINT NOT NULL DEFAULT 0;

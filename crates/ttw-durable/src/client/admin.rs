@@ -251,6 +251,9 @@ pub struct NodeInfo {
     /// ahead); a node that died keeps its row until another node's
     /// heartbeat clears it, with this `false`.
     pub live: bool,
+    /// The shards it has taken over from another owner (a node that died
+    /// or left) since it joined, as its heartbeats recorded them.
+    pub takeovers: u64,
 }
 
 /// What comes due soon, from [`Store::due_timeline`].
@@ -371,6 +374,7 @@ impl Store {
                     leases,
                     lease_expires_at: row.expires.filter(|_| leases > 0).map(from_ms),
                     live: row.expires.is_some_and(|at| at > row.now),
+                    takeovers: u64::try_from(row.takeovers).unwrap_or(0),
                     node_id: row.node_id,
                 }
             })

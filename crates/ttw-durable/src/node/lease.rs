@@ -198,6 +198,9 @@ impl Leases {
         owned = all;
         owned.sort_unstable();
         beat.owned = owned;
+        if beat.takeovers > 0 {
+            leases::count_takeovers(&self.db, self.me(), beat.takeovers).await?;
+        }
         Ok(beat)
     }
 

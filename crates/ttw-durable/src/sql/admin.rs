@@ -52,23 +52,46 @@ pub(crate) async fn bounded_pending_counts(
     db: &Db,
     bound: i64,
 ) -> Result<Vec<(String, String, i64)>, Error> {
-    let rows = with_pool!(db, pool => {
-        sqlx::query_as(
-            "WITH RECURSIVE q(name) AS ( \
-                 SELECT MIN(queue) FROM ttw_tasks \
-                 UNION ALL \
-                 SELECT (SELECT MIN(t.queue) FROM ttw_tasks t WHERE t.queue > q.name) \
-                 FROM q WHERE q.name IS NOT NULL), \
-             s(state) AS (SELECT 'scheduled' UNION ALL SELECT 'running' UNION ALL SELECT 'dead') \
-             SELECT q.name, s.state, \
-                 (SELECT COUNT(*) FROM (SELECT 1 FROM ttw_tasks t \
-                   WHERE t.queue = q.name AND t.state = s.state LIMIT $1) AS c) \
-             FROM q CROSS JOIN s WHERE q.name IS NOT NULL",
-        )
-        .bind(bound)
-        .fetch_all(pool)
-        .await?
-    });
+    const SQL: &str = "WITH RECURSIVE q(name) AS ( \
+             SELECT MIN(queue) FROM ttw_tasks \
+             UNION ALL \
+             SELECT (SELECT MIN(t.queue) FROM ttw_tasks t WHERE t.queue > q.name) \
+             FROM q WHERE q.name IS NOT NULL), \
+         s(state) AS (SELECT 'scheduled' UNION ALL SELECT 'running' UNION ALL SELECT 'dead') \
+         SELECT q.name, s.state, \
+             (SELECT COUNT(*) FROM (SELECT 1 FROM ttw_tasks t \
+               WHERE t.queue = q.name AND t.state = s.state LIMIT $1) AS c) \
+         FROM q CROSS JOIN s WHERE q.name IS NOT NULL";
+    let rows = match db {
+        // PostgreSQL with the statistics of a table that just grew (a bulk
+        // load autovacuum has not analyzed yet) counts each pair by a
+        // sequential scan, or a bitmap of every entry, before the limit
+        // applies: 1.6 s at 10 million. The probes must walk the index and
+        // stop at the bound, whatever the statistics say.
+        // Spawned, so that a caller dropped mid-way (a client that hung up)
+        // never leaves the transaction half done on a pooled connection.
+        #[cfg(feature = "postgres")]
+        Db::Postgres(pool) => {
+            let pool = pool.clone();
+            let probes = tokio::spawn(async move {
+                let mut tx = pool.begin().await?;
+                for setting in ["enable_seqscan", "enable_bitmapscan"] {
+                    sqlx::query(&format!("SET LOCAL {setting} = off"))
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                let rows: Vec<(String, String, i64)> =
+                    sqlx::query_as(SQL).bind(bound).fetch_all(&mut *tx).await?;
+                tx.commit().await?;
+                Ok::<_, sqlx::Error>(rows)
+            });
+            probes
+                .await
+                .map_err(|err| Error::internal(format!("the counts' task ended: {err}")))??
+        }
+        #[cfg(feature = "sqlite")]
+        Db::Sqlite(pool, _) => sqlx::query_as(SQL).bind(bound).fetch_all(pool).await?,
+    };
     Ok(rows)
 }
 
@@ -345,6 +368,7 @@ pub(crate) struct NodeRow {
     /// The database's clock as it read the row.
     pub(crate) now: i64,
     pub(crate) leases: i64,
+    pub(crate) takeovers: i64,
 }
 
 /// The nodes that joined and have not left, by id.
@@ -353,7 +377,8 @@ pub(crate) async fn nodes(db: &Db) -> Result<Vec<NodeRow>, Error> {
         "SELECT n.node_id, n.queues, n.heartbeat_at, n.leaving <> 0 AS leaving, \
          n.heartbeat_at + n.lease_ttl_ms AS expires, \
          {now} AS now, \
-         (SELECT COUNT(*) FROM ttw_leases l WHERE l.owner_session = n.session) AS leases \
+         (SELECT COUNT(*) FROM ttw_leases l WHERE l.owner_session = n.session) AS leases, \
+         n.takeovers \
          FROM ttw_nodes n ORDER BY n.node_id",
         now = db.clock_sql()
     );

@@ -210,7 +210,8 @@ pub(crate) async fn join(db: &Db, s: Session<'_>, joining: Joining<'_>) -> Resul
         "INSERT INTO ttw_nodes (node_id, session, heartbeat_at, process, leaving, queues, lease_ttl_ms) \
          VALUES ($1, $2, {}, $3, 0, $4, $5) \
          ON CONFLICT (node_id) DO UPDATE SET session = excluded.session, heartbeat_at = excluded.heartbeat_at, \
-         process = excluded.process, leaving = 0, queues = excluded.queues, lease_ttl_ms = excluded.lease_ttl_ms",
+         process = excluded.process, leaving = 0, queues = excluded.queues, lease_ttl_ms = excluded.lease_ttl_ms, \
+         takeovers = 0",
         db.clock_sql()
     );
     write_with_pool!(db, Urgency::Urgent, pool => {
@@ -336,6 +337,19 @@ pub(crate) async fn release(db: &Db, session: &str, given: Shards<'_>) -> Result
             query = query.bind(shard);
         }
         query.execute(pool).await?;
+    });
+    Ok(())
+}
+
+/// Adds `n` to the takeovers a session's row shows.
+pub(crate) async fn count_takeovers(db: &Db, s: Session<'_>, n: u64) -> Result<(), Error> {
+    write_with_pool!(db, Urgency::Urgent, pool => {
+        sqlx::query("UPDATE ttw_nodes SET takeovers = takeovers + $1 WHERE node_id = $2 AND session = $3")
+            .bind(i64::try_from(n).unwrap_or(i64::MAX))
+            .bind(s.node)
+            .bind(s.session)
+            .execute(pool)
+            .await?;
     });
     Ok(())
 }

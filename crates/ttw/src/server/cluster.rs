@@ -181,6 +181,8 @@ pub(crate) struct NodeView {
     pub(crate) lease_expires_at: Option<String>,
     /// Its heartbeat is recent enough that it counts as a member.
     pub(crate) live: bool,
+    /// Shards it has taken over from another owner since it joined.
+    pub(crate) takeovers: u64,
 }
 
 impl From<&NodeInfo> for NodeView {
@@ -197,6 +199,7 @@ impl From<&NodeInfo> for NodeView {
             leases: n.leases,
             lease_expires_at: n.lease_expires_at.map(rfc3339),
             live: n.live,
+            takeovers: n.takeovers,
         }
     }
 }

@@ -366,10 +366,10 @@ async function nodesPage() {
   const [nodes, stats] = await Promise.all([api("GET", "/v1/nodes"), api("GET", "/v1/stats")]);
   const rows = nodes.nodes.map((n) => el("tr", { "data-node": n.node_id },
     cell(n.node_id), cell(n.queues.join(", ")), cell(span(n.heartbeat_ago_ms) + " ago"), cell(n.leases, "n"),
-    cell(n.lease_expires_at), cell(!n.live ? "expired" : n.leaving ? "leaving" : "live")));
+    cell(n.takeovers, "n takeovers"), cell(n.lease_expires_at), cell(!n.live ? "expired" : n.leaving ? "leaving" : "live")));
   const t = stats.totals;
   show(el("h2", { text: "Nodes and the shards they hold" }),
-    table("nodes", ["node", "queues", "heartbeat", "leases", "leases expire", "state"], rows),
+    table("nodes", ["node", "queues", "heartbeat", "leases", "took over", "leases expire", "state"], rows),
     el("h2", { text: "This node" + (stats.node_id ? " (" + stats.node_id + ")" : " (no scheduler in this instance)") }),
     table("node-totals", ["delivered", "succeeded", "failed", "retried", "dead", "reclaimed", "takeovers", "shards owned", "in flight"],
       [el("tr", {}, ...[t.delivered, t.succeeded, t.failed, t.retried, t.dead, t.reclaimed, t.lease_takeovers, t.shards_owned, t.in_flight].map((v) => cell(v, "n")))]));
