@@ -2,7 +2,7 @@
 //! actions (cancel, redrive) with their dry runs, which count what the
 //! action would change with the same filters.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use ttw_durable::{Redrive, TaskId, TaskQuery, TaskState};
 
@@ -113,7 +113,7 @@ pub(crate) async fn list(api: &Api, token: &Token, q: ListQuery) -> Answer<PageV
         .then(|| tasks.last())
         .flatten()
         .map(|t| match by_due {
-            true => format!("{}_{}", ms(t.run_at), t.id.get()),
+            true => format!("{}_{}", crate::output::epoch_ms(t.run_at), t.id.get()),
             false => t.id.get().to_string(),
         });
     Ok(PageView {
@@ -135,13 +135,6 @@ pub(crate) async fn cancel(api: &Api, token: &Token, b: CancelRequest) -> Answer
         return Ok(api.store.count(&query).await?.min(limit));
     }
     Ok(api.store.cancel_many(&query, limit).await?)
-}
-
-/// Milliseconds since the epoch of `at`.
-fn ms(at: SystemTime) -> u128 {
-    at.duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis()
 }
 
 fn query_state(text: &Option<String>) -> Answer<TaskState> {
