@@ -224,6 +224,45 @@ on_both! {
 }
 
 on_both! {
+    /// The report: an answer of 100 KB of 4-byte characters, kept cut at
+    /// its bound (1,024 bytes as a success's answer and an attempt's
+    /// detail, 256 of the body in a failure's last error), ended in
+    /// U+FFFD, a character the answer never had. Every text kept of it
+    /// now ends at the last whole character within its bound.
+    async fn a_wide_answer_is_kept_cut_at_a_character_boundary(db: Db) {
+        let store = db.open().await;
+        let receiver = Receiver::start().await;
+        let scheduler = scheduler(&store, webhook(&receiver)).start_queues().await.unwrap();
+        let done = store.schedule(b"answer=wide".to_vec()).queue("hooks").await.unwrap();
+        let failed = store
+            .schedule(b"status=500;answer=wide;times=1".to_vec())
+            .queue("hooks")
+            .await
+            .unwrap();
+        let dead = store.schedule(b"status=410;answer=wide".to_vec()).queue("hooks").await.unwrap();
+        wait_for_state(&store, &[done, failed], TaskState::Done, Duration::from_secs(30)).await;
+        wait_for_state(&store, &[dead], TaskState::Dead, Duration::from_secs(30)).await;
+        scheduler.shutdown().await.unwrap();
+
+        let whole = |text: &str, most: usize| {
+            assert!(!text.contains('\u{FFFD}'), "a character the answer never had: ...{:?}", text.chars().rev().take(3).collect::<String>());
+            assert!(text.len() <= most && text.len() + 4 > most, "{} bytes for a bound of {most}", text.len());
+        };
+        let answer = |attempts: &[ttw_durable::AttemptInfo], n: usize| attempts[n].detail.clone().unwrap();
+        let attempts = store.attempts(done).await.unwrap();
+        whole(&answer(&attempts, 0), 1_024);
+        let attempts = store.attempts(failed).await.unwrap();
+        let error = answer(&attempts, 0);
+        assert!(error.starts_with("webhook answered HTTP 500"), "{error}");
+        whole(error.split_once(": ").unwrap().1, 256);
+        whole(&answer(&attempts, 1), 1_024);
+        let dead = store.get(dead).await.unwrap().unwrap();
+        let error = dead.last_error.unwrap();
+        whole(error.split_once(": ").unwrap().1, 256);
+    }
+}
+
+on_both! {
     /// A task's own destination: under a prefix the webhook allows, it goes
     /// there (its method, its header, the trace context it was scheduled
     /// with, signed as every delivery); under none, the task is dead at once

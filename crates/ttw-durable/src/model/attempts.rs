@@ -99,6 +99,41 @@ pub(crate) fn bounded_str(text: &str) -> &str {
     &text[..end]
 }
 
+/// The first `most` bytes of `bytes` at most, as text: cut at the last
+/// character boundary at or below `most`, never inside a character, so a
+/// text cut short never ends in a U+FFFD it did not have. Bytes that are
+/// not UTF-8 anywhere before the cut are each shown as U+FFFD, and the
+/// text is then bounded again at a character boundary.
+pub(crate) fn text_prefix(bytes: &[u8], most: usize) -> String {
+    let mut end = bytes.len().min(most);
+    if end < bytes.len() {
+        // A character cut by the bound starts in its last three bytes: a
+        // lead byte whose sequence needs more than what is left is dropped.
+        for back in 1..=end.min(3) {
+            let b = bytes[end - back];
+            if b & 0xC0 == 0x80 {
+                continue;
+            }
+            let needs = match b {
+                0xF0..=0xF7 => 4,
+                0xE0..=0xEF => 3,
+                0xC0..=0xDF => 2,
+                _ => 1,
+            };
+            if needs > back {
+                end -= back;
+            }
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&bytes[..end]);
+    let mut cut = text.len().min(most);
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text[..cut].to_string()
+}
+
 /// How an attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AttemptOutcome {
@@ -209,6 +244,34 @@ mod tests {
         assert_eq!(bounded("short".into()), "short");
         let receipt = Receipt::status(200).answer("x".repeat(5000));
         assert_eq!(receipt.answer_text().unwrap().len(), MAX_ATTEMPT_DETAIL);
+    }
+
+    /// The report: an answer of 4-byte characters cut at 1,024 bytes (or
+    /// 256 in an error) ended in U+FFFD, a character it never had: the
+    /// bytes were cut at the bound, inside a character, and decoded
+    /// lossily. Cut at the last boundary at or below the bound, for
+    /// characters of every width at every offset from the bound.
+    #[test]
+    fn a_text_cut_from_bytes_ends_at_a_character_boundary() {
+        for ch in ["a", "é", "€", "😀"] {
+            for pad in 0..4 {
+                let text = format!("{}{}", "a".repeat(pad), ch.repeat(100_000 / ch.len()));
+                for most in [1, 2, 3, 255, 256, 305, 1_023, MAX_ATTEMPT_DETAIL] {
+                    let cut = text_prefix(text.as_bytes(), most);
+                    assert!(!cut.contains('\u{FFFD}'), "{ch:?} at {most}: {cut:?}");
+                    assert!(text.starts_with(&cut), "{ch:?} at {most}: a prefix");
+                    assert!(
+                        cut.len() <= most && cut.len() + ch.len() > most,
+                        "{ch:?} at {most}"
+                    );
+                }
+            }
+        }
+        // Short text is kept whole; bytes that are not UTF-8 show as
+        // U+FFFD, within the bound.
+        assert_eq!(text_prefix(b"ok", 1_024), "ok");
+        let bad = text_prefix(&[0xFF; 600], 1_024);
+        assert!(bad.len() <= 1_024 && bad.chars().all(|c| c == '\u{FFFD}'));
     }
 
     /// Every outcome reads back from its stored name; an unknown name is

@@ -361,6 +361,38 @@ impl Envelope {
         self.tracestate.as_deref()
     }
 
+    /// Checks that a payload of `payload_len` bytes can go where it says:
+    /// a `GET` destination sends no body, so a task with a payload and a
+    /// `GET` destination is refused rather than delivered without its
+    /// payload. (`DELETE` sends the payload as its body.)
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_invalid_envelope`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ttw_durable::{Destination, Envelope};
+    ///
+    /// let get = Envelope::new().destination(Destination::new("https://example.com/ping").method("GET"));
+    /// assert!(get.check_payload(0).is_ok());
+    /// assert!(get.check_payload(5).unwrap_err().is_invalid_envelope());
+    /// let delete = Envelope::new().destination(Destination::new("https://example.com/x").method("DELETE"));
+    /// assert!(delete.check_payload(5).is_ok());
+    /// ```
+    pub fn check_payload(&self, payload_len: usize) -> Result<(), Error> {
+        match &self.destination {
+            Some(to) if payload_len > 0 && to.method == "GET" => {
+                Err(Error::invalid_envelope(format!(
+                    "a GET destination sends no body, and the payload is {payload_len} bytes: \
+                 send it with POST, PUT, PATCH or DELETE, or schedule no payload"
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Whether it holds nothing.
     pub fn is_empty(&self) -> bool {
         self == &Envelope::default()

@@ -170,6 +170,7 @@ impl NewRow {
         } = task;
         if let Some(envelope) = &envelope {
             envelope.check()?;
+            envelope.check_payload(payload.len())?;
         }
         let queue = queue.unwrap_or_else(|| DEFAULT_QUEUE.to_string());
         check_queue(&queue)?;

@@ -462,8 +462,9 @@ fn retry_after(value: &HeaderValue) -> Option<Duration> {
     Some(at.duration_since(Clock::System.now()).unwrap_or_default())
 }
 
-/// The first `most` bytes of an answer's body, as text (empty if
-/// it cannot be read in time).
+/// The first `most` bytes of an answer's body at most, as text cut at a
+/// character boundary (see [`text_prefix`](crate::model::attempts::text_prefix)),
+/// empty if it cannot be read in time.
 async fn error_body(mut answer: reqwest::Response, most: usize) -> String {
     let mut body = Vec::new();
     while body.len() < most {
@@ -472,8 +473,9 @@ async fn error_body(mut answer: reqwest::Response, most: usize) -> String {
             _ => break,
         }
     }
-    body.truncate(most);
-    String::from_utf8_lossy(&body).trim().to_string()
+    crate::model::attempts::text_prefix(&body, most)
+        .trim()
+        .to_string()
 }
 
 /// An error and its sources, one line.

@@ -15,6 +15,7 @@ as `;`-separated `name=value` pairs (anything else is answered 200):
   times=K         ... to the first K attempts (default: every attempt)
   retry_after=S   with a Retry-After of S seconds
   sleep_ms=M      sleep M ms before answering the first K attempts
+  answer=wide     with a body of 100 KB of 4-byte characters (after one byte)
 """
 
 import base64
@@ -91,6 +92,9 @@ class Handler(BaseHTTPRequestHandler):
             sys.stdout.flush()
         time.sleep(sleep)
         answer = b"ok" if status < 300 else ("refused with %d by the receiver" % status).encode()
+        if plan.get("answer") == "wide":
+            # One byte first: the characters end off every bound's boundary.
+            answer = ("x" + "\U0001F600" * 25000).encode()
         self.send_response(status)
         if getattr(self.server, "close_each", False):
             self.send_header("connection", "close")

@@ -51,7 +51,14 @@ pub(crate) async fn schedule(
 }
 
 /// Schedule up to 1,000 tasks in one transaction: every one or none.
+/// The `traceparent` and `tracestate` headers apply to each task that has
+/// no `traceparent` field of its own.
 #[utoipa::path(post, path = "/v1/tasks/batch", tag = "tasks",
+    params(
+        ("traceparent" = Option<String>, Header, description = "The W3C trace context of every task of the batch without a `traceparent` field of its own (the field wins)"),
+        ("tracestate" = Option<String>, Header, description = "The W3C `tracestate` that goes with it"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Refused (`invalid_key`): one key cannot name many tasks; each task has its own `idempotency_key`"),
+    ),
     request_body = NewBatch,
     responses(
         (status = 200, description = "Each task's id and outcome, in the request's order", body = BatchView),
@@ -60,9 +67,10 @@ pub(crate) async fn schedule(
 pub(crate) async fn schedule_batch(
     State(api): State<Shared>,
     Auth(token, ..): Auth<Schedule>,
+    TaskHeaders(headers): TaskHeaders,
     Body(batch): Body<NewBatch>,
 ) -> Answer<Json<BatchView>> {
-    let scheduled = tasks::schedule_batch(&api, &token, batch).await?;
+    let scheduled = tasks::schedule_batch(&api, &token, batch, headers).await?;
     let tasks = scheduled.into_iter().map(ScheduledView::from).collect();
     Ok(Json(BatchView { tasks }))
 }

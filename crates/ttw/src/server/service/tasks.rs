@@ -231,6 +231,11 @@ pub(crate) fn check(
             failure_callback: b.failure_callback,
         },
     )?;
+    if let Some(envelope) = &envelope {
+        envelope
+            .check_payload(payload.len())
+            .map_err(|err| Code::InvalidDestination.refuse(err.to_string()))?;
+    }
     Ok(Checked {
         payload,
         at,
@@ -275,11 +280,22 @@ pub(crate) async fn schedule(
 
 /// Schedules up to [`MAX_BATCH`] tasks in one transaction, every one or
 /// none, each checked first (a refusal names the task: `tasks[3]: ...`).
+///
+/// The request's `traceparent` and `tracestate` headers apply to every
+/// task of the batch that has no `traceparent` field of its own (the
+/// field wins, as on a single schedule); an `Idempotency-Key` header is
+/// refused (`invalid_key`): one key cannot name many tasks.
 pub(crate) async fn schedule_batch(
     api: &Api,
     token: &Token,
     batch: NewBatch,
+    headers: Headers,
 ) -> Answer<Vec<Scheduled>> {
+    if headers.key.is_some() {
+        return Err(Code::InvalidKey.refuse(
+            "an Idempotency-Key header names one task: give each task of a batch its idempotency_key",
+        ));
+    }
     if batch.tasks.len() > MAX_BATCH {
         return Err(Code::BatchTooLarge.refuse(format!(
             "{} tasks; a batch holds at most {MAX_BATCH}",
@@ -294,8 +310,12 @@ pub(crate) async fn schedule_batch(
                 .refuse("replace_pending is for single schedules")
                 .within(&what));
         }
-        let checked =
-            check(api, token, task, Headers::default()).map_err(|err| err.within(&what))?;
+        let trace = Headers {
+            key: None,
+            traceparent: headers.traceparent.clone(),
+            tracestate: headers.tracestate.clone(),
+        };
+        let checked = check(api, token, task, trace).map_err(|err| err.within(&what))?;
         tasks.push(checked.into_new_task());
     }
     Ok(api.store.schedule_batch(tasks).await?)
