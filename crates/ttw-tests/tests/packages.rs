@@ -112,9 +112,28 @@ fn said_what_the_quick_start_does(out: &Output) {
 )]
 async fn the_typescript_client_installs_from_its_tarball_and_runs_its_quick_start() {
     let source = client("typescript");
+    // A checkout as a user has it: no `dist/` (what a build left in the
+    // repository's folder must not make the package look complete), the
+    // compiler from `npm ci`.
+    let checkout = fresh("npm_checkout");
+    for file in [
+        "package.json",
+        "package-lock.json",
+        "tsconfig.json",
+        "README.md",
+    ] {
+        std::fs::copy(source.join(file), checkout.join(file)).unwrap();
+    }
+    run(
+        &checkout,
+        "cp",
+        &["-r", source.join("src").to_str().unwrap(), "src"],
+        &[],
+    );
+    std::os::unix::fs::symlink(source.join("node_modules"), checkout.join("node_modules")).unwrap();
     let packed = fresh("npm_pack");
     let out = run(
-        &source,
+        &checkout,
         "npm",
         &[
             "pack",
@@ -172,8 +191,9 @@ async fn the_typescript_client_installs_from_its_tarball_and_runs_its_quick_star
     );
     said_what_the_quick_start_does(&out);
     child.kill().await.ok();
-    std::fs::remove_dir_all(&project).ok();
-    std::fs::remove_dir_all(&packed).ok();
+    for dir in [&project, &packed, &checkout] {
+        std::fs::remove_dir_all(dir).ok();
+    }
 }
 
 #[tokio::test]
