@@ -64,19 +64,24 @@ async fn child_scheduler() {
         return;
     };
     let store = Store::sqlite(path).await.unwrap();
-    child::deliver_hooks(Scheduler::builder(store), url.to_str().unwrap(), SECRET).await;
+    let mut builder = Scheduler::builder(store);
+    if let Some(id) = std::env::var_os("TTW_RESTART_NODE") {
+        builder = builder.node_id(id.to_str().unwrap());
+    }
+    child::deliver_hooks(builder, url.to_str().unwrap(), SECRET).await;
 }
 
-/// The library's scheduler as a child process on the SQLite file `db`.
-async fn library_scheduler(db: &Path, hook: &str) -> Child {
-    child::start(
-        "child_scheduler",
-        &[
-            ("TTW_RESTART_CHILD", db.as_os_str()),
-            ("TTW_RESTART_HOOK", hook.as_ref()),
-        ],
-    )
-    .await
+/// The library's scheduler as a child process on the SQLite file `db`,
+/// under `node_id` if given.
+async fn library_scheduler(db: &Path, hook: &str, node_id: Option<&str>) -> Child {
+    let mut env = vec![
+        ("TTW_RESTART_CHILD", db.as_os_str()),
+        ("TTW_RESTART_HOOK", hook.as_ref()),
+    ];
+    if let Some(id) = node_id {
+        env.push(("TTW_RESTART_NODE", id.as_ref()));
+    }
+    child::start("child_scheduler", &env).await
 }
 
 /// `ttw server` as a child process, once it says where it listens.
@@ -92,13 +97,33 @@ async fn server(config: &Path) -> Child {
 /// How the receiver reads requests.
 #[derive(Clone, Copy, Debug)]
 enum Reads {
-    /// A thread per connection: every request is read as it arrives.
+    /// A thread per connection: every request is read as it arrives, and
+    /// answered after 40 ms.
     AtOnce,
+    /// A thread per connection, every request answered 200 at once: the
+    /// receiver of the report.
+    Instant,
     /// A pool of this many threads, each request answered after 300 ms:
     /// the connections beyond the pool wait in the accept queue, their
     /// requests unread, and those the killed process sent are read after
     /// it died.
     ByPool(usize),
+}
+
+/// What one kill and restart showed.
+#[derive(Debug, Default)]
+struct Restarted {
+    /// Tasks the kill found running.
+    cut_short: usize,
+    /// Tasks delivered more than once.
+    repeated: usize,
+    /// Requests of the killed process the receiver read after the kill.
+    late: usize,
+    /// Each broken promise, said in a line: a task delivered twice that the
+    /// kill did not find running, an attempt delivered twice, a repeat that
+    /// is not the attempt cut short and the next, or a repeat under another
+    /// `webhook-id`.
+    broken: Vec<String>,
 }
 
 /// A scheduler process SIGKILLed mid-stream (1,000 tasks, dozens in flight)
@@ -107,37 +132,43 @@ enum Reads {
 /// its attempt at the kill and the next one, under one `webhook-id`; no
 /// attempt is delivered twice.
 ///
+/// A request carries its attempt number, which only a claim raises: the
+/// attempt the kill found running can only have been sent by the killed
+/// process, and the restarted process sends the next. So a repeat the
+/// restarted process made itself (two claims of one task after the
+/// restart) shows as two attempts after the one cut short, or one attempt
+/// twice, whenever the receiver reads the requests.
+///
 /// The report this answers: "one task, claimed at the kill, whose request
-/// had not left yet, was delivered twice, both times after the restart,
-/// with two attempt numbers". That request had left: it sat unread in the
-/// receiver's accept queue (a server with a fixed pool of workers), and the
-/// receiver read it after the kill, with the attempt number the killed
-/// process gave it, besides the restarted process's redelivery with the
-/// next. [`Reads::ByPool`] makes such a receiver: the test sees those late
-/// requests and holds the promise through them.
-async fn a_restart_repeats_only_what_the_kill_cut_short(
+/// had not left yet, was delivered twice, both times after the restart".
+/// That request had left: it sat unread in the receiver's accept queue (a
+/// server with a fixed pool of workers, or one thread per connection busy
+/// elsewhere), and the receiver read it after the kill, with the attempt
+/// number the killed process gave it, besides the restarted process's
+/// redelivery with the next. [`Reads::ByPool`] makes such a receiver.
+async fn restart_once(
     node_id: Option<&str>,
     library: bool,
     reads: Reads,
-) {
+    round: usize,
+) -> Restarted {
     let dir = std::env::temp_dir().join(format!(
-        "ttw_restart_{}_{library}_{reads:?}_{}",
+        "ttw_restart_{}_{library}_{reads:?}_{round}_{}",
         node_id.unwrap_or("random"),
         std::process::id()
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let (receiver, sleep_ms) = match reads {
-        Reads::AtOnce => (Receiver::start().await, 40),
-        Reads::ByPool(workers) => (Receiver::with_workers(workers).await, 300),
+    let (receiver, payload) = match reads {
+        Reads::AtOnce => (Receiver::start().await, "sleep_ms=40"),
+        Reads::Instant => (Receiver::start().await, ""),
+        Reads::ByPool(workers) => (Receiver::with_workers(workers).await, "sleep_ms=300"),
     };
     let config = config(&dir, &receiver.url("/hook"), node_id);
     let db = dir.join("tasks.db");
     let store = Store::sqlite(&db).await.unwrap();
     let ids: BTreeSet<i64> = store
-        .schedule_batch(
-            (0..TASKS).map(|_| NewTask::new(format!("sleep_ms={sleep_ms}")).queue("hooks")),
-        )
+        .schedule_batch((0..TASKS).map(|_| NewTask::new(payload).queue("hooks")))
         .await
         .unwrap()
         .iter()
@@ -148,7 +179,7 @@ async fn a_restart_repeats_only_what_the_kill_cut_short(
     let hook = receiver.url("/hook");
     let start = || async {
         if library {
-            library_scheduler(&db, &hook).await
+            library_scheduler(&db, &hook, node_id).await
         } else {
             server(&config).await
         }
@@ -169,7 +200,6 @@ async fn a_restart_repeats_only_what_the_kill_cut_short(
         .map(|t| (t.id.get(), i64::from(t.attempts)))
         .collect();
     drop(store);
-    assert!(!cut_short.is_empty(), "the kill found no task running");
 
     let _second = start().await;
     receiver
@@ -184,58 +214,85 @@ async fn a_restart_repeats_only_what_the_kill_cut_short(
     // Any further delivery would come soon after.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let all = receiver.requests();
+    assert!(all.iter().all(|r| r["verified"] == true));
+    std::fs::remove_dir_all(&dir).ok();
+    judge(&all, &cut_short, killed_ms)
+}
+
+/// What the requests `all` show, the kill having found `cut_short` running
+/// (task, attempt) at `killed_ms`.
+fn judge(all: &[receiver::Request], cut_short: &BTreeMap<i64, i64>, killed_ms: f64) -> Restarted {
+    let mut seen = Restarted {
+        cut_short: cut_short.len(),
+        ..Restarted::default()
+    };
+    if cut_short.is_empty() {
+        seen.broken.push("the kill found no task running".into());
+    }
     let mut by_task: BTreeMap<i64, Vec<&receiver::Request>> = BTreeMap::new();
-    for r in &all {
-        by_task.entry(task_attempt(r).0).or_default().push(r);
-    }
     let mut pairs = BTreeSet::new();
-    for r in &all {
-        assert!(
-            pairs.insert(task_attempt(r)),
-            "an attempt delivered twice (task, attempt): {:?}",
-            task_attempt(r)
-        );
+    for r in all {
+        by_task.entry(task_attempt(r).0).or_default().push(r);
+        if !pairs.insert(task_attempt(r)) {
+            seen.broken.push(format!(
+                "an attempt delivered twice (task, attempt): {:?}",
+                task_attempt(r)
+            ));
+        }
     }
-    let mut late = 0;
     for (task, requests) in &by_task {
         if requests.len() == 1 {
             continue;
         }
-        let at_kill = cut_short.get(task).unwrap_or_else(|| {
-            panic!(
-                "task {task} was not running at the kill, yet delivered {} times",
+        seen.repeated += 1;
+        let attempts: Vec<i64> = requests.iter().map(|r| task_attempt(r).1).collect();
+        let Some(&at_kill) = cut_short.get(task) else {
+            seen.broken.push(format!(
+                "task {task} was not running at the kill, yet delivered {} times (attempts {attempts:?})",
                 requests.len()
-            )
-        });
-        let attempts: BTreeSet<i64> = requests.iter().map(|r| task_attempt(r).1).collect();
-        assert_eq!(
-            attempts,
-            BTreeSet::from([*at_kill, at_kill + 1]),
-            "task {task}: the attempt cut short and the next, nothing else"
-        );
-        assert!(
-            requests
-                .iter()
-                .all(|r| r["webhook_id"] == requests[0]["webhook_id"]),
-            "task {task}: its redelivery keeps its webhook-id"
-        );
-        late += requests
+            ));
+            continue;
+        };
+        if attempts.iter().copied().collect::<BTreeSet<_>>()
+            != BTreeSet::from([at_kill, at_kill + 1])
+        {
+            seen.broken.push(format!(
+                "task {task}: attempts {attempts:?}, where the kill cut attempt {at_kill} short"
+            ));
+        }
+        if requests
+            .iter()
+            .any(|r| r["webhook_id"] != requests[0]["webhook_id"])
+        {
+            seen.broken.push(format!(
+                "task {task}: its redelivery has another webhook-id"
+            ));
+        }
+        seen.late += requests
             .iter()
             .filter(|r| {
-                task_attempt(r).1 == *at_kill && r["arrived_ms"].as_f64().unwrap() > killed_ms
+                task_attempt(r).1 == at_kill && r["arrived_ms"].as_f64().unwrap() > killed_ms
             })
             .count();
     }
-    let repeated = by_task.values().filter(|r| r.len() > 1).count();
+    seen
+}
+
+/// One restart, its promises held.
+async fn a_restart_repeats_only_what_the_kill_cut_short(
+    node_id: Option<&str>,
+    library: bool,
+    reads: Reads,
+) {
+    let seen = restart_once(node_id, library, reads, 0).await;
     println!(
-        "{} running at the kill, {repeated} of them delivered twice; {late} requests of the killed process read after the kill",
-        cut_short.len()
+        "{} running at the kill, {} of them delivered twice; {} requests of the killed process read after the kill",
+        seen.cut_short, seen.repeated, seen.late
     );
+    assert!(seen.broken.is_empty(), "{:#?}", seen.broken);
     if let Reads::ByPool(_) = reads {
-        assert!(late > 0, "no request of the killed process was read after the kill: the case of the report was not made");
+        assert!(seen.late > 0, "no request of the killed process was read after the kill: the case of the report was not made");
     }
-    assert!(all.iter().all(|r| r["verified"] == true));
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// A request's task and attempt.
@@ -272,4 +329,44 @@ async fn a_library_scheduler_restarted_repeats_only_what_the_kill_cut_short() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_receiver_reading_late_sees_the_killed_process_s_requests_and_their_redeliveries_only() {
     a_restart_repeats_only_what_the_kill_cut_short(None, true, Reads::ByPool(20)).await;
+}
+
+/// The report's case, many times: the library's scheduler and `ttw
+/// server` in turn, under node id `crash-node`,
+/// a receiver that answers 200 at once, SIGKILLed after about 320 requests
+/// and started again under the same node id, `TTW_RESTART_ROUNDS` times
+/// (50 by default). Every round holds the promises of
+/// [`restart_once`]; the line of each round says how many requests of the
+/// killed process the receiver read after the kill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "50 kills and restarts (minutes): .ci/run's slow step runs it with --ignored"]
+async fn fifty_restarts_under_the_same_node_id_repeat_only_what_each_kill_cut_short() {
+    let rounds: usize = std::env::var("TTW_RESTART_ROUNDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(50);
+    let mut failed = Vec::new();
+    let mut late_rounds = 0;
+    for round in 0..rounds {
+        // The library's scheduler and the service in turn.
+        let library = round % 2 == 0;
+        let seen = restart_once(Some("crash-node"), library, Reads::Instant, round).await;
+        println!(
+            "round {round} ({}): {} running at the kill, {} delivered twice, {} requests of the killed process read after the kill, {} broken",
+            if library { "library" } else { "ttw server" },
+            seen.cut_short,
+            seen.repeated,
+            seen.late,
+            seen.broken.len()
+        );
+        late_rounds += usize::from(seen.late > 0);
+        if !seen.broken.is_empty() {
+            failed.push((round, seen.broken));
+        }
+    }
+    println!(
+        "{} of {rounds} rounds broke a promise; in {late_rounds} the receiver read a request of the killed process after the kill",
+        failed.len()
+    );
+    assert!(failed.is_empty(), "{failed:#?}");
 }
