@@ -8,6 +8,8 @@
 #   bash scripts/failover.sh state "$TTW_PGAF_DIR"       # the monitor's view of the nodes
 #   bash scripts/failover.sh primary "$TTW_PGAF_DIR"     # the primary's port
 #   bash scripts/failover.sh kill "$TTW_PGAF_DIR" PORT   # SIGKILLs a node's keeper and postgres (its machine dies)
+#   bash scripts/failover.sh freeze "$TTW_PGAF_DIR" PORT # SIGSTOPs a node's keeper and postgres (it hangs, refusing nothing)
+#   bash scripts/failover.sh thaw "$TTW_PGAF_DIR" PORT   # SIGCONTs them
 #   bash scripts/failover.sh restart "$TTW_PGAF_DIR" PORT # brings a killed node back (it rejoins as a secondary)
 #   bash scripts/failover.sh switchover "$TTW_PGAF_DIR"  # a planned switchover
 #   bash scripts/failover.sh stop "$TTW_PGAF_DIR"
@@ -60,6 +62,19 @@ kill_tree() {
 
 # SIGKILLs a pg_autoctl node (its supervisor, keeper and postgres): the
 # supervisor is the process whose command line names the data directory.
+# Sends SIGSTOP or SIGCONT ($2) to a node's keeper and postgres, every
+# process below them: stopped, the node hangs without refusing anything
+# (its kernel still accepts connections and acknowledges what is sent).
+signal_node() {
+    local nd=$1 sig=$2 pid pids=""
+    for pid in $(pgrep -f "pg_autoctl (create|run).*--pgdata $nd( |$)"); do pids="$pids $(tree "$pid")"; done
+    pid=$(head -1 "$nd/postmaster.pid" 2>/dev/null || true)
+    [ -n "$pid" ] && pids="$pids $(tree "$pid")"
+    # shellcheck disable=SC2086
+    [ -n "$pids" ] && kill "-$sig" $pids 2>/dev/null
+    return 0
+}
+
 kill_node() {
     local nd=$1 pid
     for pid in $(pgrep -f "pg_autoctl (create|run).*--pgdata $nd( |$)"); do kill_tree "$pid"; done
@@ -159,6 +174,16 @@ kill)
     dir="${2:?usage: failover.sh kill DIR PORT}"
     port="${3:?usage: failover.sh kill DIR PORT}"
     kill_node "$(node_dir "$dir" "$port")"
+    ;;
+freeze)
+    dir="${2:?usage: failover.sh freeze DIR PORT}"
+    port="${3:?usage: failover.sh freeze DIR PORT}"
+    signal_node "$(node_dir "$dir" "$port")" STOP
+    ;;
+thaw)
+    dir="${2:?usage: failover.sh thaw DIR PORT}"
+    port="${3:?usage: failover.sh thaw DIR PORT}"
+    signal_node "$(node_dir "$dir" "$port")" CONT
     ;;
 restart)
     dir="${2:?usage: failover.sh restart DIR PORT}"

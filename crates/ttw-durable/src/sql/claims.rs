@@ -351,46 +351,51 @@ impl Claims {
             // batch size: the ids, claims, statuses and answers as arrays.
             #[cfg(feature = "postgres")]
             Db::Postgres(pool) => {
-                let sql = format!(
-                    "WITH moved AS (DELETE FROM ttw_tasks \
+                crate::sql::primary::unless_moved(async {
+                    Ok::<_, Error>({
+                        let sql = format!(
+                            "WITH moved AS (DELETE FROM ttw_tasks \
                      USING UNNEST($4::BIGINT[], $5::BIGINT[], $6::INT[], $7::TEXT[]) \
                      AS v(task, claim, answer_status, answer) \
                      WHERE ttw_tasks.id = v.task AND {} \
                      RETURNING ttw_tasks.*, v.answer_status, v.answer) \
                      INSERT INTO ttw_history ({HISTORY_COLUMNS}, answer_status, answer) \
                      SELECT {into}, answer_status, answer FROM moved RETURNING id, claims",
-                    fence::fence("v.claim", "$2", "$3")
-                );
-                let ids: Vec<i64> = batch.iter().map(|f| f.success.id).collect();
-                let claims: Vec<i64> = batch.iter().map(|f| f.success.claim).collect();
-                let statuses: Vec<Option<i32>> = batch
-                    .iter()
-                    .map(|f| f.receipt.status_code().map(i32::from))
-                    .collect();
-                let answers: Vec<Option<&str>> =
-                    batch.iter().map(|f| f.receipt.answer_text()).collect();
-                let query = sqlx::query_as(&sql)
-                    .persistent(false)
-                    .bind(now)
-                    .bind(&self.session)
-                    .bind(self.shards)
-                    .bind(ids)
-                    .bind(claims)
-                    .bind(statuses)
-                    .bind(answers);
-                if batch.iter().any(|f| f.tell) {
-                    // The successes and their callbacks in one transaction.
-                    let mut tx = pool.begin().await?;
-                    let written: Vec<(i64, i64)> = query.fetch_all(&mut *tx).await?;
-                    let ids = telling(batch, &written);
-                    told = self
-                        .tell(Conn::Postgres(&mut tx), Told::Done, &ids, now)
-                        .await?;
-                    tx.commit().await?;
-                    written
-                } else {
-                    query.fetch_all(pool).await?
-                }
+                            fence::fence("v.claim", "$2", "$3")
+                        );
+                        let ids: Vec<i64> = batch.iter().map(|f| f.success.id).collect();
+                        let claims: Vec<i64> = batch.iter().map(|f| f.success.claim).collect();
+                        let statuses: Vec<Option<i32>> = batch
+                            .iter()
+                            .map(|f| f.receipt.status_code().map(i32::from))
+                            .collect();
+                        let answers: Vec<Option<&str>> =
+                            batch.iter().map(|f| f.receipt.answer_text()).collect();
+                        let query = sqlx::query_as(&sql)
+                            .persistent(false)
+                            .bind(now)
+                            .bind(&self.session)
+                            .bind(self.shards)
+                            .bind(ids)
+                            .bind(claims)
+                            .bind(statuses)
+                            .bind(answers);
+                        if batch.iter().any(|f| f.tell) {
+                            // The successes and their callbacks in one transaction.
+                            let mut tx = pool.begin().await?;
+                            let written: Vec<(i64, i64)> = query.fetch_all(&mut *tx).await?;
+                            let ids = telling(batch, &written);
+                            told = self
+                                .tell(Conn::Postgres(&mut tx), Told::Done, &ids, now)
+                                .await?;
+                            tx.commit().await?;
+                            written
+                        } else {
+                            query.fetch_all(pool).await?
+                        }
+                    })
+                })
+                .await?
             }
             // Two statements in one transaction, under this process's
             // write turn and SQLite's one writer: copy the fenced rows,
@@ -507,39 +512,44 @@ impl Claims {
             // attempt recorded.
             #[cfg(feature = "postgres")]
             Db::Postgres(pool) => {
-                let sql = format!(
+                crate::sql::primary::unless_moved(async {
+                    Ok::<_, Error>({
+                        let sql = format!(
                     "WITH f AS ({update}), a AS (INSERT INTO ttw_attempts ({ATTEMPT_COLUMNS}) \
                      SELECT id, claims, attempts, $4, started_at, $3, \
                      CASE WHEN state = 'dead' THEN 'dead' ELSE 'failed' END, $10, $11 FROM f \
                      ON CONFLICT DO NOTHING) \
                      SELECT id, claims, attempts, started_at, state, run_at FROM f"
                 );
-                let query = bind_failed!(
-                    sqlx::query_as(&sql).persistent(self.keeps_plans()),
-                    attempt,
-                    failed,
-                    &self.session,
-                    self.shards
-                )
-                .bind(status)
-                .bind(detail);
-                if attempt.tells.dead {
-                    // The death and its callback in one transaction.
-                    let mut tx = pool.begin().await?;
-                    let rows: Vec<FailedRow> = query.fetch_all(&mut *tx).await?;
-                    let row = rows.into_iter().next();
-                    if row.as_ref().is_some_and(|r| r.state == "dead") {
-                        let conn = Conn::Postgres(&mut tx);
-                        told = self
-                            .tell(conn, Told::Dead, &[attempt.id], failed.now)
-                            .await?;
-                    }
-                    tx.commit().await?;
-                    row
-                } else {
-                    let rows: Vec<FailedRow> = query.fetch_all(pool).await?;
-                    rows.into_iter().next()
-                }
+                        let query = bind_failed!(
+                            sqlx::query_as(&sql).persistent(self.keeps_plans()),
+                            attempt,
+                            failed,
+                            &self.session,
+                            self.shards
+                        )
+                        .bind(status)
+                        .bind(detail);
+                        if attempt.tells.dead {
+                            // The death and its callback in one transaction.
+                            let mut tx = pool.begin().await?;
+                            let rows: Vec<FailedRow> = query.fetch_all(&mut *tx).await?;
+                            let row = rows.into_iter().next();
+                            if row.as_ref().is_some_and(|r| r.state == "dead") {
+                                let conn = Conn::Postgres(&mut tx);
+                                told = self
+                                    .tell(conn, Told::Dead, &[attempt.id], failed.now)
+                                    .await?;
+                            }
+                            tx.commit().await?;
+                            row
+                        } else {
+                            let rows: Vec<FailedRow> = query.fetch_all(pool).await?;
+                            rows.into_iter().next()
+                        }
+                    })
+                })
+                .await?
             }
             // Two statements in one transaction, under SQLite's one writer.
             #[cfg(feature = "sqlite")]
@@ -626,18 +636,18 @@ impl Claims {
             retry_or_dead("$1", "$2", "$2", "0"),
             self.db.clock_sql(),
         );
-        let told: Vec<Announced>;
         let turn = self.db.write_turn(Urgency::Ordinary).await;
         // Read to its end (see the notes of `db`). Each task taken back
         // leaves the attempt the crash cut short in `ttw_attempts`, as
         // `interrupted`, with the session that ran it and when it started.
-        let rows: Vec<ReclaimedRow> = match &self.db {
+        let (rows, told): (Vec<ReclaimedRow>, Vec<Announced>) = match &self.db {
             // One statement: the rows locked first are the rows updated,
             // and their session and start (which the update clears) are
             // read from the lock; then, in its transaction, the callbacks
             // of those that died.
             #[cfg(feature = "postgres")]
-            Db::Postgres(pool) => {
+            Db::Postgres(pool) => crate::sql::primary::unless_moved(async {
+ Ok::<_, Error>({
                 let sql = format!(
                     "WITH old AS (SELECT id AS old_id, locked_by AS old_by, started_at AS old_start \
                      FROM ttw_tasks WHERE {taken_back} FOR UPDATE), \
@@ -657,12 +667,13 @@ impl Claims {
                     .fetch_all(&mut *tx)
                     .await?;
                 let dead = died(&rows);
-                told = self
+                let told = self
                     .tell(Conn::Postgres(&mut tx), Told::Dead, &dead, now)
                     .await?;
                 tx.commit().await?;
-                rows
-            }
+                (rows, told)
+            })
+ }).await?,
             // Two statements in one transaction, under SQLite's one writer:
             // the attempts recorded, then the same rows taken back.
             #[cfg(feature = "sqlite")]
@@ -691,11 +702,11 @@ impl Claims {
                     .fetch_all(&mut *tx)
                     .await?;
                 let dead = died(&rows);
-                told = self
+                let told = self
                     .tell(Conn::Sqlite(&mut tx), Told::Dead, &dead, now)
                     .await?;
                 tx.commit().await?;
-                rows
+                (rows, told)
             }
         };
         drop(turn);

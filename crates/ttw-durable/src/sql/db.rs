@@ -51,8 +51,13 @@ macro_rules! with_pool {
         match $db {
             #[cfg(feature = "sqlite")]
             $crate::sql::db::Db::Sqlite($pool, _) => $body,
+            // Cut short if the store's primary moves meanwhile (see
+            // `primary::unless_moved`).
             #[cfg(feature = "postgres")]
-            $crate::sql::db::Db::Postgres($pool) => $body,
+            $crate::sql::db::Db::Postgres($pool) => {
+                $crate::sql::primary::unless_moved(async { Ok::<_, $crate::error::Error>($body) })
+                    .await?
+            }
         }
     };
 }
@@ -577,6 +582,18 @@ impl PoolSettings {
                     })
                 })
                 .before_acquire({
+                    let moves = moves.clone();
+                    move |_, meta| {
+                        let keep = moves.keeps(meta.age);
+                        Box::pin(std::future::ready(Ok(keep)))
+                    }
+                })
+                // A connection to a server the pool has left is closed as it
+                // comes back, not pinged first: a statement cut short on a
+                // frozen server (see `primary::unless_moved`) would wait for
+                // that ping until the server wakes, holding its place in
+                // the pool meanwhile.
+                .after_release({
                     let moves = moves.clone();
                     move |_, meta| {
                         let keep = moves.keeps(meta.age);

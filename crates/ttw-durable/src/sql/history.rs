@@ -75,7 +75,9 @@ async fn sweep_once(db: &Db, before: i64, batch: u64) -> Result<u64, Error> {
     let n = match db {
         #[cfg(feature = "postgres")]
         Db::Postgres(pool) => {
-            let n: i64 = sqlx::query_scalar(
+            crate::sql::primary::unless_moved(async {
+                Ok::<_, Error>({
+                    let n: i64 = sqlx::query_scalar(
                 "WITH gone AS (DELETE FROM ttw_history WHERE id IN (SELECT id FROM ttw_history \
                  WHERE finished_at < $1 LIMIT $2) RETURNING id), \
                  a AS (DELETE FROM ttw_attempts WHERE task_id IN (SELECT id FROM gone)) \
@@ -85,7 +87,10 @@ async fn sweep_once(db: &Db, before: i64, batch: u64) -> Result<u64, Error> {
             .bind(limit)
             .fetch_one(pool)
             .await?;
-            u64::try_from(n).unwrap_or(0)
+                    u64::try_from(n).unwrap_or(0)
+                })
+            })
+            .await?
         }
         // The same rows twice in one transaction, under SQLite's one
         // writer: their attempts, then the rows.

@@ -86,20 +86,25 @@ pub(crate) async fn look_around(db: &Db, s: Session<'_>) -> Result<Around, Error
     let rows = match db {
         #[cfg(feature = "postgres")]
         Db::Postgres(pool) => {
-            // The read sees the table as it was before the stamp (one
-            // snapshot), so the stamp reports itself as a row of its own:
-            // no node id, this session, no shard.
-            let sql = format!(
-                "WITH stamped AS ({} RETURNING session) {read} \
+            crate::sql::primary::unless_moved(async {
+                Ok::<_, Error>({
+                    // The read sees the table as it was before the stamp (one
+                    // snapshot), so the stamp reports itself as a row of its own:
+                    // no node id, this session, no shard.
+                    let sql = format!(
+                        "WITH stamped AS ({} RETURNING session) {read} \
                  UNION ALL SELECT NULL, session, NULL, NULL, NULL, NULL, NULL FROM stamped",
-                mark_alive_sql(db)
-            );
-            sqlx::query_as::<_, Found>(&sql)
-                .bind(s.node)
-                .bind(s.session)
-                .bind(s.ttl_ms)
-                .fetch_all(pool)
-                .await?
+                        mark_alive_sql(db)
+                    );
+                    sqlx::query_as::<_, Found>(&sql)
+                        .bind(s.node)
+                        .bind(s.session)
+                        .bind(s.ttl_ms)
+                        .fetch_all(pool)
+                        .await?
+                })
+            })
+            .await?
         }
         #[cfg(feature = "sqlite")]
         Db::Sqlite(pool, _) => {

@@ -26,6 +26,7 @@
 
 use std::fmt::Write as _;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -42,8 +43,10 @@ use crate::error::Error;
 pub(crate) const CHECK: Duration = Duration::from_millis(500);
 
 /// How long one host may take to connect and answer while the follower
-/// looks for the primary, unless the URL's `connect_timeout` says.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// looks for the primary, and the follower's check of the server the pool
+/// uses, unless the URL's `connect_timeout` says: a server that does not
+/// answer within it is left (one that hangs refuses nothing).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// What a connection's server must be (libpq's `target_session_attrs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,31 +215,76 @@ impl Hosts {
 
     /// Looks through the hosts in order for one that takes writes (as the
     /// URL's target says): its index, options and the connection that
-    /// asked it. Each host has `probe_timeout` to connect and answer.
+    /// asked it. Each host has `probe_timeout` to connect and answer, and
+    /// every host is asked at once: the first in the URL's order that
+    /// takes writes wins, as libpq's rule says, but a host that hangs
+    /// (a frozen primary: its kernel accepts the connection, its server
+    /// never answers) costs the look one `probe_timeout`, not one for each
+    /// host before the one that answers.
     pub(crate) async fn find(&self) -> Result<(usize, PgConnectOptions, PgConnection), Error> {
-        let mut why = String::new();
-        for i in 0..self.hosts.len() {
-            let options = self.options(i);
-            let reason = match tokio::time::timeout(self.probe_timeout, async {
-                let mut conn = PgConnection::connect_with(&options).await?;
-                let writes = takes_writes(&mut conn, self.target).await?;
-                Ok::<_, sqlx::Error>((conn, writes))
+        self.find_avoiding(None).await
+    }
+
+    /// As [`find`](Self::find), with host `avoid` (one that just did not
+    /// answer the follower's check) taken last: a later host that takes
+    /// writes wins without waiting out its probe.
+    async fn find_avoiding(
+        &self,
+        avoid: Option<usize>,
+    ) -> Result<(usize, PgConnectOptions, PgConnection), Error> {
+        use futures::stream::{FuturesUnordered, StreamExt};
+
+        let order: Vec<usize> = (0..self.hosts.len())
+            .filter(|&i| Some(i) != avoid)
+            .chain(avoid)
+            .collect();
+        let mut asking: FuturesUnordered<_> = order
+            .iter()
+            .enumerate()
+            .map(|(place, &i)| {
+                let options = self.options(i);
+                async move {
+                    let asked = tokio::time::timeout(self.probe_timeout, async {
+                        let mut conn = PgConnection::connect_with(&options).await?;
+                        let writes = takes_writes(&mut conn, self.target).await?;
+                        Ok::<_, sqlx::Error>((conn, writes))
+                    })
+                    .await;
+                    (place, options, asked)
+                }
             })
-            .await
-            {
-                Ok(Ok((conn, true))) => return Ok((i, options, conn)),
+            .collect();
+        // Each host's answer, by its place in the URL: the first that takes
+        // writes wins once every host before it has answered otherwise.
+        let mut answers: Vec<Option<Result<(PgConnectOptions, PgConnection), String>>> =
+            (0..self.hosts.len()).map(|_| None).collect();
+        let mut next = 0;
+        let mut why = String::new();
+        while let Some((place, options, asked)) = asking.next().await {
+            answers[place] = Some(match asked {
+                Ok(Ok((conn, true))) => Ok((options, conn)),
                 Ok(Ok((conn, false))) => {
                     let _ = conn.close().await;
-                    "a standby (it does not take writes)".to_owned()
+                    Err("a standby (it does not take writes)".to_owned())
                 }
-                Ok(Err(err)) => err.to_string(),
-                Err(_) => format!("no answer in {:?}", self.probe_timeout),
-            };
-            let (host, port) = &self.hosts[i];
-            if !why.is_empty() {
-                why.push_str("; ");
+                Ok(Err(err)) => Err(err.to_string()),
+                Err(_) => Err(format!("no answer in {:?}", self.probe_timeout)),
+            });
+            while let Some(answer) = answers.get_mut(next).and_then(Option::take) {
+                match answer {
+                    // The connections the others opened close as they are
+                    // dropped, without a goodbye that could hang.
+                    Ok((options, conn)) => return Ok((order[next], options, conn)),
+                    Err(reason) => {
+                        let (host, port) = &self.hosts[order[next]];
+                        if !why.is_empty() {
+                            why.push_str("; ");
+                        }
+                        let _ = write!(why, "{host}:{port}: {reason}");
+                    }
+                }
+                next += 1;
             }
-            let _ = write!(why, "{host}:{port}: {reason}");
         }
         Err(Error::open(
             self.describe(),
@@ -306,6 +354,43 @@ impl Moves {
     }
 }
 
+/// A follower of this process has started: statements on PostgreSQL are
+/// run by [`unless_moved`].
+static FOLLOWING: AtomicBool = AtomicBool::new(false);
+
+/// Told by a follower of this process when it points its pool at another
+/// server.
+static MOVED: Notify = Notify::const_new();
+
+/// Runs a statement on PostgreSQL, cut short if a follower of this process
+/// points its pool at another server meanwhile: the server it runs on was
+/// left because it did not answer (a frozen primary hangs, refusing
+/// nothing: its kernel keeps the connection open and takes what is sent)
+/// or no longer takes writes. Its outcome is unknown, as for a connection
+/// lost mid-commit; the caller's error is a database error, and fences and
+/// idempotency keys decide what it did. Without a follower in this
+/// process (a store on one host), `statement` runs as it is.
+///
+/// The signal is the process's, not the pool's: a move of one store's
+/// pool also cuts the statements of another store of the process on
+/// PostgreSQL, which are then tried again as after any database error.
+pub(crate) async fn unless_moved<T>(
+    statement: impl std::future::Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    if !FOLLOWING.load(Ordering::Relaxed) {
+        return statement.await;
+    }
+    let moved = MOVED.notified();
+    tokio::select! {
+        biased;
+        done = statement => done,
+        () = moved => Err(Error::from(sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the PostgreSQL primary moved while the statement ran: its outcome is unknown",
+        )))),
+    }
+}
+
 /// The follower's task, stopped when the store that started it is dropped.
 #[derive(Debug)]
 pub(crate) struct Follower(AbortHandle);
@@ -325,11 +410,15 @@ pub(crate) fn follow(
     conn: PgConnection,
     moves: Arc<Moves>,
 ) -> Follower {
+    FOLLOWING.store(true, Ordering::Relaxed);
     let task = tokio::spawn(async move {
         let mut current = current;
         let mut conn = Some(conn);
         // Whether the last look found no server to write to (said once).
         let mut lost = false;
+        // The server the pool used, if it did not answer its check in time:
+        // taken last by the looks that follow, until one finds a server.
+        let mut silent = None;
         loop {
             tokio::select! {
                 () = moves.look.notified() => {}
@@ -341,17 +430,20 @@ pub(crate) fn follow(
             if let Some(c) = conn.as_mut() {
                 let asked =
                     tokio::time::timeout(hosts.probe_timeout, takes_writes(c, hosts.target));
-                if let Ok(Ok(true)) = asked.await {
-                    continue;
+                match asked.await {
+                    Ok(Ok(true)) => continue,
+                    Err(_) => silent = Some(current),
+                    Ok(_) => {}
                 }
             }
             if let Some(c) = conn.take() {
                 // In doubt: closed without a goodbye that could hang.
                 drop(c);
             }
-            match hosts.find().await {
+            match hosts.find_avoiding(silent).await {
                 Ok((i, options, c)) => {
                     conn = Some(c);
+                    silent = None;
                     if std::mem::take(&mut lost) && i == current {
                         tracing::info!("the PostgreSQL primary answers again");
                     }
@@ -360,6 +452,8 @@ pub(crate) fn follow(
                         tracing::warn!(%host, port, "the PostgreSQL primary moved; new connections go there");
                         pool.set_connect_options(options);
                         moves.moved();
+                        // Statements hung on the server left go now.
+                        MOVED.notify_waiters();
                         current = i;
                     }
                 }

@@ -342,15 +342,20 @@ pub(crate) async fn cancel(db: &Db, which: Which<'_>, now: i64) -> Result<bool, 
     let moved: Option<i64> = match db {
         #[cfg(feature = "postgres")]
         Db::Postgres(pool) => {
-            let sql = format!(
-                "WITH moved AS (DELETE FROM ttw_tasks WHERE {found} RETURNING *) \
+            crate::sql::primary::unless_moved(async {
+                Ok::<_, Error>({
+                    let sql = format!(
+                        "WITH moved AS (DELETE FROM ttw_tasks WHERE {found} RETURNING *) \
                  INSERT INTO ttw_history ({HISTORY_COLUMNS}) SELECT {into} FROM moved RETURNING id"
-            );
-            let query = sqlx::query_scalar(&sql);
-            bind_which!(query, which)
-                .bind(now)
-                .fetch_optional(pool)
-                .await?
+                    );
+                    let query = sqlx::query_scalar(&sql);
+                    bind_which!(query, which)
+                        .bind(now)
+                        .fetch_optional(pool)
+                        .await?
+                })
+            })
+            .await?
         }
         // Copy, then delete what was copied, in one transaction.
         #[cfg(feature = "sqlite")]
