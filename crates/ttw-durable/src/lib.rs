@@ -220,11 +220,11 @@ pub use recurring::{
 };
 pub use sql::commits::Commits;
 pub use sql::schema::DEFAULT_SHARDS;
+#[cfg(feature = "webhook")]
+pub use targets::{verify_webhook, Webhook, WebhookBuilder};
 pub use targets::{Delivered, Target};
 #[cfg(feature = "nats")]
 pub use targets::{JetStream, JetStreamBuilder};
-#[cfg(feature = "webhook")]
-pub use targets::{Webhook, WebhookBuilder};
 pub use telemetry::describe_metrics;
 
 /// The README's examples, compiled and run as doc tests.

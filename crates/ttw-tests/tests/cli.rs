@@ -454,3 +454,65 @@ async fn errors_are_one_line_and_a_non_zero_exit() {
     assert_eq!(usage.code, 2, "{usage:?}");
     assert!(!usage.stderr.contains("panicked"), "{usage:?}");
 }
+
+/// `ttw demo`, the README's first command: the service on a store of its
+/// own, tasks scheduled over HTTP and delivered to its receiver, each once,
+/// none early, every signature verified, each done by the API's account;
+/// then the console's URL and token. Exit 0, and the store it made is gone.
+#[tokio::test]
+async fn the_demo_runs_the_service_end_to_end_and_says_what_happened() {
+    let demo = run(&["demo".into(), "--tasks".into(), "3".into()]).await;
+    assert_eq!(demo.code, 0, "{demo:?}");
+    for said in [
+        "ttw demo: 3 task(s) scheduled",
+        "ttw demo: 3 of 3 delivered (3 request(s)), 0 early",
+        "3 signature(s) verified; GET /v1/tasks/{id} says 3 done",
+        "/console/ (token ",
+    ] {
+        assert!(demo.stdout.contains(said), "{said:?} in:\n{}", demo.stdout);
+    }
+    assert_eq!(
+        demo.stdout.matches("signature verified").count(),
+        3,
+        "{}",
+        demo.stdout
+    );
+    // A count out of range is a usage error.
+    let refused = run(&["demo".into(), "--tasks".into(), "0".into()]).await;
+    assert_eq!(refused.code, 2, "{refused:?}");
+}
+
+/// `ttw.example.toml`, the file the README starts a service from, is
+/// valid once its secrets are set, and names the one that is not.
+#[tokio::test]
+async fn the_example_configuration_is_valid() {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../../ttw.example.toml");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ttw-under-test"))
+        .args(["server", "--config", file, "--check"])
+        .env(
+            "TTW_ORDERS_SECRET",
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        )
+        .env("TTW_TOKEN_CHECKOUT", "checkout-token-0123456789")
+        .env("TTW_TOKEN_OPERATOR", "operator-token-0123456789")
+        .env_remove("DATABASE_URL")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("is valid: 2 queue(s)"), "{stdout}");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ttw-under-test"))
+        .args(["server", "--config", file, "--check"])
+        .env_remove("TTW_ORDERS_SECRET")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr.contains("TTW_ORDERS_SECRET is not set"), "{stderr}");
+}

@@ -1156,3 +1156,80 @@ scopes = ["schedule", "read"]
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// One door: `/metrics` is on the API's own port, to a token of scope
+/// `read` (401 without one), with the node's delivery counters and the
+/// task counts once a task was delivered; a file that still has the
+/// `[dashboard]` of `ttw serve` is refused with one line saying what
+/// replaced it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_on_the_api_s_port_and_the_dashboard_section_is_refused() {
+    let dir = temp_dir("metrics");
+    let receiver = Receiver::start().await;
+    let config = config(&dir, &receiver.url("/hook"));
+    let server = Server::start(&config).await;
+    let client = reqwest::Client::new();
+    let answer = client
+        .post(format!("{}/v1/tasks", server.base))
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/json")
+        .body(r#"{"queue": "hooks", "payload": "metered"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 201);
+    receiver
+        .wait_until(Duration::from_secs(30), |seen| !seen.is_empty())
+        .await;
+    let metrics = format!("{}/metrics", server.base);
+    let refused = client.get(&metrics).send().await.unwrap();
+    assert_eq!(refused.status(), 401);
+    let body: Value = serde_json::from_str(&refused.text().await.unwrap()).unwrap();
+    assert_eq!(body["error"]["code"], "unauthorized", "{body}");
+    // Written after the delivery's outcome, sampled every few seconds.
+    let mut text = String::new();
+    for _ in 0..150 {
+        let answer = client
+            .get(&metrics)
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+        text = answer.text().await.unwrap();
+        if text.contains("ttw_tasks{") && text.contains("ttw_attempts_succeeded_total") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        text.contains(r#"ttw_deliveries_total{queue="hooks"} 1"#),
+        "{text}"
+    );
+    assert!(text.contains("ttw_tasks{"), "{text}");
+
+    let old = dir.join("old.toml");
+    let mut file = std::fs::read_to_string(&config).unwrap();
+    file.push_str("\n[dashboard]\nlisten = \"127.0.0.1:9090\"\n");
+    std::fs::write(&old, file).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ttw-under-test"))
+        .args(["server", "--config"])
+        .arg(&old)
+        .arg("--check")
+        .env("TTW_TOKEN_APP", TOKEN)
+        .env("TTW_TOKEN_READER", READER)
+        .env("TTW_TOKEN_OPS", OPS)
+        .env("TTW_HOOK_SECRET", SECRET)
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("[dashboard] is gone") && stderr.contains("/console/"),
+        "{stderr}"
+    );
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}

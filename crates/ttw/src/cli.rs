@@ -1,6 +1,5 @@
 //! The command line: the tool's commands and their arguments (`clap`).
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
@@ -70,12 +69,24 @@ pub(crate) enum Command {
     /// concurrency and rate.
     #[command(subcommand)]
     Queue(QueueCommand),
-    /// Serve the dashboard page and `/metrics` for Prometheus.
-    Serve(ServeArgs),
     /// Run the delayed-task service: the HTTP API, and a scheduler node
     /// delivering each configured queue (see the README's "Run it as a
     /// service").
     Server(ServerArgs),
+    /// The service end to end in a minute: `ttw server` on a temporary
+    /// SQLite store with a webhook receiver of its own; tasks scheduled over
+    /// HTTP, delivered on time and signed; then the console's URL and token.
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DemoArgs {
+    /// How many tasks to schedule, due one second apart (1 to 20).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub(crate) tasks: u32,
+    /// Keep the service and its console running until Ctrl-C.
+    #[arg(long)]
+    pub(crate) stay: bool,
 }
 
 #[derive(Debug, Args)]
@@ -216,18 +227,4 @@ pub(crate) struct RedriveArgs {
         allow_hyphen_values = true
     )]
     pub(crate) spread: String,
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct ServeArgs {
-    /// The address to listen on; loopback unless you say otherwise.
-    #[arg(long, default_value = "127.0.0.1:7878")]
-    pub(crate) listen: SocketAddr,
-    /// The token that actions changing data (redrive, cancel) require;
-    /// generated and printed if not given. May also come from TTW_TOKEN.
-    #[arg(long, env = "TTW_TOKEN", hide_env_values = true)]
-    pub(crate) token: Option<String>,
-    /// How often the counts are read again for the page and the metrics.
-    #[arg(long, value_name = "DURATION", default_value = "5s")]
-    pub(crate) refresh: String,
 }

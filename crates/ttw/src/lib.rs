@@ -12,12 +12,12 @@
 
 mod cli;
 mod commands;
+mod demo;
 mod error;
 mod moving;
 mod output;
 mod parse;
 mod queues;
-mod serve;
 mod server;
 mod store;
 
@@ -56,6 +56,9 @@ pub fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<()> {
+    if let Command::Demo(args) = &cli.command {
+        return demo::demo(args).await;
+    }
     if let Command::Server(args) = &cli.command {
         return match &args.config {
             Some(config) => server::server(config, args.check).await,
@@ -99,8 +102,8 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Import(args) => moving::import(&store, &args.file).await,
         Command::Queue(command) => queues::queue(&store, command, json).await,
-        Command::Serve(args) => serve::serve(store, args).await,
         // Handled above, before a database is opened.
         Command::Server(_) => fail("ttw server opens the database its configuration names"),
+        Command::Demo(_) => fail("ttw demo makes a store of its own"),
     }
 }

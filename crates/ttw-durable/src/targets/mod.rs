@@ -34,7 +34,7 @@ mod webhook;
 #[cfg(feature = "nats")]
 pub use jetstream::{JetStream, JetStreamBuilder};
 #[cfg(feature = "webhook")]
-pub use webhook::{Webhook, WebhookBuilder};
+pub use webhook::{verify_webhook, Webhook, WebhookBuilder};
 
 /// What a target's delivery of one task comes to: `Ok` marks it done, with
 /// a [`Receipt`] kept in the attempt's history (the answer's status and

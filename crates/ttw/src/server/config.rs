@@ -32,12 +32,8 @@
 //! [[queues]]
 //! name = "reports"                  # no target: served by library users
 //!
-//! [dashboard]                       # the dashboard and /metrics (off without this)
-//! listen = "127.0.0.1:9090"         # a port of their own, loopback by default
-//! # token_env = "TTW_DASHBOARD_TOKEN"  # for its redrive and cancel; random if absent
-//! # refresh = "2s"
-//!
 //! [console]                         # the operator's console at /console/ on this listener
+//!                                   # (and /metrics for Prometheus, with a `read` token)
 //! # enabled = true                  # (on by default; every action needs a token)
 //! # stats_every = "10s"             # how often its charts sample this node (an hour kept)
 //!
@@ -76,7 +72,8 @@ struct File {
     queues: Vec<QueueFile>,
     #[serde(default)]
     tokens: Vec<TokenFile>,
-    dashboard: Option<DashboardFile>,
+    /// Refused with what replaced it (see [`load`]).
+    dashboard: Option<toml::Value>,
     #[serde(default)]
     console: ConsoleFile,
 }
@@ -97,15 +94,6 @@ impl Default for ConsoleFile {
             stats_every: None,
         }
     }
-}
-
-/// `[dashboard]`: the dashboard and `/metrics`, on a listener of their own.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DashboardFile {
-    listen: Option<SocketAddr>,
-    token_env: Option<String>,
-    refresh: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -201,21 +189,10 @@ pub(crate) struct Settings {
     pub(crate) node: NodeSettings,
     pub(crate) queues: Vec<Queue>,
     pub(crate) tokens: Vec<std::sync::Arc<Token>>,
-    /// The dashboard and `/metrics`, if the file has a `[dashboard]`.
-    pub(crate) dashboard: Option<DashboardSettings>,
     /// The console at `/console/`, unless `[console]` turns it off.
     pub(crate) console: bool,
     /// How often the console's charts sample this node's counters.
     pub(crate) stats_every: Duration,
-}
-
-/// Where the dashboard listens, and the token its actions need.
-#[derive(Debug)]
-pub(crate) struct DashboardSettings {
-    pub(crate) listen: SocketAddr,
-    /// `None`: a random one, printed on standard error at the start.
-    pub(crate) token: Option<String>,
-    pub(crate) refresh: Duration,
 }
 
 /// The scheduler's timings, where the file sets them (the scheduler's
@@ -283,6 +260,9 @@ pub(crate) fn load(path: &Path, env: impl Fn(&str) -> Option<String>) -> Result<
     resolve(file, env)
 }
 
+/// What a file that still has a `[dashboard]` is told.
+pub(crate) const DASHBOARD_GONE: &str = "[dashboard] is gone: everything it showed is in the console, at /console/ on the API's own `listen`, and /metrics is served there too (with a token of scope `read`); remove the section";
+
 fn secret(env: &impl Fn(&str) -> Option<String>, var: &str, what: &str) -> Result<String> {
     match env(var) {
         Some(value) if !value.is_empty() => Ok(value),
@@ -305,6 +285,9 @@ fn check_queue_name(name: &str) -> Result<()> {
 }
 
 fn resolve(file: File, env: impl Fn(&str) -> Option<String>) -> Result<Settings> {
+    if file.dashboard.is_some() {
+        return fail(DASHBOARD_GONE);
+    }
     let database = match file.database.or_else(|| env("DATABASE_URL")) {
         Some(db) if !db.is_empty() => db,
         _ => return fail("no database: set `database` in the file, or DATABASE_URL"),
@@ -449,36 +432,6 @@ fn resolve(file: File, env: impl Fn(&str) -> Option<String>) -> Result<Settings>
             destinations: t.destinations,
         }));
     }
-    let dashboard = match file.dashboard {
-        None => None,
-        Some(d) => {
-            let token = match &d.token_env {
-                Some(var) => {
-                    let token = secret(&env, var, "dashboard")?;
-                    if token.len() < 8 {
-                        return fail(format!("dashboard: {var} holds fewer than 8 characters"));
-                    }
-                    Some(token)
-                }
-                None => None,
-            };
-            let refresh = match &d.refresh {
-                Some(text) => crate::parse::duration(text)
-                    .map_err(|err| Failure(format!("dashboard.refresh: {err}")))?,
-                None => Duration::from_secs(2),
-            };
-            if refresh < Duration::from_millis(100) {
-                return fail("dashboard.refresh: at least 100ms");
-            }
-            Some(DashboardSettings {
-                listen: d
-                    .listen
-                    .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9090))),
-                token,
-                refresh,
-            })
-        }
-    };
     let stats_every = match &file.console.stats_every {
         Some(text) => crate::parse::duration(text)
             .map_err(|err| Failure(format!("console.stats_every: {err}")))?,
@@ -490,7 +443,6 @@ fn resolve(file: File, env: impl Fn(&str) -> Option<String>) -> Result<Settings>
     Ok(Settings {
         console: file.console.enabled,
         stats_every,
-        dashboard,
         listen: file
             .listen
             .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080))),
@@ -580,11 +532,11 @@ mod tests {
             ),
             (
                 "database = \"x.db\"\n[[queues]]\nname = \"q\"\n[dashboard]\nrefresh = \"10ms\"\n",
-                "dashboard.refresh: at least 100ms",
+                DASHBOARD_GONE,
             ),
             (
-                "database = \"x.db\"\n[[queues]]\nname = \"q\"\n[dashboard]\ntoken_env = \"NOPE\"\n",
-                "dashboard: the environment variable NOPE is not set",
+                "database = \"x.db\"\n[[queues]]\nname = \"q\"\n[dashboard]\nlisten = \"127.0.0.1:9090\"\n",
+                DASHBOARD_GONE,
             ),
         ];
         for (text, expected) in cases {

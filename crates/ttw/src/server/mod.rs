@@ -17,6 +17,7 @@ mod console;
 mod extract;
 mod group;
 mod handlers;
+mod metrics;
 mod refusal;
 mod routes;
 mod selection;
@@ -32,12 +33,13 @@ use ttw_durable::{Scheduler, Store};
 use crate::error::{Failure, Result};
 use config::{Settings, TargetSettings};
 
-/// Checks the file and says what it holds, or runs the service.
 /// The API's OpenAPI document, as `GET /v1/openapi.json` serves it.
 pub(crate) fn openapi() -> &'static str {
     routes::document_json()
 }
 
+/// Checks the file and says what it holds, or runs the service until
+/// SIGTERM or Ctrl-C.
 pub(crate) async fn server(path: &Path, check: bool) -> Result<()> {
     let settings = config::load(path, |var| std::env::var(var).ok())?;
     if check {
@@ -58,6 +60,18 @@ pub(crate) async fn server(path: &Path, check: bool) -> Result<()> {
     // Warnings (a failing database, a refused delivery) on standard error;
     // spans by OTLP when built and asked for. Flushed when the server ends.
     let _traces = traces::init()?;
+    run(settings, None, stopped()).await
+}
+
+/// Runs the service on `settings` until `stop` resolves (then as at
+/// SIGTERM: no more requests, deliveries in flight finish within
+/// `shutdown_grace`, the node's leases handed over); `bound` is told the
+/// address it listens on.
+pub(crate) async fn run(
+    settings: Settings,
+    bound: Option<tokio::sync::oneshot::Sender<std::net::SocketAddr>>,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
     let store = crate::store::open(
         &settings.database,
         settings.schema.as_deref(),
@@ -65,28 +79,8 @@ pub(crate) async fn server(path: &Path, check: bool) -> Result<()> {
         settings.sqlite_commits,
     )
     .await?;
-    // The dashboard installs the metrics recorder: before the scheduler
-    // starts, so that the node's metrics are recorded.
-    let dashboard = match &settings.dashboard {
-        Some(d) => {
-            let token = match &d.token {
-                Some(token) => token.clone(),
-                None => {
-                    let token = crate::serve::new_token()?;
-                    eprintln!("ttw server: dashboard token for redrive and cancel: {token}");
-                    token
-                }
-            };
-            let router = crate::serve::dashboard(store.clone(), token, d.refresh)?;
-            let listener = tokio::net::TcpListener::bind(d.listen)
-                .await
-                .map_err(|err| {
-                    Failure(format!("cannot listen on {} (dashboard): {err}", d.listen))
-                })?;
-            Some((listener, router))
-        }
-        None => None,
-    };
+    // Before the scheduler starts, so that the node's metrics are recorded.
+    let metrics = metrics::install()?;
     let scheduler = start_scheduler(&store, &settings).await?;
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
@@ -104,7 +98,9 @@ pub(crate) async fn server(path: &Path, check: bool) -> Result<()> {
         stats,
         counts: Arc::default(),
     });
-    let mut router = routes::routes(api.clone());
+    let mut router =
+        metrics::routes(api.clone(), metrics.clone()).merge(routes::routes(api.clone()));
+    let refresher = tokio::spawn(metrics::refresh(api.store.clone(), metrics));
     if console {
         router = console::routes().merge(router);
     }
@@ -113,27 +109,11 @@ pub(crate) async fn server(path: &Path, check: bool) -> Result<()> {
     if console {
         println!("ttw server: console on http://{addr}/console/");
     }
-    let dashboard = match dashboard {
-        Some((listener, router)) => {
-            println!(
-                "ttw server: dashboard on http://{}/ (metrics at /metrics)",
-                listener.local_addr()?
-            );
-            let addr = listener.local_addr()?;
-            if !addr.ip().is_loopback() {
-                println!(
-                    "ttw server: the dashboard listens beyond loopback: anyone who can reach {addr} can read the tasks"
-                );
-            }
-            Some(tokio::spawn(async move {
-                if let Err(err) = axum::serve(listener, router).await {
-                    eprintln!("ttw server: the dashboard stopped: {err}");
-                }
-            }))
-        }
-        None => None,
-    };
-    let serve = axum::serve(listener, router).with_graceful_shutdown(stopped());
+    println!("ttw server: metrics on http://{addr}/metrics (a token of scope read)");
+    if let Some(bound) = bound {
+        let _ = bound.send(addr);
+    }
+    let serve = axum::serve(listener, router).with_graceful_shutdown(stop);
     tokio::select! {
         served = serve => served.map_err(|err| Failure(format!("the server stopped: {err}")))?,
         () = api.stats.sample(scheduler.as_ref()) => {}
@@ -153,9 +133,7 @@ pub(crate) async fn server(path: &Path, check: bool) -> Result<()> {
             }
         }
     }
-    if let Some(dashboard) = dashboard {
-        dashboard.abort();
-    }
+    refresher.abort();
     println!("ttw server: stopped");
     Ok(())
 }
