@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::client::store::{Store, StoreBuilder};
 use crate::model::task::TaskState;
-use crate::sql::db::{with_pool, Conn};
+use crate::sql::db::{with_any_pool, Conn};
 use crate::sql::recurring::{Advance, Change, Definition};
 use crate::sql::tasks::{MakeDue, TaskParams, Which};
 use crate::sql::{admin, history, keys, leases, recurring, tasks};
@@ -63,7 +63,7 @@ async fn open(backend: Backend, case: &str) -> (Store, Option<String>) {
 /// Drops a PostgreSQL case's schema.
 async fn close(store: Store, schema: Option<String>) {
     if let Some(schema) = schema {
-        with_pool!(store.db(), pool => {
+        with_any_pool!(store.db(), pool => {
             sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
                 .execute(pool)
                 .await
@@ -75,7 +75,7 @@ async fn close(store: Store, schema: Option<String>) {
 /// Runs `$body` with `$conn` a [`Conn`] taken from the store's pool.
 macro_rules! on_conn {
     ($store:expr, $conn:ident => $body:expr) => {
-        with_pool!($store.db(), pool => {
+        with_any_pool!($store.db(), pool => {
             let mut held = pool.acquire().await.unwrap();
             let $conn = Conn::from(&mut *held);
             $body

@@ -104,6 +104,7 @@ pub(crate) fn bounded_str(text: &str) -> &str {
 /// text cut short never ends in a U+FFFD it did not have. Bytes that are
 /// not UTF-8 anywhere before the cut are each shown as U+FFFD, and the
 /// text is then bounded again at a character boundary.
+#[cfg_attr(not(feature = "webhook"), allow(dead_code))]
 pub(crate) fn text_prefix(bytes: &[u8], most: usize) -> String {
     let mut end = bytes.len().min(most);
     if end < bytes.len() {

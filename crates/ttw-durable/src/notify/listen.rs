@@ -90,6 +90,21 @@ impl Listener {
         }
     }
 
+    /// Opens the `LISTEN` connection now, before the window load that
+    /// follows (a node's join): what is notified from here on is heard, so
+    /// the load covers the rest, and the opening is not a
+    /// [`Heard::Missed`] that loads the window a second time. A second load
+    /// at the start read every task of a burst due now again while the
+    /// first load's fires were being claimed, and armed them again: each
+    /// fired once more, for a claim that found it taken or done. If it
+    /// cannot be opened now, [`next`](Self::next) tries again as usual.
+    pub(crate) async fn open_before_load(&mut self) {
+        #[cfg(feature = "postgres")]
+        {
+            let _ = self.reopen().await;
+        }
+    }
+
     /// The next announcement: without the `postgres` feature, only this
     /// process's.
     #[cfg(not(feature = "postgres"))]

@@ -63,6 +63,22 @@ macro_rules! with_pool {
 }
 pub(crate) use with_pool;
 
+/// [`with_pool!`] without the cut on a move, for the conformance cases and
+/// tests, whose bodies unwrap instead of returning an error.
+#[cfg(test)]
+macro_rules! with_any_pool {
+    ($db:expr, $pool:ident => $body:expr) => {
+        match $db {
+            #[cfg(feature = "sqlite")]
+            $crate::sql::db::Db::Sqlite($pool, _) => $body,
+            #[cfg(feature = "postgres")]
+            $crate::sql::db::Db::Postgres($pool) => $body,
+        }
+    };
+}
+#[cfg(test)]
+pub(crate) use with_any_pool;
+
 /// Runs the write `$body` as [`with_pool!`] does, after taking this
 /// process's turn at SQLite's one writer with `$urgency` (see [`Writes`]);
 /// on PostgreSQL it runs at once.

@@ -52,7 +52,7 @@ impl Duties {
     pub(crate) async fn join(
         node: &Arc<Node>,
         config: &Config,
-        listener: Listener,
+        mut listener: Listener,
     ) -> Result<Duties, Error> {
         let rescuer = Arc::new(Rescuer::new(config, node.locks.clone()));
         let beat = Beat {
@@ -86,6 +86,7 @@ impl Duties {
         node.leases.add_lease_rows().await?;
         beat.beat().await?;
         rescuer.reclaim_if_due(&reclaim).await?;
+        listener.open_before_load().await;
         load.load().await?;
         // The first heartbeat asked for a window load, which just happened.
         let _ = futures::FutureExt::now_or_never(node.wakes.reload.notified());

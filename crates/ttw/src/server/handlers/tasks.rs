@@ -27,6 +27,10 @@ fn status_of(s: &Scheduled) -> StatusCode {
     }
 }
 
+// Single requests are written in groups (the group commit of
+// `server/group.rs`): what arrives while the previous insert runs goes in
+// the next transaction, and each request is answered once its group has
+// committed. A debounce (`replace_pending`) is written alone.
 /// Schedule one task.
 #[utoipa::path(post, path = "/v1/tasks", tag = "tasks",
     params(
