@@ -97,39 +97,18 @@ pub(crate) fn counts_json(c: &StateCounts) -> Value {
     })
 }
 
-/// A task as JSON. The payload is its text (`payload`, invalid UTF-8
-/// replaced) with `payload_utf8` saying whether it was valid.
+/// One task as the tool's JSON writes it: the service's own wire type,
+/// `GET /v1/tasks/{id}`'s answer (the payload in base64, and as itself
+/// when it is JSON).
 pub(crate) fn task_json(t: &TaskInfo) -> Value {
-    json!({
-        "id": t.id.get(),
-        "state": t.state.as_str(),
-        "queue": t.queue,
-        "priority": t.priority,
-        "run_at": time(t.run_at),
-        "run_at_ms": epoch_ms(t.run_at),
-        "attempts": t.attempts,
-        "max_attempts": t.max_attempts,
-        "last_error": t.last_error,
-        "idempotency_key": t.idempotency_key,
-        "payload": payload_text(&t.payload),
-        "payload_utf8": std::str::from_utf8(&t.payload).is_ok(),
-        "payload_bytes": t.payload.len(),
-    })
+    serde_json::to_value(crate::server::wire::TaskView::from(t)).expect("a task view is JSON")
 }
 
-/// One attempt as the tool's JSON writes it.
+/// One attempt as the tool's JSON writes it: the service's own wire type,
+/// as in `GET /v1/tasks/{id}/attempts`.
 pub(crate) fn attempt_json(a: &AttemptInfo) -> Value {
-    json!({
-        "attempt": a.attempt,
-        "claim": a.claim,
-        "outcome": a.outcome.as_str(),
-        "node": a.node,
-        "started_at": a.started_at.map(time),
-        "ended_at": a.ended_at.map(time),
-        "duration_ms": a.duration().map(|d| d.as_millis() as u64),
-        "status": a.status,
-        "detail": a.detail,
-    })
+    serde_json::to_value(crate::server::wire::AttemptView::from(a))
+        .expect("an attempt view is JSON")
 }
 
 /// A task's attempts as a table, one line each (the detail's first line,

@@ -23,7 +23,7 @@ mod routes;
 mod selection;
 mod service;
 mod traces;
-mod wire;
+pub(crate) mod wire;
 
 use std::path::Path;
 use std::sync::Arc;
