@@ -37,7 +37,7 @@ use metrics::{Counter, Gauge, Histogram, Unit};
 /// | `ttw_shards_owned` | gauge | `node` | (queue, shard) leases the node holds, set at each heartbeat |
 /// | `ttw_window_tasks` | gauge | `node` | tasks waiting in the node's in-memory wheel, set at each heartbeat |
 /// | `ttw_database_errors_total` | counter | `kind` | failed database calls of a node: `heartbeat`, `control` (window load, catch-up poll, retention sweep), `claim`, `outcome` |
-/// | `ttw_tasks` | gauge | `queue`, `state` | tasks per queue and state, set by [`Store::publish_task_counts`](crate::Store::publish_task_counts) (`ttw serve` calls it every few seconds) |
+/// | `ttw_tasks` | gauge | `queue`, `state` | tasks per queue and state, set by [`Store::publish_task_counts`](crate::Store::publish_task_counts) (`ttw server` calls it every 10 s for `/metrics`) |
 ///
 ///
 ///

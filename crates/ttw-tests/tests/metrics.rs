@@ -1,5 +1,5 @@
 //! The durable layer's metrics reach an installed recorder (here the
-//! Prometheus exporter `ttw serve` uses), with the names and labels the
+//! Prometheus exporter `ttw server` serves at `/metrics`), with the names and labels the
 //! docs list, and a delivery's log lines carry its span: task id, queue,
 //! attempt and lateness. One test: the recorder and the subscriber are
 //! global to this test binary.

@@ -197,7 +197,7 @@ impl Store {
     /// Sets the `ttw_tasks{queue, state}` gauge of the installed
     /// [`metrics`] recorder from [`Store::queue_counts`], and returns the
     /// counts. One `GROUP BY` over the tasks: call it every few seconds,
-    /// from one process (the `ttw serve` command does), not per task. A
+    /// from one process (`ttw server` does, for `/metrics`), not per task. A
     /// queue this store published before and that has no task left now
     /// (its finished tasks swept by the retention, say) is set to zero in
     /// every state rather than left at its last counts.
