@@ -232,6 +232,14 @@ impl From<ttw_durable::Error> for Refusal {
             Code::InvalidKey
         } else if err.is_invalid_queue() {
             Code::UnknownQueue
+        } else if err.is_invalid_time() {
+            Code::InvalidTime
+        } else if err.is_invalid_schedule() {
+            Code::InvalidSchedule
+        } else if err.is_invalid_envelope() {
+            // The service checks the trace context first, with its own
+            // code; what the store still refuses is the destination's.
+            Code::InvalidDestination
         } else {
             tracing::warn!(%err, "ttw server: a store call failed");
             Code::Unavailable
@@ -248,6 +256,17 @@ mod tests {
     use super::*;
 
     /// Each code's name is its serde name, and every code is in `ALL` once.
+    /// A refusal of the store that the service did not check first (a
+    /// task's destination, say) is the client's 400 with its code, not a
+    /// 503 `unavailable` that a client retries for ever.
+    #[test]
+    fn the_store_s_refusals_of_input_are_the_client_s() {
+        let get = ttw_durable::Envelope::new()
+            .destination(ttw_durable::Destination::new("https://example.com/x").method("GET"));
+        let refusal = Refusal::from(get.check_payload(3).unwrap_err());
+        assert_eq!(refusal.code, Code::InvalidDestination);
+    }
+
     #[test]
     fn every_code_is_listed_once_and_spelled_as_it_serializes() {
         let mut seen = std::collections::BTreeSet::new();
