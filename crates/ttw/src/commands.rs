@@ -159,7 +159,7 @@ pub(crate) async fn list(store: &Store, args: ListArgs, json: bool) -> Result<()
         .then(|| tasks.last().map(|t| t.id.get()))
         .flatten();
     if json {
-        let tasks: Vec<_> = tasks.iter().map(output::task_json).collect();
+        let tasks: Vec<_> = tasks.iter().map(crate::server::wire::task_json).collect();
         print_json(&json!({ "tasks": tasks, "next_after": next }));
         return Ok(());
     }
@@ -215,8 +215,11 @@ pub(crate) async fn show(store: &Store, target: Target, json: bool) -> Result<()
     let task = find(store, &target).await?;
     let attempts = store.attempts(task.id).await?;
     if json {
-        let mut shown = output::task_json(&task);
-        shown["attempt_history"] = attempts.iter().map(output::attempt_json).collect();
+        let mut shown = crate::server::wire::task_json(&task);
+        shown["attempt_history"] = attempts
+            .iter()
+            .map(crate::server::wire::attempt_json)
+            .collect();
         print_json(&shown);
         return Ok(());
     }

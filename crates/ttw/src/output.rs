@@ -97,20 +97,6 @@ pub(crate) fn counts_json(c: &StateCounts) -> Value {
     })
 }
 
-/// One task as the tool's JSON writes it: the service's own wire type,
-/// `GET /v1/tasks/{id}`'s answer (the payload in base64, and as itself
-/// when it is JSON).
-pub(crate) fn task_json(t: &TaskInfo) -> Value {
-    serde_json::to_value(crate::server::wire::TaskView::from(t)).expect("a task view is JSON")
-}
-
-/// One attempt as the tool's JSON writes it: the service's own wire type,
-/// as in `GET /v1/tasks/{id}/attempts`.
-pub(crate) fn attempt_json(a: &AttemptInfo) -> Value {
-    serde_json::to_value(crate::server::wire::AttemptView::from(a))
-        .expect("an attempt view is JSON")
-}
-
 /// A task's attempts as a table, one line each (the detail's first line,
 /// cut to 60 characters).
 pub(crate) fn attempts_table(attempts: &[AttemptInfo]) -> String {

@@ -287,6 +287,18 @@ impl From<&AttemptInfo> for AttemptView {
     }
 }
 
+/// One task as `ttw --json` prints it: the service's own view, as
+/// `GET /v1/tasks/{id}` answers (one shape of a task everywhere).
+pub(crate) fn task_json(t: &TaskInfo) -> serde_json::Value {
+    serde_json::to_value(TaskView::from(t)).unwrap_or_default()
+}
+
+/// One attempt as `ttw --json` prints it, as in
+/// `GET /v1/tasks/{id}/attempts`.
+pub(crate) fn attempt_json(a: &AttemptInfo) -> serde_json::Value {
+    serde_json::to_value(AttemptView::from(a)).unwrap_or_default()
+}
+
 /// A task's attempts, oldest first (the latest 1,000 at most).
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct AttemptsView {
