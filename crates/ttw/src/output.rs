@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
-use ttw_durable::{AttemptInfo, StateCounts, TaskInfo};
+use ttw_durable::{AttemptInfo, StateCounts};
 
 /// Rows under a header, each column as wide as its widest cell, two spaces
 /// apart; trailing spaces trimmed.
