@@ -222,18 +222,56 @@ impl Store {
     /// ```
     pub async fn publish_task_counts(&self) -> Result<BTreeMap<String, StateCounts>, Error> {
         let counts = self.queue_counts().await?;
+        self.publish(&counts);
+        Ok(counts)
+    }
+
+    /// As [`publish_task_counts`](Self::publish_task_counts), from
+    /// [`Store::bounded_queue_counts`]: each count stops at `bound`, so the
+    /// call reads at most `bound` index entries per queue and state
+    /// whatever the store holds (a few milliseconds with 10 million tasks),
+    /// and a gauge at `bound` means at least that many. For an exporter
+    /// read on every scrape.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ttw_durable::Store;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// store.schedule("a").await?;
+    /// store.schedule("b").await?;
+    /// let counts = store.publish_bounded_task_counts(1).await?;
+    /// assert_eq!(counts.counts["default"].scheduled, 1);
+    /// assert!(counts.is_capped("default", ttw_durable::TaskState::Scheduled));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn publish_bounded_task_counts(&self, bound: u64) -> Result<BoundedCounts, Error> {
+        let counts = self.bounded_queue_counts(bound).await?;
+        self.publish(&counts.counts);
+        Ok(counts)
+    }
+
+    /// Sets the gauges of `counts`, and zero for the queues published
+    /// before that have no task left.
+    fn publish(&self, counts: &BTreeMap<String, StateCounts>) {
         let mut published = self.published_queues();
         // A queue published before with no task left now (its last finished
         // tasks swept, say) reads zero rather than its last counts.
         for gone in published.iter().filter(|q| !counts.contains_key(*q)) {
             publish_queue(gone, &StateCounts::default());
         }
-        for (queue, c) in &counts {
+        for (queue, c) in counts {
             publish_queue(queue, c);
         }
         *published = counts.keys().cloned().collect();
-        drop(published);
-        Ok(counts)
     }
 }
 

@@ -100,7 +100,7 @@ pub(crate) async fn run(
     });
     let mut router =
         metrics::routes(api.clone(), metrics.clone()).merge(routes::routes(api.clone()));
-    let refresher = tokio::spawn(metrics::refresh(api.store.clone(), metrics));
+    let refresher = tokio::spawn(metrics::refresh(metrics));
     if console {
         router = console::routes().merge(router);
     }
