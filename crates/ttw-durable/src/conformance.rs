@@ -12,9 +12,10 @@ use std::time::Duration;
 
 use crate::client::store::{Store, StoreBuilder};
 use crate::model::task::TaskState;
-use crate::sql::db::{with_any_pool, Conn};
+use crate::sql::db::Conn;
 use crate::sql::recurring::{Advance, Change, Definition};
 use crate::sql::tasks::{MakeDue, TaskParams, Which};
+use crate::sql::testing::with_any_pool;
 use crate::sql::{admin, history, keys, leases, recurring, tasks};
 
 /// A backend the statements must behave alike on.

@@ -199,6 +199,18 @@ async fn the_typescript_client_installs_from_its_tarball_and_runs_its_quick_star
 #[tokio::test]
 async fn the_python_client_installs_as_a_wheel_and_runs_its_quick_start() {
     let source = client("python");
+    // A copy of the checkout: a wheel's build writes `build/` and an
+    // `.egg-info` beside the sources it builds.
+    let checkout = fresh("python_checkout");
+    for part in ["pyproject.toml", "README.md"] {
+        std::fs::copy(source.join(part), checkout.join(part)).unwrap();
+    }
+    run(
+        &checkout,
+        "cp",
+        &["-r", source.join("src").to_str().unwrap(), "src"],
+        &[],
+    );
     let project = fresh("python_project");
     let wheels = project.join("dist");
     run(
@@ -213,7 +225,7 @@ async fn the_python_client_installs_as_a_wheel_and_runs_its_quick_start() {
             "--no-deps",
             "-w",
             wheels.to_str().unwrap(),
-            source.to_str().unwrap(),
+            checkout.to_str().unwrap(),
         ],
         &[],
     );
@@ -256,5 +268,7 @@ async fn the_python_client_installs_as_a_wheel_and_runs_its_quick_start() {
     );
     said_what_the_quick_start_does(&out);
     child.kill().await.ok();
-    std::fs::remove_dir_all(&project).ok();
+    for dir in [&project, &checkout] {
+        std::fs::remove_dir_all(dir).ok();
+    }
 }

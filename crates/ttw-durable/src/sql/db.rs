@@ -63,22 +63,6 @@ macro_rules! with_pool {
 }
 pub(crate) use with_pool;
 
-/// [`with_pool!`] without the cut on a move, for the conformance cases and
-/// tests, whose bodies unwrap instead of returning an error.
-#[cfg(test)]
-macro_rules! with_any_pool {
-    ($db:expr, $pool:ident => $body:expr) => {
-        match $db {
-            #[cfg(feature = "sqlite")]
-            $crate::sql::db::Db::Sqlite($pool, _) => $body,
-            #[cfg(feature = "postgres")]
-            $crate::sql::db::Db::Postgres($pool) => $body,
-        }
-    };
-}
-#[cfg(test)]
-pub(crate) use with_any_pool;
-
 /// Runs the write `$body` as [`with_pool!`] does, after taking this
 /// process's turn at SQLite's one writer with `$urgency` (see [`Writes`]);
 /// on PostgreSQL it runs at once.
@@ -604,11 +588,9 @@ impl PoolSettings {
                         Box::pin(std::future::ready(Ok(keep)))
                     }
                 })
-                // A connection to a server the pool has left is closed as it
-                // comes back, not pinged first: a statement cut short on a
-                // frozen server (see `primary::unless_moved`) would wait for
-                // that ping until the server wakes, holding its place in
-                // the pool meanwhile.
+                // A connection to a server left behind is closed as it comes
+                // back, not pinged: on a frozen server (see `unless_moved`)
+                // the ping would hold its place in the pool until it wakes.
                 .after_release({
                     let moves = moves.clone();
                     move |_, meta| {

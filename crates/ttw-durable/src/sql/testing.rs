@@ -5,6 +5,20 @@
 use crate::error::Error;
 use crate::sql::db::{with_pool, Db};
 
+/// [`with_pool!`](crate::sql::db::with_pool) without the cut on a move, for the conformance cases and
+/// tests, whose bodies unwrap instead of returning an error.
+macro_rules! with_any_pool {
+    ($db:expr, $pool:ident => $body:expr) => {
+        match $db {
+            #[cfg(feature = "sqlite")]
+            $crate::sql::db::Db::Sqlite($pool, _) => $body,
+            #[cfg(feature = "postgres")]
+            $crate::sql::db::Db::Postgres($pool) => $body,
+        }
+    };
+}
+pub(crate) use with_any_pool;
+
 /// Marks task `id` running under another node's lock until
 /// `locked_until` (attempt 1, an epoch no lease has), as a node that died
 /// while delivering it would have left it.

@@ -128,7 +128,7 @@ async fn a_store_opens_on_the_first_host_that_takes_writes() {
         .unwrap();
     let id = store.schedule("on the second host").await.unwrap();
     assert!(store.get(id).await.unwrap().is_some());
-    crate::sql::db::with_any_pool!(store.db(), pool => {
+    crate::sql::testing::with_any_pool!(store.db(), pool => {
         sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
             .execute(pool)
             .await
