@@ -254,8 +254,9 @@ impl Hosts {
                 }
             })
             .collect();
-        // Each host's answer, by its place in the URL: the first that takes
-        // writes wins once every host before it has answered otherwise.
+        // Each host's answer, by its place in `order` (the URL's, with
+        // `avoid` last): the first that takes writes wins once every host
+        // before it has answered otherwise.
         let mut answers: Vec<Option<Result<(PgConnectOptions, PgConnection), String>>> =
             (0..self.hosts.len()).map(|_| None).collect();
         let mut next = 0;
