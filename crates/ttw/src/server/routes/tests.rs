@@ -92,6 +92,11 @@ async fn call(
         None => request.body(Body::empty()),
     }
     .unwrap();
+    send(router, request).await
+}
+
+/// Sends `request` to `router`: the status and the answer as JSON.
+async fn send(router: &Router, request: Request<Body>) -> (StatusCode, Value) {
     let answer = router.clone().oneshot(request).await.unwrap();
     let status = answer.status();
     let bytes = axum::body::to_bytes(answer.into_body(), 1 << 20)

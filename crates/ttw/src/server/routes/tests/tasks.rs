@@ -1,12 +1,10 @@
 //! The schedule routes' refusals and headers that a task's own fields do
 //! not carry: a `GET` target with a payload, a batch's trace context.
 
+use super::{call, router, router_with, send, Router, TOKEN};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::{json, Value};
-use tower::ServiceExt;
-
-use super::{call, router, router_with, Router, TOKEN};
 
 /// `POST uri` with `body` and the headers `headers`, with the token.
 async fn post_with(
@@ -23,16 +21,7 @@ async fn post_with(
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
-    let request = request.body(Body::from(body.to_string())).unwrap();
-    let answer = router.clone().oneshot(request).await.unwrap();
-    let status = answer.status();
-    let bytes = axum::body::to_bytes(answer.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
+    send(router, request.body(Body::from(body.to_string())).unwrap()).await
 }
 
 /// The report: a task with `target: {method: "GET"}` and a payload was
