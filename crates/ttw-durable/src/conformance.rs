@@ -26,7 +26,6 @@ enum Backend {
     Postgres,
 }
 
-/// A store on `backend` for one case, and what to drop after it.
 /// A retryable failure, `"boom"`, retried at `retry_at` under a default
 /// limit of `default_max` attempts, at `now`.
 fn boom(retry_at: i64, default_max: i64, now: i64) -> crate::sql::claims::AttemptFailed<'static> {
@@ -40,6 +39,7 @@ fn boom(retry_at: i64, default_max: i64, now: i64) -> crate::sql::claims::Attemp
     }
 }
 
+/// A store on `backend` for one case, and what to drop after it.
 async fn open(backend: Backend, case: &str) -> (Store, Option<String>) {
     let builder = StoreBuilder::default()
         .shards(4)

@@ -48,9 +48,15 @@ enum Kind {
     InvalidQueue(String),
     /// A time written as text was not RFC 3339.
     InvalidTime(String),
-    /// A task's envelope (destination, trace context) was
-    /// malformed.
+    /// A task's envelope (destination, callbacks) was malformed.
     InvalidEnvelope(String),
+    /// A task's trace context was malformed.
+    InvalidTraceContext(String),
+    /// A field of a task was refused: the field, and why.
+    InvalidTask(&'static str, String),
+    /// The database failed the group a task was written in; this is what
+    /// it said (the group's first caller has the error itself).
+    GroupFailed(String),
     Lost,
     Closed,
 }
@@ -105,6 +111,26 @@ impl Error {
         Self::from_kind(Kind::InvalidEnvelope(why.into()))
     }
 
+    pub(crate) fn invalid_trace_context(why: impl Into<String>) -> Self {
+        Self::from_kind(Kind::InvalidTraceContext(why.into()))
+    }
+
+    /// Field `field` of a task is refused, for `why`.
+    pub(crate) fn invalid_task(field: &'static str, why: impl Into<String>) -> Self {
+        Self::from_kind(Kind::InvalidTask(field, why.into()))
+    }
+
+    /// The database failed the write of a group, saying `said`.
+    pub(crate) fn group_failed(said: &str) -> Self {
+        Self::from_kind(Kind::GroupFailed(said.to_string()))
+    }
+
+    /// This error without the batch index: a group's failure, given to a
+    /// caller who scheduled one task.
+    pub(crate) fn alone(self) -> Self {
+        self.without_batch_index()
+    }
+
     pub(crate) fn invalid_key(why: &'static str) -> Self {
         Self::from_kind(Kind::InvalidKey(why))
     }
@@ -140,13 +166,44 @@ impl Error {
         self.task
     }
 
+    /// This error, no longer said to be about a task of a batch: its
+    /// message says only what is wrong, for a caller that names the task
+    /// its own way ([`Error::batch_index`] is then `None`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ttw_durable::{NewTask, Store};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// let err = store
+    ///     .schedule_batch([NewTask::new("a"), NewTask::new("b").max_attempts(0)])
+    ///     .await
+    ///     .unwrap_err();
+    /// assert_eq!(err.batch_index(), Some(1));
+    /// let err = err.without_batch_index();
+    /// assert_eq!((err.batch_index(), err.to_string().as_str()), (None, "max_attempts: at least 1"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn without_batch_index(mut self) -> Self {
+        self.task = None;
+        self
+    }
+
     /// The database failed or could not be reached (connection refused,
     /// timed out, a statement failed). [`std::error::Error::source`] holds
     /// the driver's error.
     pub fn is_database(&self) -> bool {
         matches!(
             self.kind,
-            Kind::Database(_) | Kind::Open(..) | Kind::Migrate(_) | Kind::Corrupt(_)
+            Kind::Database(_)
+                | Kind::Open(..)
+                | Kind::Migrate(_)
+                | Kind::Corrupt(_)
+                | Kind::GroupFailed(_)
         )
     }
 
@@ -261,9 +318,55 @@ impl Error {
     /// A task's [`Envelope`](crate::Envelope) was refused: a destination
     /// URL that is not `http` or `https` with a host, an
     /// unknown method, a reserved or malformed header, a malformed trace
-    /// context, or one too large. Nothing was stored.
+    /// context ([`Error::is_invalid_trace_context`]), or one too large.
+    /// Nothing was stored.
     pub fn is_invalid_envelope(&self) -> bool {
-        matches!(self.kind, Kind::InvalidEnvelope(_))
+        matches!(
+            self.kind,
+            Kind::InvalidEnvelope(_) | Kind::InvalidTraceContext(_)
+        )
+    }
+
+    /// A task's W3C trace context was refused: a `traceparent` that is not
+    /// one, or a `tracestate` without one or too long. Also
+    /// [`Error::is_invalid_envelope`].
+    pub fn is_invalid_trace_context(&self) -> bool {
+        matches!(self.kind, Kind::InvalidTraceContext(_))
+    }
+
+    /// A field of a task was refused: zero attempts, a partition key empty
+    /// or over [`MAX_PARTITION_KEY`](crate::MAX_PARTITION_KEY) bytes, a
+    /// longest wait under 1 ms or without
+    /// [`replace_pending`](crate::Schedule::replace_pending), a debounce
+    /// without an idempotency key. [`Error::invalid_field`] names the
+    /// field. Nothing was stored.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ttw_durable::Store;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// let err = store.schedule("x").max_attempts(0).await.unwrap_err();
+    /// assert!(err.is_invalid_task());
+    /// assert_eq!(err.invalid_field(), Some("max_attempts"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn is_invalid_task(&self) -> bool {
+        matches!(self.kind, Kind::InvalidTask(..))
+    }
+
+    /// For [`Error::is_invalid_task`], the field refused, named as the
+    /// service's API names it (`max_attempts`, `partition_key`, `max_wait`,
+    /// `replace_pending`); `None` for any other error.
+    pub fn invalid_field(&self) -> Option<&'static str> {
+        match self.kind {
+            Kind::InvalidTask(field, _) => Some(field),
+            _ => None,
+        }
     }
 
     /// An `ack` or `nack` came too late: the attempt no longer belongs to
@@ -364,6 +467,12 @@ impl fmt::Display for Error {
             Kind::InvalidQueue(why) => write!(f, "invalid queue name: {why}"),
             Kind::InvalidTime(why) => write!(f, "invalid time: {why}"),
             Kind::InvalidEnvelope(why) => write!(f, "invalid envelope: {why}"),
+            Kind::InvalidTraceContext(why) => write!(f, "invalid trace context: {why}"),
+            Kind::InvalidTask(field, why) => write!(f, "{field}: {why}"),
+            Kind::GroupFailed(said) => write!(
+                f,
+                "the database failed the group this task was written in (nothing of it was stored): {said}"
+            ),
             Kind::Lost => f.write_str("the delivery no longer holds its task"),
             Kind::Closed => f.write_str("the scheduler was shut down"),
         }

@@ -182,6 +182,7 @@ mod client;
 #[cfg(test)]
 mod conformance;
 mod error;
+mod group;
 mod model;
 mod node;
 mod notify;
@@ -195,6 +196,7 @@ pub use client::bulk::{Redrive, REDRIVE_GROUP};
 pub use client::connection::CallerConnection;
 pub use client::counts::{BoundedCounts, Throughput, MAX_THROUGHPUT_READ};
 pub use client::export::PendingTask;
+pub use client::grouped::{Grouped, MAX_GROUP};
 pub use client::schedule::{Schedule, Scheduled};
 pub use client::store::{Store, StoreBuilder};
 pub use error::Error;

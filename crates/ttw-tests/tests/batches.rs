@@ -116,7 +116,7 @@ on_both! {
         let bad: [(NewTask, Check); 4] = [
             (NewTask::new(vec![0; MAX_PAYLOAD + 1]), |e| e.is_payload_too_large()),
             (NewTask::new("x").idempotency_key(""), |e| e.is_invalid_key()),
-            (NewTask::new("x").max_attempts(0), |e| e.is_config()),
+            (NewTask::new("x").max_attempts(0), |e| e.is_invalid_task()),
             (NewTask::new("x").at(SystemTime::UNIX_EPOCH - Duration::from_secs(1)), |e| e.is_out_of_range()),
         ];
         for (task, is) in bad {

@@ -151,7 +151,7 @@ on_both! {
         assert_eq!(info.max_attempts, Some(2));
 
         let err = store.schedule("no key").replace_pending().await.unwrap_err();
-        assert!(err.is_config(), "{err}");
+        assert!(err.is_invalid_task(), "{err}");
         assert!(err.to_string().contains("idempotency key"), "{err}");
         assert_eq!(store.counts().await.unwrap().scheduled, 1);
     }

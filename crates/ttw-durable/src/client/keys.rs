@@ -175,8 +175,9 @@ impl Store {
         row: &NewRow,
     ) -> Result<(Scheduled, Option<Announced>), Error> {
         let Some(key) = row.idempotency_key.as_deref() else {
-            return Err(Error::config(
-                "replace_pending needs an idempotency key to find the task by",
+            return Err(Error::invalid_task(
+                "replace_pending",
+                "needs an idempotency key to find the task by",
             ));
         };
         let names = self.names();

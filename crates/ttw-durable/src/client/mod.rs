@@ -9,6 +9,7 @@ pub(crate) mod connection;
 pub(crate) mod counts;
 pub(crate) mod export;
 pub(crate) mod flow;
+pub(crate) mod grouped;
 pub(crate) mod keys;
 pub(crate) mod schedule;
 pub(crate) mod store;

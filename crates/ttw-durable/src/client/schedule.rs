@@ -42,6 +42,35 @@ impl Store {
         }
     }
 
+    /// The same as [`Store::schedule`], for a task built as a [`NewTask`]
+    /// (the form batches and [`Grouped`](crate::Grouped) take): what
+    /// only a single schedule can do ([`Schedule::replace_pending`],
+    /// [`Schedule::max_wait`]) is added to it here.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ttw_durable::{NewTask, Store};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// let task = NewTask::new("sync").idempotency_key("sync:user-7").delay(Duration::from_secs(5));
+    /// let first = store.schedule_task(task.clone()).replace_pending().submit().await?;
+    /// let again = store.schedule_task(task).replace_pending().submit().await?;
+    /// assert_eq!(again.id(), first.id());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn schedule_task(&self, task: NewTask) -> Schedule<'_> {
+        Schedule {
+            store: self,
+            task,
+            replace: false,
+        }
+    }
+
     pub(crate) async fn insert(&self, task: NewTask) -> Result<Scheduled, Error> {
         let row = NewRow::check(task, self.clock())?;
         if row.idempotency_key.is_some() {
@@ -74,8 +103,9 @@ impl Store {
 ///
 /// [`Error::is_payload_too_large`], [`Error::is_out_of_range`] (a time before
 /// the Unix epoch or after [`MAX_RUN_AT`](crate::MAX_RUN_AT), or a delay that
-/// overflows), [`Error::is_invalid_key`], [`Error::is_config`] (zero
-/// attempts, or [`Schedule::replace_pending`] without a key),
+/// overflows), [`Error::is_invalid_key`], [`Error::is_invalid_task`] (zero
+/// attempts, a partition key out of bounds, or [`Schedule::replace_pending`]
+/// without a key),
 /// [`Error::is_database`] ([`Error::is_disk_full`] when the database's disk
 /// is full). A schedule that fails stored nothing; an id is returned only
 /// once the task's row has committed.
@@ -121,9 +151,7 @@ impl Schedule<'_> {
     }
 
     /// This task's own attempt limit, instead of the scheduler's. Zero
-    /// fails with [`Error::is_config`], as
-    /// [`SchedulerBuilder::max_attempts`](crate::SchedulerBuilder::max_attempts)
-    /// does.
+    /// fails with [`Error::is_invalid_task`].
     pub fn max_attempts(mut self, n: u32) -> Self {
         self.task = self.task.max_attempts(n);
         self
@@ -150,7 +178,7 @@ impl Schedule<'_> {
     /// [`per_key_concurrency`](crate::QueueLimits::per_key_concurrency)
     /// caps each key's running tasks across all nodes, so one key's backlog
     /// does not hold the others back. A replacement keeps the pending
-    /// task's. Out of range: [`Error::is_config`].
+    /// task's. Out of range: [`Error::is_invalid_task`].
     pub fn partition_key(mut self, key: impl Into<String>) -> Self {
         self.task = self.task.partition_key(key);
         self
@@ -214,7 +242,7 @@ impl Schedule<'_> {
     /// starts its attempts again and is pending until it is claimed.
     ///
     /// A key is required: without one the schedule fails with
-    /// [`Error::is_config`].
+    /// [`Error::is_invalid_task`].
     ///
     /// # Examples
     ///
@@ -252,7 +280,7 @@ impl Schedule<'_> {
     /// gives the key up to a new task. So use a key of its own for a
     /// debounce: a key released this way no longer answers for the old
     /// task. At least 1 ms; without `replace_pending` the schedule fails
-    /// with [`Error::is_config`].
+    /// with [`Error::is_invalid_task`].
     ///
     /// ```
     /// use std::time::Duration;
@@ -304,8 +332,9 @@ impl Schedule<'_> {
     /// ```
     pub async fn submit(self) -> Result<Scheduled, Error> {
         if self.task.max_wait.is_some() && !self.replace {
-            return Err(Error::config(
-                "max_wait is a debounce's: it needs replace_pending",
+            return Err(Error::invalid_task(
+                "replace_pending",
+                "max_wait is a debounce's longest wait: it needs replace_pending",
             ));
         }
         // Run to its end even if this future is dropped (see

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
+use crate::model::due::Due;
 use crate::model::flow::{QueueLimits, Rate, RetryPolicy};
 use crate::model::lanes::Lanes;
-use crate::sql::claims::{Claiming, Claims, Due, Success, Wait};
+use crate::sql::claims::{Claiming, Claims, Success, Wait};
 use crate::sql::queues;
 
 async fn queues_case(store: &Store) {

@@ -216,7 +216,7 @@ fn check_traceparent(value: &str) -> Result<(), Error> {
     if ok {
         Ok(())
     } else {
-        Err(Error::invalid_envelope(format!(
+        Err(Error::invalid_trace_context(format!(
             "traceparent {value:?} is not a W3C trace context (00-<32 hex>-<16 hex>-<2 hex>)"
         )))
     }
@@ -268,7 +268,8 @@ fn check_traceparent(value: &str) -> Result<(), Error> {
 ///
 /// // A malformed trace context is refused.
 /// let bad = Envelope::new().traceparent("00-abc-01");
-/// assert!(bad.check().unwrap_err().is_invalid_envelope());
+/// let err = bad.check().unwrap_err();
+/// assert!(err.is_invalid_trace_context() && err.is_invalid_envelope());
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Envelope {
@@ -406,27 +407,30 @@ impl Envelope {
     ///
     /// [`Error::is_invalid_envelope`], saying which field is wrong.
     pub fn check(&self) -> Result<(), Error> {
-        if let Some(destination) = &self.destination {
-            destination.check()?;
-        }
+        // The trace context first: a request's own, before what it asks.
         if let Some(value) = &self.traceparent {
             check_traceparent(value)?;
+        }
+        if let Some(state) = &self.tracestate {
+            if self.traceparent.is_none() {
+                return Err(Error::invalid_trace_context(
+                    "a tracestate needs a traceparent",
+                ));
+            }
+            if state.len() > 512 || !state.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+                return Err(Error::invalid_trace_context(
+                    "tracestate must be at most 512 printable ASCII bytes",
+                ));
+            }
+        }
+        if let Some(destination) = &self.destination {
+            destination.check()?;
         }
         if let Some(url) = &self.callback {
             check_url("the callback", url)?;
         }
         if let Some(url) = &self.failure_callback {
             check_url("the failure callback", url)?;
-        }
-        if let Some(state) = &self.tracestate {
-            if self.traceparent.is_none() {
-                return Err(Error::invalid_envelope("a tracestate needs a traceparent"));
-            }
-            if state.len() > 512 || !state.bytes().all(|b| (0x20..0x7f).contains(&b)) {
-                return Err(Error::invalid_envelope(
-                    "tracestate must be at most 512 printable ASCII bytes",
-                ));
-            }
         }
         if self.encode().len() > MAX_ENVELOPE {
             return Err(Error::invalid_envelope(format!(

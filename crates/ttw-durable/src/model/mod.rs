@@ -5,6 +5,7 @@ pub(crate) mod attempt;
 pub(crate) mod attempts;
 pub(crate) mod backoff;
 pub(crate) mod clock;
+pub(crate) mod due;
 pub(crate) mod envelope;
 pub(crate) mod failure;
 pub(crate) mod flow;

@@ -185,14 +185,14 @@ impl NewRow {
             _ => {}
         }
         if max_attempts == Some(0) {
-            return Err(Error::config("max_attempts must be at least 1"));
+            return Err(Error::invalid_task("max_attempts", "at least 1"));
         }
         if let Some(key) = &partition_key {
             if key.is_empty() || key.len() > MAX_PARTITION_KEY {
-                return Err(Error::config(format!(
-                    "a partition key must be 1 to {MAX_PARTITION_KEY} bytes, not {}",
-                    key.len()
-                )));
+                return Err(Error::invalid_task(
+                    "partition_key",
+                    format!("1 to {MAX_PARTITION_KEY} bytes, not {}", key.len()),
+                ));
             }
         }
         let run_at = match at {
@@ -209,7 +209,7 @@ impl NewRow {
         let max_wait = match max_wait {
             None => None,
             Some(wait) if wait < Duration::from_millis(1) => {
-                return Err(Error::config("max_wait must be at least 1 ms"))
+                return Err(Error::invalid_task("max_wait", "at least 1 ms"))
             }
             Some(wait) => {
                 Some(i64::try_from(wait.as_millis()).map_err(|_| Error::out_of_range("max_wait"))?)

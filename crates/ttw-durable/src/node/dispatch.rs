@@ -15,16 +15,17 @@ use tracing::Instrument;
 use crate::error::Error;
 use crate::model::attempt::Task;
 use crate::model::attempts::Receipt;
+use crate::model::due::Due;
 use crate::model::failure::Failure;
 use crate::model::task::TaskState;
 use crate::model::time::ms;
 use crate::node::config::Config;
 use crate::node::delivery::Delivery;
-use crate::node::ready::{Ended, Permits, Ready};
 use crate::node::report::Failing;
+use crate::node::waiting_room::{Ended, Permits, WaitingRoom};
 use crate::node::window::Retry;
 use crate::node::Node;
-use crate::sql::claims::{Claimed, Claiming, Due, Unclaimed};
+use crate::sql::claims::{Claimed, Claiming, Unclaimed};
 use tokio_timing_wheel::Expirations;
 
 /// The most ids claimed in one statement.
@@ -47,24 +48,24 @@ pub(crate) enum Mode {
 /// delivery under its own supervisor, until a graceful shutdown stops it;
 /// then waits for the deliveries in flight.
 pub(crate) async fn dispatch(node: Arc<Node>, expirations: Expirations<i64, Due>, mode: Mode) {
-    let ready = Ready::new(&node.config, node.window.lanes.clone());
+    let waiting = WaitingRoom::new(&node.config, node.window.lanes.clone());
     let dispatcher = Dispatcher {
         node,
         mode,
-        ready,
+        waiting,
         running: JoinSet::new(),
     };
     dispatcher.run(expirations).await;
 }
 
-/// A node's dispatch: the fired tasks waiting for room (`ready`, with the
+/// A node's dispatch: the fired tasks waiting for room (`waiting`, with the
 /// flow control it saw), the deliveries running, and where they go. Its
 /// claims and the sorting out of what they left are its methods; the
-/// places its deliveries take (its semaphores) are `ready`'s.
+/// places its deliveries take (its semaphores) are `waiting`'s.
 struct Dispatcher {
     node: Arc<Node>,
     mode: Mode,
-    ready: Ready,
+    waiting: WaitingRoom,
     running: JoinSet<Ended>,
 }
 
@@ -84,7 +85,7 @@ impl Dispatcher {
         let mut fired = expirations.ready_chunks(batch);
         loop {
             let now = Instant::now();
-            let room = self.ready.take(batch, now);
+            let room = self.waiting.take(batch, now);
             if !room.is_empty() {
                 if let Err(err) = self.claim_and_run(room).await {
                     node.report(Failing::Claim, &err);
@@ -92,25 +93,25 @@ impl Dispatcher {
                 // More may have room now.
                 continue;
             }
-            let unblock = self.ready.next_unblock(now);
+            let unblock = self.waiting.next_unblock(now);
             tokio::select! {
                 biased;
                 _ = node.stopping.notified() => break,
                 _ = node.wakes.room.notified() => {
                     if node.wakes.take_room_elsewhere() {
-                        self.ready.place_left_here();
+                        self.waiting.place_left_here();
                     }
                 }
                 Some(ended) = self.running.join_next(), if !self.running.is_empty() => {
                     if let Ok(ended) = ended {
-                        self.ready.delivery_ended(ended);
+                        self.waiting.delivery_ended(ended);
                     }
                 }
                 _ = tokio::time::sleep_until(unblock.unwrap_or_else(Instant::now)), if unblock.is_some() => {}
                 chunk = fired.next() => match chunk {
                     Some(chunk) => {
                         for expired in chunk {
-                            self.ready.push_fired(expired.into_parts().1);
+                            self.waiting.push_fired(expired.into_parts().1);
                         }
                     }
                     None => break,
@@ -123,7 +124,7 @@ impl Dispatcher {
     async fn claim_and_run(&mut self, mut fired: Vec<(Due, Permits)>) -> Result<(), Error> {
         let node = self.node.clone();
         let window = &node.window;
-        // In id order, for the look-ups below; each id once (see `Ready`).
+        // In id order, for the look-ups below; each id once (see `WaitingRoom`).
         fired.sort_unstable_by_key(|(due, _)| due.id);
         // Each id registers in its lane before the claim, so the lane is not
         // given back under it. Ids of lanes given back are dropped quietly:
@@ -154,7 +155,7 @@ impl Dispatcher {
         // The queues with flow control go to the limited claim, a claim each.
         let (mut limited, plain): (Vec<_>, Vec<_>) = entered
             .into_iter()
-            .partition(|(due, _)| self.ready.control[window.lanes.index_of(due.lane)].limited);
+            .partition(|(due, _)| self.waiting.control[window.lanes.index_of(due.lane)].limited);
         let mut result = Ok(());
         if !plain.is_empty() {
             result = self.claim_plain(plain, times).await;
@@ -173,7 +174,7 @@ impl Dispatcher {
     }
 
     /// The plain claim of `entered` (in id order), for queues without flow
-    /// control; a task whose queue turns out to have some waits in `ready`
+    /// control; a task whose queue turns out to have some waits in `waiting`
     /// for the limited claim.
     async fn claim_plain(
         &mut self,
@@ -234,7 +235,7 @@ impl Dispatcher {
     }
 
     /// The limited claim of `group` (in id order), the fired tasks of queue
-    /// `index`: what its limits leave behind waits in `ready`, in due order,
+    /// `index`: what its limits leave behind waits in `waiting`, in due order,
     /// until they may allow more.
     async fn claim_queue(
         &mut self,
@@ -266,7 +267,7 @@ impl Dispatcher {
                 return Err(err);
             }
         };
-        self.ready
+        self.waiting
             .limited_claim(index, limited.controlled, limited.wait, &limited.full_keys);
         let mut permits: Vec<Option<Permits>> = group.into_iter().map(|(_, p)| Some(p)).collect();
         let taken = self.start_claimed(limited.claimed, &dues, &mut permits, times.deadline);
@@ -280,7 +281,7 @@ impl Dispatcher {
             }
             node.window.exit(due.lane);
             if held.binary_search(&due.id).is_ok() {
-                self.ready.push(*due);
+                self.waiting.push(*due);
             } else {
                 missing.push(*due);
             }
@@ -311,7 +312,7 @@ impl Dispatcher {
             };
             let lateness_ms = claimed_at.saturating_sub(c.run_at).max(0);
             node.events()
-                .delivered(node.outcomes.queue_of(&c.attempt), lateness_ms);
+                .attempt_started(node.outcomes.queue_of(&c.attempt), lateness_ms);
             let task = c.into_task(window.lanes.queue_of(dues[at].lane).clone());
             // The handler, its outcome and whatever they log run in this
             // span, which carries the trace context the task was scheduled
@@ -370,8 +371,8 @@ impl Dispatcher {
                 Verdict::Again => node.window.retry(due, Retry::NotDueYet).await,
                 Verdict::Controlled => {
                     let index = node.window.lanes.index_of(due.lane);
-                    self.ready.control[index].limited = true;
-                    self.ready.push(due);
+                    self.waiting.control[index].limited = true;
+                    self.waiting.push(due);
                 }
             }
         }

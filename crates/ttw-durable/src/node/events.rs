@@ -128,7 +128,7 @@ impl Events {
     }
 
     /// An attempt started: its claim won, `lateness_ms` after its time.
-    pub(crate) fn delivered(&self, queue: usize, lateness_ms: i64) {
+    pub(crate) fn attempt_started(&self, queue: usize, lateness_ms: i64) {
         bump(&self.counters.delivered, 1);
         self.counters
             .lateness

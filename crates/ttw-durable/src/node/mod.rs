@@ -5,7 +5,6 @@
 //! dispatch is in [`crate::node::dispatch`]; starting and stopping in
 //! [`crate::node::scheduler`].
 
-pub(crate) mod completer;
 pub(crate) mod config;
 pub(crate) mod delivery;
 pub(crate) mod dispatch;
@@ -16,12 +15,12 @@ pub(crate) mod lease;
 pub(crate) mod outcome;
 pub(crate) mod poll;
 pub(crate) mod process;
-pub(crate) mod ready;
 pub(crate) mod report;
 pub(crate) mod scheduler;
 pub(crate) mod shards;
 #[cfg(feature = "opentelemetry")]
 pub(crate) mod trace;
+pub(crate) mod waiting_room;
 pub(crate) mod wakes;
 pub(crate) mod window;
 

@@ -1,33 +1,47 @@
 //! What becomes of an attempt: success marks the task done; a failure
 //! schedules a retry after the [`Backoff`], or marks the task dead when it
-//! is out of attempts. Both are written under the claim's fence, and both
-//! are reported to the node's [`Events`].
+//! is out of attempts. All three go through the node's one outcome writer
+//! ([`GroupWriter`]): a writer takes every outcome that accumulated while
+//! the writers' previous writes ran (at most [`MAX_GROUP`]) and writes its
+//! successes in one statement and its failures in one transaction, each row
+//! under its own fence; a lone outcome is written at once. An outcome is
+//! answered only once its row is written: a node that dies with outcomes
+//! unwritten leaves their tasks running, to be reclaimed and delivered
+//! again (at least once), never lost. When a group's write fails, its
+//! outcomes are written one by one, so each gets its own answer (and its
+//! own error). Each outcome written is reported to the node's [`Events`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::error::Error;
-use futures::future::BoxFuture;
-use futures::FutureExt;
-
+use crate::group::{GroupWriter, WriteGroup};
 use crate::model::attempt::Attempt;
 use crate::model::attempts::Receipt;
 use crate::model::backoff::Backoff;
 use crate::model::clock::Clock;
+use crate::model::due::Due;
 use crate::model::failure::Failure;
 use crate::model::time::ms;
-use crate::node::completer::{Completer, Finished, Success, Write};
 use crate::node::config::Config;
 use crate::node::events::Events;
 use crate::node::faults::Faults;
 use crate::node::window::Window;
-use crate::sql::claims::{AttemptFailed, Claims, Due, Failed};
+use crate::sql::claims::{Claims, Failed, Failing, Finished, Success};
 use crate::sql::queues;
 
 /// How long a node keeps a queue's backoff from `ttw_queues` before it reads
 /// it again (on the next failure).
 const RETRY_POLICY_TTL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The most outcomes one group writes.
+pub(crate) const MAX_GROUP: usize = 512;
+
+/// Writers of outcomes on PostgreSQL: a group is formed while the other is
+/// written, and the pool's other connections stay free for claims. On
+/// SQLite one: every write waits for its one writer anyway.
+const POSTGRES_WRITERS: usize = 2;
 
 /// Records outcomes for one node: what a handler's supervisor and a
 /// streamed [`Delivery`](crate::Delivery) settle through.
@@ -38,8 +52,6 @@ pub(crate) struct Outcomes {
     /// Each queue's own backoff (`ttw_queues`), as last read, by queue
     /// index: read again on a failure at most every [`RETRY_POLICY_TTL`].
     queue_backoffs: std::sync::Mutex<HashMap<usize, (tokio::time::Instant, Option<Backoff>)>>,
-    /// The attempt limit of tasks scheduled without their own.
-    default_max: i64,
     node_id: String,
     /// The node's event sink (see [`Node::events`](crate::node::Node::events)).
     events: Arc<Events>,
@@ -47,62 +59,151 @@ pub(crate) struct Outcomes {
     clock: Clock,
     /// The node was aborted: outcomes are no longer written.
     aborted: Arc<AtomicBool>,
-    /// Writes successes in batches (see [`Outcomes::new`]).
-    completer: Completer,
-    /// The node's injected faults (tests only).
-    faults: Arc<Faults>,
+    /// The node's one writer of outcomes.
+    writer: GroupWriter<OutcomeWrites>,
 }
 
-/// Writers of successes on PostgreSQL: a batch is formed while the other
-/// is written, and the pool's other connections stay free for claims.
-const POSTGRES_WRITERS: usize = 2;
+/// An outcome handed to the writer.
+enum Outcome {
+    Succeeded(Finished),
+    Failed(Failing),
+}
 
-/// The node's successes, written through its statements (see
-/// [`Completer`]); nothing once the node was aborted.
-struct Successes {
+/// What the writer made of an outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Written {
+    /// The task is done.
+    Done,
+    /// The task is scheduled again at this time (ms).
+    Retry(i64),
+    /// The task is dead.
+    Dead,
+    /// The fence refused it: the attempt no longer held its task.
+    Refused,
+}
+
+impl From<Option<Failed>> for Written {
+    fn from(failed: Option<Failed>) -> Written {
+        match failed {
+            Some(Failed::Retry(run_at)) => Written::Retry(run_at),
+            Some(Failed::Dead) => Written::Dead,
+            None => Written::Refused,
+        }
+    }
+}
+
+/// How the node's outcomes are written: through its statements, nothing
+/// once the node was aborted.
+struct OutcomeWrites {
     claims: Claims,
     clock: Clock,
     aborted: Arc<AtomicBool>,
     faults: Arc<Faults>,
+    /// The attempt limit of tasks scheduled without their own.
+    default_max: i64,
 }
 
-impl Write for Successes {
-    fn many(&self, batch: Vec<Finished>) -> BoxFuture<'static, Result<Vec<Success>, Error>> {
-        let (claims, now, aborted) = (
-            self.claims.clone(),
-            self.clock.now_ms(),
-            self.aborted.clone(),
-        );
-        let injected = self.faults.fail_outcome();
-        async move {
-            if aborted.load(Ordering::SeqCst) {
-                return Err(Error::closed());
-            }
-            if injected {
-                return Err(Error::injected("a batch of successes"));
-            }
-            claims.complete_many(&batch, now).await
+type Answers = Vec<Option<Result<Written, Error>>>;
+
+impl WriteGroup for OutcomeWrites {
+    type Item = Outcome;
+    type Answer = Result<Written, Error>;
+
+    async fn write(&self, group: Vec<Outcome>) -> Vec<Result<Written, Error>> {
+        if self.aborted.load(Ordering::SeqCst) {
+            return group.iter().map(|_| Err(Error::closed())).collect();
         }
-        .boxed()
+        let now = self.clock.now_ms();
+        let mut answers: Answers = group.iter().map(|_| None).collect();
+        let (mut done, mut failed) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
+        for (i, outcome) in group.into_iter().enumerate() {
+            match outcome {
+                Outcome::Succeeded(f) => (done.0.push(i), done.1.push(f)),
+                Outcome::Failed(f) => (failed.0.push(i), failed.1.push(f)),
+            };
+        }
+        if !done.1.is_empty() {
+            self.successes(&done.0, &done.1, now, &mut answers).await;
+        }
+        if !failed.1.is_empty() {
+            self.failures(&failed.0, &failed.1, now, &mut answers).await;
+        }
+        answers
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| Err(Error::internal("an outcome was left unanswered"))))
+            .collect()
+    }
+}
+
+impl OutcomeWrites {
+    /// Writes the successes `batch` (places `at` of the group) in one
+    /// statement; one by one if it fails.
+    async fn successes(&self, at: &[usize], batch: &[Finished], now: i64, answers: &mut Answers) {
+        let many = if self.faults.fail_outcome() {
+            Err(Error::injected("a batch of successes"))
+        } else {
+            self.claims.complete_many(batch, now).await
+        };
+        match many {
+            Ok(mut accepted) => {
+                accepted.sort_unstable();
+                for (&i, f) in at.iter().zip(batch) {
+                    let ok = accepted.binary_search(&f.success).is_ok();
+                    answers[i] = Some(Ok(if ok { Written::Done } else { Written::Refused }));
+                }
+            }
+            Err(err) => {
+                tracing::debug!(%err, n = batch.len(), "a group of successes failed; writing them one by one");
+                for (&i, f) in at.iter().zip(batch) {
+                    let one = if self.faults.fail_outcome() {
+                        Err(Error::injected("a success"))
+                    } else {
+                        self.claims
+                            .complete_many(std::slice::from_ref(f), now)
+                            .await
+                            .map(|w| {
+                                if w.is_empty() {
+                                    Written::Refused
+                                } else {
+                                    Written::Done
+                                }
+                            })
+                    };
+                    answers[i] = Some(one);
+                }
+            }
+        }
     }
 
-    fn one(&self, finished: Finished) -> BoxFuture<'static, Result<bool, Error>> {
-        let (claims, now, aborted) = (
-            self.claims.clone(),
-            self.clock.now_ms(),
-            self.aborted.clone(),
-        );
-        let injected = self.faults.fail_outcome();
-        async move {
-            if aborted.load(Ordering::SeqCst) {
-                return Err(Error::closed());
+    /// Writes the failures `batch` (places `at` of the group) in one
+    /// transaction; one by one if it fails.
+    async fn failures(&self, at: &[usize], batch: &[Failing], now: i64, answers: &mut Answers) {
+        let many = if self.faults.fail_outcome() {
+            Err(Error::injected("a group of failed attempts"))
+        } else {
+            self.claims.fail_many(batch, now, self.default_max).await
+        };
+        match many {
+            Ok(written) => {
+                for (&i, failed) in at.iter().zip(written) {
+                    answers[i] = Some(Ok(failed.into()));
+                }
             }
-            if injected {
-                return Err(Error::injected("a success"));
+            Err(err) => {
+                tracing::debug!(%err, n = batch.len(), "a group of failures failed; writing them one by one");
+                for (&i, f) in at.iter().zip(batch) {
+                    let one = if self.faults.fail_outcome() {
+                        Err(Error::injected("a failed attempt's outcome"))
+                    } else {
+                        self.claims
+                            .fail_many(std::slice::from_ref(f), now, self.default_max)
+                            .await
+                            .map(|mut w| w.pop().flatten().into())
+                    };
+                    answers[i] = Some(one);
+                }
             }
-            Ok(!claims.complete_many(&[finished], now).await?.is_empty())
         }
-        .boxed()
     }
 }
 
@@ -118,36 +219,28 @@ impl Outcomes {
         let (backoff, max_attempts, clock) =
             (config.backoff, config.max_attempts, config.clock.clone());
         let aborted = Arc::new(AtomicBool::new(false));
-        // Successes go in batches. On SQLite every write waits for the
-        // one writer, so one writer of batches; on PostgreSQL writes run
-        // side by side on the pool's connections, so a second writer
-        // starts its batch while the first is written.
         let writers = if claims.on_sqlite() {
             1
         } else {
             POSTGRES_WRITERS
         };
-        let completer = Completer::start(
-            Arc::new(Successes {
-                claims: claims.clone(),
-                clock: clock.clone(),
-                aborted: aborted.clone(),
-                faults: faults.clone(),
-            }),
-            writers,
-        );
+        let writes = OutcomeWrites {
+            claims: claims.clone(),
+            clock: clock.clone(),
+            aborted: aborted.clone(),
+            faults,
+            default_max: i64::from(max_attempts),
+        };
         Outcomes {
             events,
             clock,
-            completer,
+            writer: GroupWriter::start(writes, writers, MAX_GROUP),
             claims,
             window,
             backoff,
             queue_backoffs: std::sync::Mutex::new(HashMap::new()),
-            default_max: i64::from(max_attempts),
             node_id,
             aborted,
-            faults,
         }
     }
 
@@ -201,8 +294,21 @@ impl Outcomes {
         self.window.lanes.index_of(attempt.lane)
     }
 
-    /// Records a successful attempt in the next batch of the node's
-    /// completer; answers once it is written.
+    /// Hands `outcome` to the writer; answers once it is written.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future does not take the outcome back: it is written
+    /// all the same.
+    async fn write(&self, outcome: Outcome) -> Result<Written, Error> {
+        self.writer
+            .write(outcome)
+            .await
+            .unwrap_or_else(|| Err(Error::closed()))
+    }
+
+    /// Records a successful attempt in the writer's next group; answers
+    /// once it is written.
     pub(crate) async fn succeed(&self, attempt: &Attempt, receipt: Receipt) -> Result<(), Error> {
         self.check_open()?;
         let finished = Finished {
@@ -213,46 +319,39 @@ impl Outcomes {
             receipt,
             tell: attempt.tells.done,
         };
-        let written = self.completer.complete(finished).await?;
-        if written {
-            self.events.succeeded(self.queue_of(attempt));
-            Ok(())
-        } else {
-            self.events.completion_lost();
-            Err(Error::lost())
+        match self.write(Outcome::Succeeded(finished)).await? {
+            Written::Done => {
+                self.events.succeeded(self.queue_of(attempt));
+                Ok(())
+            }
+            _ => {
+                self.events.completion_lost();
+                Err(Error::lost())
+            }
         }
     }
 
-    /// Records a failed attempt: a retry after the backoff (or when the
-    /// failure asks for it), or dead (out of attempts, or a permanent
-    /// failure).
+    /// Records a failed attempt in the writer's next group: a retry after
+    /// the backoff (or when the failure asks for it), or dead (out of
+    /// attempts, or a permanent failure).
     pub(crate) async fn fail(&self, attempt: &Attempt, failure: &Failure) -> Result<(), Error> {
         self.check_open()?;
-        if self.faults.fail_outcome() {
-            return Err(Error::injected("a failed attempt's outcome"));
-        }
         let now = self.clock.now_ms();
         let retry_at = match failure.next_attempt_after() {
             Some(wait) => now.saturating_add(ms(wait)),
             None => retry_at(&self.backoff_of(attempt).await, attempt, now),
         };
-        let error = failure.message();
-        let failed = self
-            .claims
-            .fail(
-                attempt,
-                AttemptFailed {
-                    error,
-                    status: failure.status(),
-                    retry_at,
-                    default_max: self.default_max,
-                    dead_now: failure.is_permanent(),
-                    now,
-                },
-            )
-            .await?;
-        match failed {
-            Some(Failed::Retry(run_at)) => {
+        let failing = Failing {
+            id: attempt.id,
+            claim: attempt.claim,
+            tell_dead: attempt.tells.dead,
+            error: failure.message().into(),
+            status: failure.status(),
+            retry_at,
+            dead_now: failure.is_permanent(),
+        };
+        match self.write(Outcome::Failed(failing)).await? {
+            Written::Retry(run_at) => {
                 self.events.retried(self.queue_of(attempt));
                 self.window
                     .arm(Due {
@@ -265,12 +364,12 @@ impl Outcomes {
                     .await;
                 Ok(())
             }
-            Some(Failed::Dead) => {
+            Written::Dead => {
                 self.events.failed_dead(self.queue_of(attempt));
-                tracing::warn!(node = %self.node_id, id = attempt.id, error, "task is dead: out of attempts");
+                tracing::warn!(node = %self.node_id, id = attempt.id, error = failure.message(), "task is dead: out of attempts");
                 Ok(())
             }
-            None => {
+            Written::Refused | Written::Done => {
                 self.events.completion_lost();
                 Err(Error::lost())
             }

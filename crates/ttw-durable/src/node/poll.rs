@@ -2,7 +2,8 @@
 //! processes, the only way to hear of it).
 
 use crate::error::Error;
-use crate::sql::claims::{Claims, Due, Since};
+use crate::model::due::Due;
+use crate::sql::claims::{Claims, Since};
 
 /// The catch-up poll's place: the database clock reading it looks back
 /// from. Change stamps and the reading are both the database's clock, taken

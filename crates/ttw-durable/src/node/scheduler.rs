@@ -18,6 +18,7 @@ use crate::error::Error;
 use crate::model::attempt::Task;
 use crate::model::attempts::Receipt;
 use crate::model::backoff::Backoff;
+use crate::model::due::Due;
 use crate::model::failure::Failure;
 use crate::model::lanes::Lanes;
 use crate::model::queue::DEFAULT_QUEUE;
@@ -31,7 +32,7 @@ use crate::node::lease::Leases;
 use crate::node::window::Window;
 use crate::node::Node;
 use crate::notify::Made;
-use crate::sql::claims::{Claims, Due};
+use crate::sql::claims::Claims;
 use crate::targets::Target;
 use tokio_timing_wheel::TimingWheel;
 

@@ -17,7 +17,7 @@ pub(crate) struct Wakes {
     /// another node left one: dispatch looks for room again.
     pub(crate) room: Notify,
     /// Another node left a place to a key waiting here (see
-    /// [`Ready::place_left_here`](crate::node::ready::Ready::place_left_here)).
+    /// [`WaitingRoom::place_left_here`](crate::node::waiting_room::WaitingRoom::place_left_here)).
     room_elsewhere: AtomicBool,
 }
 

@@ -11,10 +11,10 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::model::clock::Clock;
+use crate::model::due::Due;
 use crate::model::lanes::Lanes;
 use crate::node::shards::ShardTable;
 use crate::notify::Announced;
-use crate::sql::claims::Due;
 use tokio_timing_wheel::TimingWheel;
 
 /// Why a fired task goes back into the wheel before it is claimed, and for

@@ -15,7 +15,6 @@ mod cluster;
 pub(crate) mod config;
 mod console;
 mod extract;
-mod group;
 mod handlers;
 mod metrics;
 mod refusal;
@@ -88,13 +87,13 @@ pub(crate) async fn run(
     let addr = listener.local_addr()?;
     let grace = settings.shutdown_grace;
     let max_body = settings.max_body_bytes;
-    let grouper = group::Grouper::start(store.clone());
+    let grouped = store.grouped();
     let stats = cluster::Stats::new(settings.stats_every, scheduler.as_ref());
     let console = settings.console;
     let api = Arc::new(service::Api {
         store,
         settings,
-        grouper,
+        grouped,
         stats,
         counts: Arc::default(),
     });

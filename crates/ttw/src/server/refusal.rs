@@ -222,29 +222,40 @@ impl IntoResponse for Refusal {
 /// A store error as an answer: bad input is a 400 with its own code; a
 /// database that fails is 503.
 impl From<ttw_durable::Error> for Refusal {
+    /// The one place the store's refusals become codes: what the store
+    /// checks of a task (bounds, attempts, keys, times, the envelope's
+    /// form) is the client's 400 with its code; an error about one task of
+    /// a batch names it (`tasks[3]: ...`); anything else is the server's
+    /// (`unavailable`, retried by clients).
     fn from(err: ttw_durable::Error) -> Refusal {
-        let message = err.to_string();
         let code = if err.is_payload_too_large() {
             Code::PayloadTooLarge
-        } else if err.is_out_of_range() {
+        } else if err.is_out_of_range() || err.is_invalid_time() {
             Code::InvalidTime
         } else if err.is_invalid_key() {
             Code::InvalidKey
         } else if err.is_invalid_queue() {
             Code::UnknownQueue
-        } else if err.is_invalid_time() {
-            Code::InvalidTime
         } else if err.is_invalid_schedule() {
             Code::InvalidSchedule
+        } else if err.is_invalid_trace_context() {
+            Code::InvalidTraceContext
         } else if err.is_invalid_envelope() {
-            // The service checks the trace context first, with its own
-            // code; what the store still refuses is the destination's.
             Code::InvalidDestination
+        } else if err.invalid_field() == Some("max_wait") {
+            Code::InvalidDelay
+        } else if err.is_invalid_task() {
+            Code::InvalidRequest
         } else {
             tracing::warn!(%err, "ttw server: a store call failed");
             Code::Unavailable
         };
-        code.refuse(message)
+        match err.batch_index() {
+            Some(index) => code
+                .refuse(err.without_batch_index().to_string())
+                .within(&format!("tasks[{index}]")),
+            None => code.refuse(err.to_string()),
+        }
     }
 }
 
@@ -265,6 +276,66 @@ mod tests {
             .destination(ttw_durable::Destination::new("https://example.com/x").method("GET"));
         let refusal = Refusal::from(get.check_payload(3).unwrap_err());
         assert_eq!(refusal.code, Code::InvalidDestination);
+    }
+
+    /// What the store refuses of a task, alone or in a batch, maps to the
+    /// code the API documents for it, in the one mapping: the service no
+    /// longer checks these itself. A batch's refusal names its task once
+    /// (`tasks[1]: ...`).
+    #[tokio::test]
+    async fn each_refusal_of_a_task_has_its_code() {
+        use ttw_durable::{Envelope, NewTask, Store};
+        let store = Store::sqlite_in_memory().await.unwrap();
+        let cases: [(NewTask, Code); 7] = [
+            (NewTask::new("x").max_attempts(0), Code::InvalidRequest),
+            (NewTask::new("x").partition_key(""), Code::InvalidRequest),
+            (NewTask::new("x").idempotency_key(""), Code::InvalidKey),
+            (
+                NewTask::new(vec![0; ttw_durable::MAX_PAYLOAD + 1]),
+                Code::PayloadTooLarge,
+            ),
+            (
+                NewTask::new("x")
+                    .at(std::time::SystemTime::UNIX_EPOCH - std::time::Duration::from_secs(1)),
+                Code::InvalidTime,
+            ),
+            (
+                NewTask::new("x").envelope(Envelope::new().traceparent("00-abc-01")),
+                Code::InvalidTraceContext,
+            ),
+            (
+                NewTask::new("x").queue("no spaces here"),
+                Code::UnknownQueue,
+            ),
+        ];
+        for (task, code) in cases {
+            let alone = Refusal::from(store.grouped().schedule(task.clone()).await.unwrap_err());
+            assert_eq!(alone.code, code, "{}", alone.message);
+            let batch = store.schedule_batch([NewTask::new("fine"), task]).await;
+            let refusal = Refusal::from(batch.unwrap_err());
+            assert_eq!(refusal.code, code, "{}", refusal.message);
+            assert!(
+                refusal.message.starts_with("tasks[1]: "),
+                "{}",
+                refusal.message
+            );
+            assert!(
+                !refusal.message.contains("of the batch"),
+                "{}",
+                refusal.message
+            );
+        }
+        let debounce = store
+            .schedule("x")
+            .idempotency_key("k")
+            .max_wait(std::time::Duration::ZERO);
+        let refusal = Refusal::from(debounce.replace_pending().await.unwrap_err());
+        assert_eq!(refusal.code, Code::InvalidDelay, "{}", refusal.message);
+        assert_eq!(
+            store.counts().await.unwrap().scheduled,
+            0,
+            "nothing was written"
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tokio_timing_wheel::{Expirations, TimingWheel};
 
 use crate::client::store::Store;
+use crate::model::due::Due;
 use crate::model::lanes::Lanes;
 use crate::model::queue::DEFAULT_QUEUE;
 use crate::node::config::Config;
@@ -22,7 +23,6 @@ use crate::node::report::LockWatch;
 use crate::node::wakes::Wakes;
 use crate::node::window::Window;
 use crate::sql::claims::Claims;
-use crate::sql::claims::Due;
 
 pub(crate) struct Parts {
     pub(crate) store: Store,

@@ -21,19 +21,20 @@ macro_rules! bind_ids {
     }};
 }
 
-/// Binds the parameters `$1`-`$9` of [`Claims::fail`]'s update to `query`
-/// (the two backends' queries are different types).
+/// Binds the parameters `$1`-`$9` of [`Claims::fail_many`]'s update for
+/// one [`Failing`] to `query` (the two backends' queries are different
+/// types).
 macro_rules! bind_failed {
-    ($query:expr, $attempt:expr, $failed:expr, $session:expr, $shards:expr) => {
+    ($query:expr, $failing:expr, $now:expr, $default_max:expr, $session:expr, $shards:expr) => {
         $query
-            .bind($attempt.id)
-            .bind($attempt.claim)
-            .bind($failed.now)
+            .bind($failing.id)
+            .bind($failing.claim)
+            .bind($now)
             .bind($session)
             .bind($shards)
-            .bind($failed.default_max)
-            .bind($failed.retry_at)
-            .bind($failed.error)
-            .bind(i64::from($failed.dead_now))
+            .bind($default_max)
+            .bind($failing.retry_at)
+            .bind(&*$failing.error)
+            .bind(i64::from($failing.dead_now))
     };
 }

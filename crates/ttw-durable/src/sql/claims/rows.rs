@@ -11,18 +11,7 @@ use crate::model::task::TaskState;
 use crate::model::time::from_ms;
 use crate::sql::db::clamp_u32;
 
-/// A scheduled task due at `run_at` (ms), in lane `lane` of this node (see
-/// [`Lanes`](crate::model::lanes::Lanes)), with its priority within its queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Due {
-    pub(crate) id: i64,
-    pub(crate) run_at: i64,
-    pub(crate) lane: u32,
-    pub(crate) priority: i16,
-    /// Its partition key's hash (see [`key_hash`](crate::sql::announce::key_hash)): the tasks of a queue
-    /// take turns by key on the node.
-    pub(crate) key: u64,
-}
+use crate::model::due::Due;
 
 /// A catch-up poll's parameters: the tasks due before `horizon` whose
 /// change stamp is at or after `since` (or, on the first poll, `slack`
@@ -197,7 +186,9 @@ pub(crate) enum Failed {
     Dead,
 }
 
-/// A failed attempt to record (see [`Claims::fail`](super::Claims::fail)).
+/// One failed attempt to record, with its time and default limit (see
+/// [`Claims::fail`](super::Claims::fail), the conformance cases' form).
+#[cfg(test)]
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct AttemptFailed<'a> {
     /// The attempt's error, kept as the task's last.
@@ -214,7 +205,29 @@ pub(crate) struct AttemptFailed<'a> {
     pub(crate) now: i64,
 }
 
-/// A row [`Claims::fail`](super::Claims::fail)'s update returned: the
+/// A failed attempt to record with others (see
+/// [`Claims::fail_many`](super::Claims::fail_many)); the time and the
+/// default attempt limit are the group's.
+#[derive(Debug, Clone)]
+pub(crate) struct Failing {
+    /// The task.
+    pub(crate) id: i64,
+    /// The claim count the attempt holds it under (its fence).
+    pub(crate) claim: i64,
+    /// The task has a `failure_callback` to tell if it dies.
+    pub(crate) tell_dead: bool,
+    /// The attempt's error, kept as the task's last (and, bounded, as the
+    /// attempt's detail).
+    pub(crate) error: Box<str>,
+    /// The answer's status, if the target reported one.
+    pub(crate) status: Option<u16>,
+    /// When to try again, if it may.
+    pub(crate) retry_at: i64,
+    /// Dead at once, whatever its attempts (a permanent failure).
+    pub(crate) dead_now: bool,
+}
+
+/// A row [`Claims::fail_many`](super::Claims::fail_many)'s update returned: the
 /// attempt it ended and what became of the task. (PostgreSQL records the
 /// attempt in the same statement, and reads only the task's state.)
 #[derive(Debug, sqlx::FromRow)]

@@ -11,7 +11,6 @@ use tower::ServiceExt;
 
 use super::*;
 use crate::server::cluster::Stats;
-use crate::server::group::Grouper;
 use crate::server::service::Api;
 
 const TOKEN: &str = "a-token-long-enough-0123456789";
@@ -63,7 +62,7 @@ async fn router_with(name: &str, queues: &str, token: &str) -> (Router, std::pat
         .await
         .unwrap();
     let api = Arc::new(Api {
-        grouper: Grouper::start(store.clone()),
+        grouped: store.grouped(),
         store,
         stats: Stats::new(std::time::Duration::from_secs(10), None),
         settings,

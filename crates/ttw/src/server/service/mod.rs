@@ -9,7 +9,6 @@ use ttw_durable::Store;
 
 use super::cluster::Stats;
 use super::config::{Scope, Settings, Token};
-use super::group::Grouper;
 use super::refusal::{Answer, Code};
 
 pub(crate) mod bulk;
@@ -24,7 +23,7 @@ pub(crate) struct Api {
     pub(crate) store: Store,
     pub(crate) settings: Settings,
     /// Writes single schedules in groups.
-    pub(crate) grouper: Grouper,
+    pub(crate) grouped: ttw_durable::Grouped,
     /// This node's counters, sampled for the console's charts.
     pub(crate) stats: Stats,
     /// The last full count of the tasks, for `GET /v1/counts`.

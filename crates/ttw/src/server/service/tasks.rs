@@ -8,7 +8,6 @@ use serde_json::value::RawValue;
 use ttw_durable::{NewTask, Scheduled, Store, TaskId, TaskInfo, TaskState};
 
 use super::super::config::Token;
-use super::super::group::Refused;
 use super::super::refusal::{Answer, Code};
 use super::super::wire::MAX_BATCH;
 use super::super::wire::{self, NewBatch, NewTime};
@@ -96,78 +95,39 @@ impl Checked {
         task
     }
 
-    /// Schedules it alone (a debounce: `replace_pending`).
+    /// Schedules it alone: a debounce (`replace_pending`, `max_wait`).
     async fn submit(self, store: &Store) -> Result<Scheduled, ttw_durable::Error> {
-        let mut schedule = store.schedule(self.payload).queue(self.queue);
-        if let Some(at) = self.at {
-            schedule = schedule.at(at);
+        let (replace, max_wait) = (self.replace_pending, self.max_wait);
+        let mut schedule = store.schedule_task(self.into_new_task());
+        if replace {
+            schedule = schedule.replace_pending();
         }
-        if let Some(p) = self.priority {
-            schedule = schedule.priority(p);
-        }
-        if let Some(n) = self.max_attempts {
-            schedule = schedule.max_attempts(n);
-        }
-        if let Some(k) = self.key {
-            schedule = schedule.idempotency_key(k);
-        }
-        schedule = schedule.replace_pending();
-        if let Some(wait) = self.max_wait {
+        if let Some(wait) = max_wait {
             schedule = schedule.max_wait(wait);
-        }
-        if let Some(k) = self.partition_key {
-            schedule = schedule.partition_key(k);
-        }
-        if let Some(e) = self.envelope {
-            schedule = schedule.envelope(e);
         }
         schedule.submit().await
     }
 }
 
 /// The idempotency key of a task: the field's or the header's (the same
-/// if both), 1 to `MAX_IDEMPOTENCY_KEY` bytes.
+/// if both). Its bounds are the store's to check.
 fn idempotency_key(field: Option<String>, header: Option<String>) -> Answer<Option<String>> {
-    let key = match (field, header) {
+    match (field, header) {
         (Some(a), Some(h)) if a != h => {
-            return Err(
-                Code::InvalidKey.refuse("the Idempotency-Key header and idempotency_key differ")
-            )
+            Err(Code::InvalidKey.refuse("the Idempotency-Key header and idempotency_key differ"))
         }
-        (Some(k), _) | (None, Some(k)) => Some(k),
-        (None, None) => None,
-    };
-    match key {
-        Some(k) if k.is_empty() || k.len() > ttw_durable::MAX_IDEMPOTENCY_KEY => {
-            Err(Code::InvalidKey.refuse(format!(
-                "an idempotency key is 1 to {} bytes",
-                ttw_durable::MAX_IDEMPOTENCY_KEY
-            )))
-        }
-        key => Ok(key),
+        (Some(k), _) | (None, Some(k)) => Ok(Some(k)),
+        (None, None) => Ok(None),
     }
 }
 
-/// A debounce's longest wait: only with `replace_pending`, 1 ms to the
-/// year 9999.
-fn max_wait(text: &Option<String>, replace_pending: bool) -> Answer<Option<Duration>> {
-    let Some(text) = text else {
-        return Ok(None);
-    };
-    if !replace_pending {
-        return Err(
-            Code::InvalidRequest.refuse("max_wait is a debounce's: it needs replace_pending")
-        );
-    }
-    match duration(Code::InvalidDelay, "max_wait", text)? {
-        wait if wait >= Duration::from_millis(1) && wait <= ttw_durable::MAX_RUN_AT => {
-            Ok(Some(wait))
-        }
-        _ => Err(Code::InvalidDelay.refuse("max_wait: from 1ms to the year 9999")),
-    }
-}
-
-/// Checks a task of a request for `token`.
+/// Checks what is HTTP's in a task of a request for `token`: the queue
+/// served here and allowed for the token, the body's shape (one payload,
+/// one time, a time that parses), the headers beside the fields, and the
+/// envelope's destinations allowed for the token. What a task may hold
+/// (bounds, attempts, keys, the envelope's form) is the store's check,
+/// when it is written: its refusals map to codes in one place
+/// (`From<ttw_durable::Error> for Refusal`).
 pub(crate) fn check(
     api: &Api,
     token: &Token,
@@ -185,34 +145,12 @@ pub(crate) fn check(
     known_queue(api, &queue)?;
     allow_queue(token, &queue)?;
     let payload = decode_payload(b.payload, b.payload_base64)?;
-    if payload.len() > ttw_durable::MAX_PAYLOAD {
-        return Err(Code::PayloadTooLarge.refuse(format!(
-            "the payload is {} bytes, over the limit of {}",
-            payload.len(),
-            ttw_durable::MAX_PAYLOAD
-        )));
-    }
     let key = idempotency_key(b.idempotency_key, header_key)?;
-    if b.replace_pending && key.is_none() {
-        return Err(Code::InvalidRequest.refuse("replace_pending needs an idempotency key"));
-    }
-    if b.max_attempts == Some(0) {
-        return Err(Code::InvalidRequest.refuse("max_attempts: at least 1"));
-    }
-    if b.partition_key
-        .as_ref()
-        .is_some_and(|k| k.is_empty() || k.len() > ttw_durable::MAX_PARTITION_KEY)
-    {
-        return Err(Code::InvalidRequest.refuse(format!(
-            "partition_key: 1 to {} bytes",
-            ttw_durable::MAX_PARTITION_KEY
-        )));
-    }
-    let max_wait = max_wait(&b.max_wait, b.replace_pending)?;
+    let max_wait = match &b.max_wait {
+        Some(text) => Some(duration(Code::InvalidDelay, "max_wait", text)?),
+        None => None,
+    };
     let at = due_time(&b.run_at, &b.delay)?;
-    if at.is_some_and(|at| at > SystemTime::UNIX_EPOCH + ttw_durable::MAX_RUN_AT) {
-        return Err(Code::InvalidTime.refuse("run_at is after the year 9999"));
-    }
     // The fields win over the headers; a tracestate header goes only with
     // the traceparent header.
     let (traceparent, tracestate) = match b.traceparent {
@@ -231,11 +169,6 @@ pub(crate) fn check(
             failure_callback: b.failure_callback,
         },
     )?;
-    if let Some(envelope) = &envelope {
-        envelope
-            .check_payload(payload.len())
-            .map_err(|err| Code::InvalidDestination.refuse(err.to_string()))?;
-    }
     Ok(Checked {
         payload,
         at,
@@ -259,7 +192,10 @@ pub(crate) struct Headers {
     pub(crate) tracestate: Option<String>,
 }
 
-/// Schedules one task: a debounce alone, any other in the next group.
+/// Schedules one task: a debounce alone (it reads and replaces a task),
+/// any other in the next group: single requests are written in groups, one
+/// transaction for all that arrived while the last group was written
+/// ([`ttw_durable::Grouped`]).
 pub(crate) async fn schedule(
     api: &Api,
     token: &Token,
@@ -267,15 +203,10 @@ pub(crate) async fn schedule(
     headers: Headers,
 ) -> Answer<Scheduled> {
     let checked = check(api, token, task, headers)?;
-    if checked.replace_pending {
+    if checked.replace_pending || checked.max_wait.is_some() {
         return Ok(checked.submit(&api.store).await?);
     }
-    match api.grouper.schedule(checked.into_new_task()).await {
-        Some(Ok(scheduled)) => Ok(scheduled),
-        Some(Err(Refused::Store(err))) => Err(err.into()),
-        Some(Err(Refused::Group(said))) => Err(Code::Unavailable.refuse(said)),
-        None => Err(Code::Unavailable.refuse("the server is stopping")),
-    }
+    Ok(api.grouped.schedule(checked.into_new_task()).await?)
 }
 
 /// Schedules up to [`MAX_BATCH`] tasks in one transaction, every one or
@@ -305,9 +236,9 @@ pub(crate) async fn schedule_batch(
     let mut tasks = Vec::with_capacity(batch.tasks.len());
     for (i, task) in batch.tasks.into_iter().enumerate() {
         let what = format!("tasks[{i}]");
-        if task.replace_pending {
+        if task.replace_pending || task.max_wait.is_some() {
             return Err(Code::InvalidRequest
-                .refuse("replace_pending is for single schedules")
+                .refuse("replace_pending and max_wait are for single schedules (a debounce)")
                 .within(&what));
         }
         let trace = Headers {

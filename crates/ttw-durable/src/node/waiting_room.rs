@@ -11,9 +11,10 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
+use crate::model::due::Due;
 use crate::model::lanes::Lanes;
 use crate::node::config::Config;
-use crate::sql::claims::{Due, Wait};
+use crate::sql::claims::Wait;
 
 /// How long a node holding fired tasks of a paused queue waits before it
 /// looks for the resume.
@@ -188,7 +189,7 @@ impl Keyed {
 /// waiting here is still scheduled in the store (and counted so), and when
 /// room comes the most urgent of its queue (of its key, the keys taking
 /// turns) goes first.
-pub(crate) struct Ready {
+pub(crate) struct WaitingRoom {
     /// The places its tasks take when they are claimed.
     places: Places,
     /// The node's queues and shards: which queue a task's lane is of.
@@ -216,11 +217,11 @@ pub(crate) struct Control {
     full: bool,
 }
 
-impl Ready {
+impl WaitingRoom {
     /// The fired tasks of `lanes`' queues, claimed under `config`'s limits.
-    pub(crate) fn new(config: &Config, lanes: Arc<Lanes>) -> Ready {
+    pub(crate) fn new(config: &Config, lanes: Arc<Lanes>) -> WaitingRoom {
         let queues = lanes.queues().len();
-        Ready {
+        WaitingRoom {
             places: Places::new(config, &lanes),
             lanes,
             queues: (0..queues).map(|_| Keyed::default()).collect(),
@@ -435,7 +436,7 @@ mod tests {
         assert!(q.is_empty());
     }
 
-    /// A claim takes only the places `Ready` owns: at most the node's
+    /// A claim takes only the places `WaitingRoom` owns: at most the node's
     /// concurrency, and its queue's; a place given back lets the next task
     /// be taken, while the settling place stays held until the outcome.
     #[tokio::test]
@@ -445,7 +446,7 @@ mod tests {
             ..Config::default()
         };
         let lanes = Arc::new(Lanes::new(vec!["default".into()], 1).unwrap());
-        let mut ready = Ready::new(&config, lanes);
+        let mut ready = WaitingRoom::new(&config, lanes);
         for id in 1..=4 {
             ready.push_fired(due(id, 0, id));
         }
