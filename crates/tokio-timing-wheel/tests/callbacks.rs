@@ -1,6 +1,10 @@
 //! Callback mode: a user function per expired timer, run off the driver's
 //! task with a timeout and a concurrency limit. Paused clock throughout.
 
+#[path = "support/paused.rs"]
+mod paused;
+
+use paused::ms;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::ThreadId;
@@ -9,10 +13,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_test::{assert_pending, task};
 use tokio_timing_wheel::{Builder, TimingWheel};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 /// Every test starts its wheel here, so the recording subscriber is the
 /// global default before any callback can log: `tracing` caches whether a

@@ -1,20 +1,15 @@
 //! Sleeps, timeouts and intervals on the wheel, under Tokio's paused clock.
 
+#[path = "support/paused.rs"]
+mod paused;
+
+use paused::{ms, settle};
 use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::time::{advance, Instant};
 use tokio_test::{assert_pending, assert_ready, task};
 use tokio_timing_wheel::{Elapsed, Interval, MissedTicks, Sleep, Timeout, TimingWheel};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-/// Lets the driver catch up with the clock (see `stats`).
-async fn settle(wheel: &TimingWheel<u32, u32>) {
-    wheel.stats().await.unwrap();
-}
 
 #[tokio::test(start_paused = true)]
 async fn a_sleep_completes_at_its_deadline_not_before() {

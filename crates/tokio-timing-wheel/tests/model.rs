@@ -2,6 +2,10 @@
 //! model, under Tokio's paused clock, over random set / move / remove /
 //! cancel / drain / advance sequences with delays across every level.
 
+#[path = "support/paused.rs"]
+mod paused;
+
+use paused::ready;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -137,17 +141,6 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Drain),
         4 => delay().prop_map(Op::Advance),
     ]
-}
-
-fn ready(expired: &mut Expirations<u8, u32>) -> Vec<(u8, u32)> {
-    std::iter::from_fn(|| {
-        expired
-            .next()
-            .now_or_never()
-            .flatten()
-            .map(|e| e.into_parts())
-    })
-    .collect()
 }
 
 async fn run(start: u64, shards: usize, ops: Vec<Op>) -> Result<(), TestCaseError> {

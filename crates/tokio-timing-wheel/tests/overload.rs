@@ -1,15 +1,15 @@
 //! `Builder::max_pending`: a full wheel refuses new timers instead of
 //! growing, and every way a timer leaves the wheel frees its place.
 
+#[path = "support/paused.rs"]
+mod paused;
+
+use paused::ms;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_timing_wheel::TimingWheel;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 #[tokio::test(start_paused = true)]
 async fn a_full_wheel_refuses_new_timers_and_hands_them_back() {

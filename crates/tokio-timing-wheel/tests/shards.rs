@@ -1,14 +1,14 @@
 //! `Builder::shards`: several drivers, one handle, one stream.
 
+#[path = "support/paused.rs"]
+mod paused;
+
+use paused::ms;
 use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::time::Instant;
 use tokio_timing_wheel::TimingWheel;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 /// Each key's commands stay ordered: many tasks each hammer their own key
 /// with set / move / remove, and the last command of each wins.

@@ -5,6 +5,8 @@
 //!
 //! These run in real time, with generous bounds.
 
+#[path = "support/rng.rs"]
+mod rng;
 #[path = "support/settings.rs"]
 mod settings;
 
@@ -18,21 +20,9 @@ use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
 use backends::{Backend, Db};
+use rng::Rng;
 use settings::fast;
 use ttw_durable::{NewTask, Store, TaskId};
-
-/// A small random number generator (xorshift), seeded and printed so that a
-/// failing run can be repeated.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
 
 /// Polls `work` `polls` times, letting the runtime run between polls, and
 /// drops it there unless it finished first.

@@ -25,36 +25,6 @@ use ttw_durable::{AttemptOutcome, Scheduler, SchedulerBuilder, Store, TaskId, Ta
 /// Longer than any test runs: a lock or lease this long never runs out.
 const NEVER: Duration = Duration::from_secs(3600);
 
-/// The node process the crash tests start and kill. Run on its own (no
-/// `TTW_CRASH_CHILD`), it does nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the node process the crash tests start and kill; does nothing on its own"]
-async fn child_node() {
-    if std::env::var_os("TTW_CRASH_CHILD").is_none() {
-        return;
-    }
-    let store = backends::open_from_env().await.expect("started by a test");
-    let ttl = std::env::var("TTW_CRASH_TTL_MS")
-        .ok()
-        .and_then(|ms| ms.parse().ok())
-        .map_or(NEVER, Duration::from_millis);
-    let mut builder = builder(&store, ttl);
-    if let Ok(id) = std::env::var("TTW_CRASH_NODE_ID") {
-        builder = builder.node_id(id);
-    }
-    let _scheduler = builder
-        .start(|task| async move {
-            println!("RUNNING {}", task.id().get());
-            // Hangs until the process is killed.
-            std::future::pending::<()>().await;
-            Ok::<_, String>(())
-        })
-        .await
-        .expect("the child's scheduler starts");
-    println!("STARTED");
-    std::future::pending::<()>().await;
-}
-
 /// Default settings but for a lock that never runs out in a test, and the
 /// given lease TTL.
 fn builder(store: &Store, ttl: Duration) -> SchedulerBuilder {
@@ -77,12 +47,11 @@ impl Node {
 
     /// A node process under node id `id` (default: a random one).
     fn spawn_as(db: &Db, ttl: Duration, id: Option<&str>) -> Node {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["child_node", "--exact", "--ignored", "--nocapture"])
+        let ttl_ms = ttl.as_millis().to_string();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ttw-child"))
+            .args(["crash-node", "--ttl-ms", &ttl_ms])
+            .args(id.into_iter().flat_map(|id| ["--node-id", id]))
             .envs(db.env())
-            .envs(id.map(|id| ("TTW_CRASH_NODE_ID", id.to_string())))
-            .env("TTW_CRASH_CHILD", "1")
-            .env("TTW_CRASH_TTL_MS", ttl.as_millis().to_string())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()

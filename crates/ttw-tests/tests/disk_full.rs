@@ -12,6 +12,8 @@
 //! [`Error::is_disk_full`]: ttw_durable::Error::is_disk_full
 //! [`StoreBuilder::sqlite_max_size`]: ttw_durable::StoreBuilder::sqlite_max_size
 
+#[path = "support/child.rs"]
+mod child;
 #[path = "support/settings.rs"]
 mod settings;
 
@@ -437,48 +439,6 @@ async fn full_disk(warnings: Arc<AtomicUsize>) {
     drop(store);
 }
 
-/// The scheduler process of
-/// [`delivery_resumes_once_space_returns_to_a_scheduler_process`]: default
-/// settings, a handler that appends `number attempt ran_ms due_ms` to the
-/// log file `TTW_DISK_LOG` (on another file system) and succeeds. Run on its
-/// own (no `TTW_DISK_CHILD`), it does nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the scheduler process of the tmpfs scenario; does nothing on its own"]
-async fn child_scheduler() {
-    let Some(path) = std::env::var_os("TTW_DISK_CHILD") else {
-        return;
-    };
-    let log_path = std::env::var_os("TTW_DISK_LOG").expect("a log file");
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::WARN)
-        .with_writer(std::io::stderr)
-        .try_init();
-    let log = Arc::new(Mutex::new(
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log_path)
-            .unwrap(),
-    ));
-    let store = Store::sqlite(PathBuf::from(path)).await.unwrap();
-    let _scheduler = ttw_durable::Scheduler::builder(store)
-        .start(move |task| {
-            let line = format!(
-                "{} {} {} {}\n",
-                number(task.payload()),
-                task.attempt(),
-                millis(SystemTime::now()),
-                millis(task.run_at())
-            );
-            log.lock().unwrap().write_all(line.as_bytes()).unwrap();
-            async { Ok::<_, String>(()) }
-        })
-        .await
-        .unwrap();
-    println!("STARTED");
-    std::future::pending::<()>().await;
-}
-
 fn millis(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .unwrap()
@@ -541,23 +501,18 @@ async fn resumes_once_space_returns() {
         client.schedule(payload(n, 64)).at(at).await.unwrap();
         acknowledged.insert(n);
     }
-    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_scheduler", "--ignored", "--nocapture"])
-        .env("TTW_DISK_CHILD", &path)
-        .env("TTW_DISK_LOG", &log)
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines =
-        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
-    loop {
-        let line = lines.next_line().await.unwrap().expect("the child starts");
-        if line.contains("STARTED") {
-            break;
-        }
-    }
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    // The scheduler process: default settings, a handler that appends
+    // `number attempt ran_ms due_ms` to the log (on another file system).
+    let mut child = child::start(
+        "disk-log",
+        &[
+            "--sqlite",
+            path.to_str().unwrap(),
+            "--log",
+            log.to_str().unwrap(),
+        ],
+    )
+    .await;
 
     tokio::time::sleep_until(start + Duration::from_millis(1500)).await;
     let filler = fs.fill();

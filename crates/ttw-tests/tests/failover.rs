@@ -131,31 +131,19 @@ scopes = ["schedule", "read"]
 }
 
 /// The library's scheduler delivering queue `hooks` by webhook, as a
-/// process of its own: this test binary started again to run
-/// [`child_scheduler`] alone. Run on its own, it does nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the library scheduler the failover tests start; does nothing on its own"]
-async fn child_scheduler() {
-    let (Some(url), Some(hook)) = (
-        std::env::var_os("TTW_FAILOVER_URL"),
-        std::env::var_os("TTW_FAILOVER_HOOK"),
-    ) else {
-        return;
-    };
-    let store = Store::postgres(url.to_str().unwrap()).await.unwrap();
-    let builder = Scheduler::builder(store).node_id("library");
-    child::deliver_hooks(builder, hook.to_str().unwrap(), SECRET).await;
-}
-
+/// process of its own, under node id `library`.
 async fn library_scheduler(url: &str, hook: &str) -> Child {
-    child::start(
-        "child_scheduler",
-        &[
-            ("TTW_FAILOVER_URL", url.as_ref()),
-            ("TTW_FAILOVER_HOOK", hook.as_ref()),
-        ],
-    )
-    .await
+    let args = [
+        "--postgres",
+        url,
+        "--hook",
+        hook,
+        "--secret",
+        SECRET,
+        "--node-id",
+        "library",
+    ];
+    child::start("hooks", &args).await
 }
 
 /// Now, in ms since the epoch: the receiver stamps arrivals on this clock.

@@ -7,6 +7,8 @@
 
 #[path = "support/backends.rs"]
 mod backends;
+#[path = "support/rng.rs"]
+mod rng;
 
 #[path = "support/receiver.rs"]
 mod receiver;
@@ -20,24 +22,13 @@ use std::time::{Duration, SystemTime};
 
 use backends::{Backend, Db};
 use receiver::{Receiver, SECRET};
+use rng::Rng;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::process::Child;
 
 const TOKEN: &str = "ops-token-0123456789";
-
-/// A small random number generator (xorshift), its seed printed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
 
 /// `ttw server` as a child process on `db`, and its address.
 async fn server(db: &Db, dir: &Path, hook: &str) -> (Child, String) {

@@ -7,6 +7,8 @@
 //! while a redrive is a new message.
 #![cfg(all(target_os = "linux", feature = "nats"))]
 
+#[path = "support/child.rs"]
+mod child;
 #[path = "support/backends.rs"]
 #[macro_use]
 mod backends;
@@ -227,40 +229,6 @@ on_both! {
     }
 }
 
-/// The scheduler process the SIGKILL test starts: it publishes each task
-/// through the target, prints `PUBLISHED <id>` once the stream has
-/// acknowledged it, and then never returns, so no outcome is written. Run
-/// on its own (no `TTW_NATS_CHILD`), it does nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the scheduler process the SIGKILL test starts and kills; does nothing on its own"]
-async fn child_publisher() {
-    if std::env::var_os("TTW_NATS_CHILD").is_none() {
-        return;
-    }
-    let store = backends::open_from_env().await.expect("started by a test");
-    let url = std::env::var("TTW_NATS_URL").unwrap();
-    let client = async_nats::connect(url).await.unwrap();
-    let target = target(client);
-    let _scheduler = Scheduler::builder(store)
-        .node_id("publisher")
-        .callback_timeout(NEVER)
-        .handle("events", move |task| {
-            use ttw_durable::Target;
-            let delivered = target.deliver(task.clone());
-            async move {
-                delivered.await?;
-                println!("PUBLISHED {}", task.id().get());
-                std::future::pending::<()>().await;
-                Ok::<_, ttw_durable::Failure>(())
-            }
-        })
-        .start_queues()
-        .await
-        .unwrap();
-    println!("STARTED");
-    std::future::pending::<()>().await;
-}
-
 on_both! {
     /// A scheduler process is `SIGKILL`ed after the stream acknowledged its
     /// publishes and before their outcomes were written. Restarted under
@@ -275,13 +243,12 @@ on_both! {
         let store = db.open().await;
         let ids = schedule(&store, 20, Duration::ZERO).await;
 
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["child_publisher", "--exact", "--ignored", "--nocapture"])
+        // The scheduler process: it publishes each task through the target,
+        // prints `PUBLISHED <id>` once the stream has acknowledged it, and
+        // then never returns, so no outcome is written.
+        let url = server.url();
+        let mut child = child::command("nats-publisher", &["--nats", &url])
             .envs(db.env())
-            .env("TTW_NATS_CHILD", "1")
-            .env("TTW_NATS_URL", server.url())
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
             .spawn()
             .unwrap();
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();

@@ -50,38 +50,15 @@ scopes = ["schedule", "read"]
     path
 }
 
-/// The library's scheduler at its default settings, delivering queue
-/// `hooks` by webhook, as a process of its own: this test binary started
-/// again to run [`child_scheduler`] alone. Run on its own (no
-/// `TTW_RESTART_CHILD`), it does nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the scheduler process the restart test starts and kills; does nothing on its own"]
-async fn child_scheduler() {
-    let (Some(path), Some(url)) = (
-        std::env::var_os("TTW_RESTART_CHILD"),
-        std::env::var_os("TTW_RESTART_HOOK"),
-    ) else {
-        return;
-    };
-    let store = Store::sqlite(path).await.unwrap();
-    let mut builder = Scheduler::builder(store);
-    if let Some(id) = std::env::var_os("TTW_RESTART_NODE") {
-        builder = builder.node_id(id.to_str().unwrap());
-    }
-    child::deliver_hooks(builder, url.to_str().unwrap(), SECRET).await;
-}
-
 /// The library's scheduler as a child process on the SQLite file `db`,
 /// under `node_id` if given.
 async fn library_scheduler(db: &Path, hook: &str, node_id: Option<&str>) -> Child {
-    let mut env = vec![
-        ("TTW_RESTART_CHILD", db.as_os_str()),
-        ("TTW_RESTART_HOOK", hook.as_ref()),
-    ];
+    let db = db.to_str().unwrap();
+    let mut args = vec!["--sqlite", db, "--hook", hook, "--secret", SECRET];
     if let Some(id) = node_id {
-        env.push(("TTW_RESTART_NODE", id.as_ref()));
+        args.extend(["--node-id", id]);
     }
-    child::start("child_scheduler", &env).await
+    child::start("hooks", &args).await
 }
 
 /// `ttw server` as a child process, once it says where it listens.

@@ -81,7 +81,7 @@ impl Db {
     }
 
     /// Where this database is, as environment variables for a child
-    /// process that opens it with [`open_from_env`].
+    /// process (`src/bin/ttw-child.rs`), which opens it from them.
     pub fn env(&self) -> Vec<(&'static str, String)> {
         match (&self.sqlite, &self.postgres) {
             (Some(path), _) => vec![("TTW_TEST_SQLITE", path.display().to_string())],
@@ -260,20 +260,6 @@ impl Db {
             .unwrap();
         Some(WriteLock(conn))
     }
-}
-
-/// Opens the database a parent test described with [`Db::env`]; `None`
-/// when this process was not started that way.
-pub async fn open_from_env() -> Option<Store> {
-    let builder = Store::builder().connect_timeout(Duration::from_secs(20));
-    let store = if let Ok(path) = std::env::var("TTW_TEST_SQLITE") {
-        builder.sqlite(path).await
-    } else {
-        let url = std::env::var("TTW_TEST_POSTGRES").ok()?;
-        let schema = std::env::var("TTW_TEST_SCHEMA").ok()?;
-        builder.postgres_schema(schema).postgres(&url).await
-    };
-    Some(store.expect("the child opens the parent's database"))
 }
 
 /// SQLite's write lock, held by a connection outside the crate.

@@ -1,6 +1,6 @@
-//! This test binary started again as a child process that runs one
-//! `#[ignore]`d test alone (a library scheduler the test kills, say), with
-//! the environment that tells it what to do.
+//! The processes the tests start and kill (`src/bin/ttw-child.rs`: a
+//! library scheduler, a node whose handler hangs, ...), each a role of one
+//! binary.
 
 #![allow(dead_code)]
 
@@ -9,45 +9,33 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
-use ttw_durable::{SchedulerBuilder, Webhook};
 
-/// What a child prints once it is ready.
-pub const READY: &str = "ttw server: listening on";
+/// What a child prints once it runs.
+pub const STARTED: &str = "STARTED";
 
-/// What a child runs as a library scheduler: `builder`'s scheduler
-/// delivering queue `hooks` by webhook to `hook`, signed with `secret`.
-/// Says it is ready, and never returns.
-pub async fn deliver_hooks(builder: SchedulerBuilder, hook: &str, secret: &str) {
-    let webhook = Webhook::builder(hook).secret(secret).build().unwrap();
-    let _scheduler = builder
-        .deliver("hooks", webhook)
-        .start_queues()
-        .await
-        .expect("the child's scheduler starts");
-    println!("{READY} (a library scheduler)");
-    std::future::pending::<()>().await;
-}
-
-/// Starts the ignored test `test` of this binary alone with `env`, killed
-/// when dropped; returns once it printed a line starting with [`READY`],
-/// its later output read and dropped.
-pub async fn start(test: &str, env: &[(&str, &std::ffi::OsStr)]) -> Child {
-    let mut command = Command::new(std::env::current_exe().unwrap());
+/// The child binary in role `role` with `args` (`--name value` pairs),
+/// its standard output piped, killed when dropped; not started yet.
+pub fn command(role: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ttw-child"));
     command
-        .args([test, "--exact", "--ignored", "--nocapture"])
+        .arg(role)
+        .args(args)
         .stdout(Stdio::piped())
         .kill_on_drop(true);
-    for (name, value) in env {
-        command.env(name, value);
-    }
-    let mut child = command.spawn().expect("the child starts");
+    command
+}
+
+/// Starts the child in role `role` with `args`; returns once it printed
+/// [`STARTED`], its later output read and dropped.
+pub async fn start(role: &str, args: &[&str]) -> Child {
+    let mut child = command(role, args).spawn().expect("the child starts");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     while let Some(line) = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
         .await
         .expect("the child says it started")
         .unwrap()
     {
-        if line.starts_with(READY) {
+        if line.starts_with(STARTED) {
             break;
         }
     }
