@@ -9,9 +9,9 @@ use paused::ready;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use proptest::prelude::*;
-use tokio_timing_wheel::{Expirations, TimingWheel};
+use tokio_timing_wheel::TimingWheel;
 
 /// Pending timers in firing order: (effective deadline in ms, order set).
 /// A deadline already reached when set counts as "now". The flag says the

@@ -42,7 +42,6 @@ use std::time::Duration;
 
 use receiver::{Receiver, SECRET};
 use tokio::process::{Child, Command};
-use ttw_durable::{Scheduler, Store};
 
 const TOKEN: &str = "app-token-0123456789";
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/failover.sh");

@@ -18,7 +18,6 @@ mod nats;
 mod states;
 
 use std::collections::HashSet;
-use std::process::Stdio;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, stream::Stream};
@@ -26,13 +25,9 @@ use backends::{Backend, Db};
 use nats::Nats;
 use states::wait_for_state;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
 use ttw_durable::{
     Backoff, JetStream, Redrive, Scheduler, SchedulerBuilder, Store, TaskId, TaskState,
 };
-
-/// Longer than any test runs.
-const NEVER: Duration = Duration::from_secs(3600);
 
 /// The stream every test publishes into: subjects `tasks.>`, on disk.
 async fn stream(client: &async_nats::Client) -> Stream {

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use receiver::{Receiver, SECRET};
 use tokio::process::Child;
-use ttw_durable::{NewTask, Scheduler, Store, TaskQuery, TaskState};
+use ttw_durable::{NewTask, Store, TaskQuery, TaskState};
 
 const TOKEN: &str = "app-token-0123456789";
 const TASKS: usize = 1_000;
