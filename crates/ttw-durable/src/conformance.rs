@@ -120,6 +120,7 @@ fn task<'a>(run_at: i64, key: Option<&'a str>, queue: &'a str) -> TaskParams<'a>
         priority: 0,
         partition_key: None,
         envelope: None,
+        kind: None,
     }
 }
 
@@ -252,6 +253,7 @@ async fn keys_case(store: &Store) {
         max_attempts: Some(3),
         priority: None,
         max_wait: None,
+        kind: None,
     };
     let replaced =
         on_conn!(store, c => keys::replace_pending(c, names, replacement).await.unwrap()).unwrap();

@@ -183,6 +183,7 @@ mod client;
 mod conformance;
 mod error;
 mod group;
+mod jobs;
 mod model;
 mod node;
 mod notify;
@@ -200,6 +201,7 @@ pub use client::grouped::{Grouped, MAX_GROUP};
 pub use client::schedule::{Schedule, Scheduled};
 pub use client::store::{Store, StoreBuilder};
 pub use error::Error;
+pub use jobs::{JobArgs, JobContext, JobOptions, Workers};
 pub use model::attempt::Task;
 pub use model::attempts::{AttemptInfo, AttemptOutcome, Receipt, MAX_ATTEMPT_DETAIL};
 pub use model::backoff::Backoff;
@@ -209,7 +211,9 @@ pub use model::envelope::{
 pub use model::failure::{Failure, MAX_RETRY_AFTER};
 pub use model::flow::{QueueLimits, QueueSettings, Rate, RetryPolicy, MAX_LIMIT};
 pub use model::lateness::{Lateness, LATENESS_BOUNDS_MS};
-pub use model::limits::{MAX_IDEMPOTENCY_KEY, MAX_PARTITION_KEY, MAX_PAYLOAD, MAX_RUN_AT};
+pub use model::limits::{
+    MAX_IDEMPOTENCY_KEY, MAX_KIND, MAX_PARTITION_KEY, MAX_PAYLOAD, MAX_RUN_AT,
+};
 pub use model::new_task::NewTask;
 pub use model::queue::{DEFAULT_QUEUE, MAX_QUEUE_NAME};
 pub use model::task::{ParseStateError, StateCounts, TaskId, TaskInfo, TaskState};

@@ -123,6 +123,9 @@ pub(crate) struct ListArgs {
     /// Only tasks of this queue.
     #[arg(long)]
     pub(crate) queue: Option<String>,
+    /// Only typed jobs of this kind.
+    #[arg(long)]
+    pub(crate) kind: Option<String>,
     /// Only tasks due at this time or later (RFC 3339, e.g.
     /// 2026-11-25T10:00:00Z).
     #[arg(long, value_name = "TIME")]

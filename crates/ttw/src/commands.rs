@@ -144,6 +144,9 @@ pub(crate) async fn list(store: &Store, args: ListArgs, json: bool) -> Result<()
     if let Some(queue) = args.queue {
         query = query.queue(queue);
     }
+    if let Some(kind) = args.kind {
+        query = query.kind(kind);
+    }
     if let Some(from) = args.due_from {
         query = query.due_from(parse_time("--due-from", &from)?);
     }
@@ -174,6 +177,7 @@ pub(crate) async fn list(store: &Store, args: ListArgs, json: bool) -> Result<()
                 t.id.to_string(),
                 t.state.as_str().to_string(),
                 t.queue.clone(),
+                t.kind.clone().unwrap_or_default(),
                 t.priority.to_string(),
                 output::time(t.run_at),
                 t.attempts.to_string(),
@@ -185,7 +189,7 @@ pub(crate) async fn list(store: &Store, args: ListArgs, json: bool) -> Result<()
     print!(
         "{}",
         table(
-            &["ID", "STATE", "QUEUE", "PRIO", "DUE", "ATTEMPTS", "KEY", "PAYLOAD"],
+            &["ID", "STATE", "QUEUE", "KIND", "PRIO", "DUE", "ATTEMPTS", "KEY", "PAYLOAD"],
             &rows
         )
     );
@@ -227,6 +231,10 @@ pub(crate) async fn show(store: &Store, target: Target, json: bool) -> Result<()
         vec!["id".into(), task.id.to_string()],
         vec!["state".into(), task.state.as_str().into()],
         vec!["queue".into(), task.queue.clone()],
+        vec![
+            "kind".into(),
+            task.kind.clone().unwrap_or_else(|| "(untyped)".into()),
+        ],
         vec!["priority".into(), task.priority.to_string()],
         vec!["due".into(), output::time(task.run_at)],
         vec![

@@ -47,6 +47,7 @@ pub struct TaskQuery {
     state: Option<TaskState>,
     queue: Option<String>,
     partition_key: Option<String>,
+    kind: Option<String>,
     idempotency_key: Option<String>,
     due_from: Option<SystemTime>,
     due_before: Option<SystemTime>,
@@ -72,6 +73,7 @@ impl TaskQuery {
             state: None,
             queue: None,
             partition_key: None,
+            kind: None,
             idempotency_key: None,
             due_from: None,
             due_before: None,
@@ -100,6 +102,13 @@ impl TaskQuery {
     /// Only tasks of partition key `key`.
     pub fn partition_key(mut self, key: impl Into<String>) -> Self {
         self.partition_key = Some(key.into());
+        self
+    }
+
+    /// Only typed jobs of kind `kind` ([`JobArgs::KIND`](crate::JobArgs::KIND)),
+    /// read on an index of the typed tasks alone.
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
         self
     }
 
@@ -215,6 +224,7 @@ impl TaskQuery {
             state: state.or(self.state),
             queue: self.queue.as_deref(),
             partition_key: self.partition_key.as_deref(),
+            kind: self.kind.as_deref(),
             idempotency_key: self.idempotency_key.as_deref(),
             due_from: time(self.due_from)?,
             due_before: time(self.due_before)?,

@@ -188,6 +188,7 @@ impl Store {
             max_attempts: row.max_attempts,
             priority: row.priority,
             max_wait: row.max_wait,
+            kind: row.kind.as_deref(),
         };
         with_conn!(conn, c => {
             // A savepoint inside the caller's transaction, a transaction

@@ -270,6 +270,14 @@ impl Schedule<'_> {
         self
     }
 
+    /// The kind of work it is (see [`NewTask::kind`]): a typed job's name,
+    /// set by [`Store::enqueue`]; here for bytes scheduled as a kind's
+    /// arguments by hand.
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.task = self.task.kind(kind);
+        self
+    }
+
     /// A debounce with a longest wait, with
     /// [`replace_pending`](Self::replace_pending): each request replaces
     /// the pending task and pushes its time back, but the task runs at the

@@ -41,21 +41,25 @@ async fn callbacks_case(store: &Store) {
     let rows = [
         TaskParams {
             envelope: Some(&both),
+            kind: None,
             ..task(1_000, None, "default")
         },
         // Done, with no callback of its own.
         TaskParams {
             envelope: Some(&on_death),
+            kind: None,
             ..task(1_000, None, "default")
         },
         // Fails once (a retry), then for good.
         TaskParams {
             envelope: Some(&on_death),
+            kind: None,
             ..task(1_000, None, "default")
         },
         // One attempt, cut short by a lock that runs out.
         TaskParams {
             envelope: Some(&on_death),
+            kind: None,
             max_attempts: Some(1),
             ..task(1_000, None, "default")
         },

@@ -319,6 +319,7 @@ async fn queues_case(store: &Store) {
         .map(|(i, &key)| crate::sql::tasks::TaskParams {
             partition_key: key,
             envelope: None,
+            kind: None,
             ..task(1_000 + i as i64, None, "keyed")
         })
         .collect();
@@ -387,6 +388,7 @@ async fn queues_case(store: &Store) {
     let late = crate::sql::tasks::TaskParams {
         partition_key: Some("c"),
         envelope: None,
+        kind: None,
         ..task(1_010, None, "keyed")
     };
     on_conn!(store, c => tasks::insert(c, names, &[late], 1).await.unwrap());

@@ -63,9 +63,17 @@ pub struct Task {
     pub(crate) queue: Arc<str>,
     /// Boxed: most tasks have none, and a task is moved often.
     pub(crate) envelope: Option<Box<crate::model::envelope::Envelope>>,
+    /// Its kind, for a typed job; `None` for an untyped task.
+    pub(crate) kind: Option<String>,
 }
 
 impl Task {
+    /// Its kind, for a typed job ([`JobArgs::KIND`](crate::JobArgs::KIND));
+    /// `None` for an untyped task.
+    pub fn kind(&self) -> Option<&str> {
+        self.kind.as_deref()
+    }
+
     /// The queue it belongs to.
     pub fn queue(&self) -> &str {
         &self.queue

@@ -17,3 +17,7 @@ pub const MAX_PARTITION_KEY: usize = 128;
 /// The latest `run_at`, as a span after the Unix epoch: the end of the year
 /// 9999.
 pub const MAX_RUN_AT: Duration = Duration::from_millis(253_402_300_799_999);
+
+/// The longest kind of a typed job ([`JobArgs::KIND`](crate::JobArgs::KIND)),
+/// in bytes.
+pub const MAX_KIND: usize = 64;

@@ -48,6 +48,11 @@ pub struct NewTask {
     pub(crate) partition_key: Option<String>,
     /// Its envelope (see [`Schedule::envelope`](crate::Schedule::envelope)).
     pub(crate) envelope: Option<Envelope>,
+    /// Its kind (see [`NewTask::kind`]).
+    pub(crate) kind: Option<String>,
+    /// Why its payload could not be made (a typed job's arguments that did
+    /// not serialize): refused when it is checked.
+    pub(crate) unmade: Option<String>,
 }
 
 impl NewTask {
@@ -64,7 +69,22 @@ impl NewTask {
             max_wait: None,
             partition_key: None,
             envelope: None,
+            kind: None,
+            unmade: None,
         }
+    }
+
+    /// The kind of work it is: a typed job's name ([`JobArgs::KIND`], set
+    /// by [`NewTask::job`]), stored in a column of its own, shown and
+    /// filtered on wherever a task is, and the key a [`Workers`] target
+    /// dispatches on. 1 to [`MAX_KIND`](crate::MAX_KIND) bytes of ASCII
+    /// letters, digits, `_`, `-`, `.` and `:`.
+    ///
+    /// [`JobArgs::KIND`]: crate::JobArgs::KIND
+    /// [`Workers`]: crate::Workers
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
     }
 
     /// Due this long from when the batch is stored.
@@ -145,6 +165,8 @@ pub(crate) struct NewRow {
     pub(crate) partition_key: Option<String>,
     /// Its envelope, checked and encoded (`None` for none).
     pub(crate) envelope: Option<String>,
+    /// Its kind, checked.
+    pub(crate) kind: Option<String>,
 }
 
 impl NewRow {
@@ -167,7 +189,15 @@ impl NewRow {
             max_wait,
             partition_key,
             envelope,
+            kind,
+            unmade,
         } = task;
+        if let Some(why) = unmade {
+            return Err(Error::invalid_task("payload", why));
+        }
+        if let Some(kind) = &kind {
+            check_kind(kind)?;
+        }
         if let Some(envelope) = &envelope {
             envelope.check()?;
             envelope.check_payload(payload.len())?;
@@ -232,6 +262,27 @@ impl NewRow {
             max_wait,
             partition_key,
             envelope: Envelope::stored(envelope.as_ref()),
+            kind,
         })
+    }
+}
+
+/// Checks a kind: 1 to [`MAX_KIND`](crate::MAX_KIND) bytes of ASCII
+/// letters, digits, `_`, `-`, `.` and `:`.
+pub(crate) fn check_kind(kind: &str) -> Result<(), Error> {
+    let fits = !kind.is_empty() && kind.len() <= crate::model::limits::MAX_KIND;
+    let plain = kind
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'));
+    if fits && plain {
+        Ok(())
+    } else {
+        Err(Error::invalid_task(
+            "kind",
+            format!(
+                "{kind:?}: 1 to {} bytes of ASCII letters, digits, '_', '-', '.' and ':'",
+                crate::model::limits::MAX_KIND
+            ),
+        ))
     }
 }

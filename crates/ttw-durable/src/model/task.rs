@@ -145,6 +145,9 @@ pub struct TaskInfo {
     /// What it carries for its delivery beside its payload, if anything
     /// ([`Schedule::envelope`](crate::Schedule::envelope)).
     pub envelope: Option<crate::model::envelope::Envelope>,
+    /// Its kind, for a typed job ([`JobArgs::KIND`](crate::JobArgs::KIND));
+    /// `None` for an untyped task.
+    pub kind: Option<String>,
     /// When it was scheduled.
     pub created_at: SystemTime,
     /// When its row last changed (a claim, an outcome, a reschedule).

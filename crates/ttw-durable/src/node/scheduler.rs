@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 
 use crate::client::store::Store;
 use crate::error::Error;
+use crate::jobs::Workers;
 use crate::model::attempt::Task;
 use crate::model::attempts::Receipt;
 use crate::model::backoff::Backoff;
@@ -80,6 +81,9 @@ pub struct SchedulerBuilder {
     target_timeouts: Vec<(String, Duration)>,
     /// Each target's queue and limit on deliveries in flight.
     target_limits: Vec<(String, usize)>,
+    /// Each typed job's kind and the queue whose [`Workers`] serve it (see
+    /// [`work`](Self::work)).
+    kinds: Vec<(&'static str, String)>,
 }
 
 impl fmt::Debug for SchedulerBuilder {
@@ -242,6 +246,31 @@ impl SchedulerBuilder {
         self
     }
 
+    /// Serves `queue` with typed `workers`: each task runs on the worker
+    /// registered for its kind, its arguments decoded (see [`Workers`]).
+    /// Many kinds may share a queue; `start` refuses, with
+    /// [`Error::is_config`], a kind served by two queues or registered
+    /// twice. Otherwise as [`deliver`](Self::deliver).
+    ///
+    /// # Examples
+    ///
+    /// See [`Workers`].
+    pub fn work(mut self, queue: impl Into<String>, workers: Workers) -> Self {
+        let queue = queue.into();
+        if let Some(kind) = workers.registered_twice() {
+            self.kinds.push((kind, queue.clone()));
+        }
+        self.kinds
+            .extend(workers.kinds().map(|kind| (kind, queue.clone())));
+        if let Some(timeout) = workers.own_timeout() {
+            self.target_timeouts.push((queue.clone(), timeout));
+        }
+        let workers = Arc::new(workers);
+        let handler: Handler = Arc::new(move |task| workers.deliver(task));
+        self.handlers.push((queue, handler));
+        self
+    }
+
     /// Serves `queue` by delivering its tasks to `target`: a [`Webhook`],
     /// a [`JetStream`] subject, or a [`Target`] of one's own. To the rest of
     /// the scheduler it is a handler as [`handle`](Self::handle) gives one:
@@ -372,6 +401,13 @@ impl SchedulerBuilder {
             return Err(Error::config(
                 "stream_queues is for start_stream; give handlers with handle",
             ));
+        }
+        self.kinds.sort_unstable();
+        if let Some(pair) = self.kinds.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(Error::config(format!(
+                "kind '{}' has two workers (queues '{}' and '{}'): a kind is served by one",
+                pair[0].0, pair[0].1, pair[1].1
+            )));
         }
         let mut handlers = std::mem::take(&mut self.handlers);
         handlers.sort_by(|a, b| a.0.cmp(&b.0));
@@ -539,6 +575,7 @@ impl Scheduler {
             stream_queues: None,
             target_timeouts: Vec::new(),
             target_limits: Vec::new(),
+            kinds: Vec::new(),
         }
     }
 

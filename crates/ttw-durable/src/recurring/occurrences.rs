@@ -93,6 +93,7 @@ impl Store {
                 priority: i64::from(info.priority),
                 partition_key: None,
                 envelope: None,
+                kind: None,
             })
             .collect();
         let pass = Advance {

@@ -144,6 +144,7 @@ pub(crate) struct Filter<'a> {
     pub(crate) state: Option<TaskState>,
     pub(crate) queue: Option<&'a str>,
     pub(crate) partition_key: Option<&'a str>,
+    pub(crate) kind: Option<&'a str>,
     pub(crate) idempotency_key: Option<&'a str>,
     pub(crate) due_from: Option<i64>,
     pub(crate) due_before: Option<i64>,
@@ -168,6 +169,7 @@ impl<'a> Filter<'a> {
             ("state", self.state.map(TaskState::as_sql)),
             ("queue", self.queue),
             ("partition_key", self.partition_key),
+            ("kind", self.kind),
             ("idempotency_key", self.idempotency_key),
         ];
         for (column, value) in texts {

@@ -53,7 +53,7 @@ pub(crate) async fn insert_keyless(
     let mut copy = tx
         .copy_in_raw(&format!(
             "COPY {} (id, run_at, payload, max_attempts, recurring, queue, priority, \
-             partition_key, envelope, created_at, updated_at) FROM STDIN",
+             partition_key, envelope, kind, created_at, updated_at) FROM STDIN",
             names.tasks
         ))
         .await?;
@@ -109,6 +109,8 @@ fn copy_row(out: &mut String, id: i64, row: &TaskParams<'_>, created_at: i64, no
     copy_text(out, row.partition_key);
     out.push('\t');
     copy_text(out, row.envelope);
+    out.push('\t');
+    copy_text(out, row.kind);
     let _ = writeln!(out, "\t{created_at}\t{now}");
 }
 
@@ -180,6 +182,7 @@ mod tests {
             priority: -2,
             partition_key: key,
             envelope: None,
+            kind: None,
         }
     }
 

@@ -19,7 +19,7 @@ use crate::sql::db::{Db, Urgency};
 pub(crate) const HISTORY_COLUMNS: &str =
     "id, state, run_at, payload, idempotency_key, max_attempts, attempts, last_error, \
      created_at, updated_at, finished_at, claims, recurring, queue, priority, partition_key, envelope, \
-     started_at, locked_by";
+     started_at, locked_by, kind";
 
 /// What a row of `ttw_tasks` becomes in `ttw_history` ([`HISTORY_COLUMNS`]):
 /// `state` (a literal), last changed at `updated` and finished at
@@ -30,7 +30,7 @@ pub(crate) fn into_history(state: &str, updated: &str, finished: &str) -> String
     format!(
         "id, '{state}', run_at, payload, idempotency_key, max_attempts, attempts, last_error, \
          created_at, {updated}, {finished}, claims, recurring, queue, priority, partition_key, envelope, \
-         started_at, locked_by"
+         started_at, locked_by, kind"
     )
 }
 
@@ -38,7 +38,7 @@ pub(crate) fn into_history(state: &str, updated: &str, finished: &str) -> String
 /// order of [`from_history`].
 pub(crate) const BACK_COLUMNS: &str =
     "id, state, run_at, payload, idempotency_key, max_attempts, attempts, last_error, \
-     created_at, updated_at, claims, recurring, queue, priority, partition_key, envelope";
+     created_at, updated_at, claims, recurring, queue, priority, partition_key, envelope, kind";
 
 /// What a row of `ttw_history` becomes in `ttw_tasks` when redriven
 /// ([`BACK_COLUMNS`]): scheduled at `run_at` with its attempts reset, last
@@ -46,7 +46,7 @@ pub(crate) const BACK_COLUMNS: &str =
 pub(crate) fn from_history(run_at: &str, updated: &str) -> String {
     format!(
         "id, 'scheduled', {run_at}, payload, idempotency_key, max_attempts, 0, last_error, \
-         created_at, {updated}, claims, recurring, queue, priority, partition_key, envelope"
+         created_at, {updated}, claims, recurring, queue, priority, partition_key, envelope, kind"
     )
 }
 

@@ -150,6 +150,8 @@ pub(crate) struct Replacement<'a> {
     /// A debounce's longest wait (ms): the task is due at the latest this
     /// long after it was created.
     pub(crate) max_wait: Option<i64>,
+    /// The new payload's kind (`None`: untyped), as the payload is new.
+    pub(crate) kind: Option<&'a str>,
 }
 
 /// Replaces the pending task that holds [`Replacement::key`], if there is
@@ -164,7 +166,7 @@ pub(crate) async fn replace_pending(
          run_at = CASE WHEN $6 IS NOT NULL AND created_at + $6 < COALESCE($3, run_at) \
          THEN created_at + $6 ELSE COALESCE($3, run_at) END, \
          max_attempts = COALESCE($4, max_attempts), priority = COALESCE($5, priority), \
-         updated_at = {} \
+         kind = $7, updated_at = {} \
          WHERE idempotency_key = $1 AND {PENDING} RETURNING {ANNOUNCED}",
         names.tasks,
         names.clock()
@@ -178,6 +180,7 @@ pub(crate) async fn replace_pending(
             .bind(with.max_attempts)
             .bind(with.priority)
             .bind(with.max_wait)
+            .bind(with.kind)
             .fetch_all(&mut *c)
             .await?;
         Ok(replaced.into_iter().next().map(Announced::from))

@@ -10,8 +10,9 @@ use crate::sql::db::{with_pool, write_with_pool, Conn, Db, Urgency};
 use crate::sql::history::{into_history, HISTORY_COLUMNS};
 use crate::sql::names::Names;
 
-/// The most tasks one insert statement carries: on SQLite nine parameters
-/// each, far below its 32,766; on PostgreSQL nine arrays of as many.
+/// The most tasks one insert statement carries: on SQLite eleven
+/// parameters each, far below its 32,766; on PostgreSQL ten arrays of as
+/// many.
 pub(crate) const ROWS_PER_STATEMENT: usize = 1000;
 
 /// The fewest tasks without keys that PostgreSQL takes by `COPY`
@@ -33,6 +34,9 @@ pub(crate) struct TaskParams<'a> {
     pub(crate) partition_key: Option<&'a str>,
     /// Its [`Envelope`](crate::Envelope), encoded; `None` for none.
     pub(crate) envelope: Option<&'a str>,
+    /// Its kind (a typed job's, [`JobArgs::KIND`](crate::JobArgs::KIND));
+    /// `None` for an untyped task.
+    pub(crate) kind: Option<&'a str>,
 }
 
 impl<'a> From<&'a NewRow> for TaskParams<'a> {
@@ -47,6 +51,7 @@ impl<'a> From<&'a NewRow> for TaskParams<'a> {
             priority: row.priority_or_default(),
             partition_key: row.partition_key.as_deref(),
             envelope: row.envelope.as_deref(),
+            kind: row.kind.as_deref(),
         }
     }
 }
@@ -61,7 +66,7 @@ pub(crate) struct Inserted {
 /// The columns every new task is given, in the order of [`insert`]'s
 /// parameters, then `created_at` and `updated_at`.
 const INSERT_COLUMNS: &str = "run_at, payload, idempotency_key, max_attempts, recurring, queue, \
-     priority, partition_key, envelope, created_at, updated_at";
+     priority, partition_key, envelope, kind, created_at, updated_at";
 
 /// The insert's tail: nothing for a key that is taken (`ON CONFLICT DO
 /// NOTHING`), only when a row has a key (for rows without one no conflict
@@ -91,7 +96,11 @@ fn insert_values_sql(names: &Names, n: usize, keyed: bool) -> String {
         if i > 0 {
             values.push_str(", ");
         }
-        let _ = write!(values, "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {})", names.clock());
+        let _ = write!(
+            values,
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {})",
+            names.clock()
+        );
     }
     names.announcing(&format!(
         "INSERT INTO {} ({INSERT_COLUMNS}) VALUES {values}{}",
@@ -102,16 +111,16 @@ fn insert_values_sql(names: &Names, n: usize, keyed: bool) -> String {
 
 /// PostgreSQL's insert of any number of rows: a parameter per column, an
 /// array of every row's value, read back as rows by `unnest` in their
-/// order. One statement text for every size (prepared once), nine
-/// parameters rather than nine a row, and no plan of a thousand-row
+/// order. One statement text for every size (prepared once), eleven
+/// parameters rather than eleven a row, and no plan of a thousand-row
 /// `VALUES` list at each execution.
 #[cfg(feature = "postgres")]
 fn insert_arrays_sql(names: &Names, keyed: bool) -> String {
     names.announcing(&format!(
         "INSERT INTO {} ({INSERT_COLUMNS}) \
-         SELECT r, p, k, m, rc, q, pr, pk, e, $10, {} FROM unnest($1::BIGINT[], $2::BYTEA[], \
-         $3::TEXT[], $4::BIGINT[], $5::TEXT[], $6::TEXT[], $7::BIGINT[], $8::TEXT[], $9::TEXT[]) \
-         AS u(r, p, k, m, rc, q, pr, pk, e){}",
+         SELECT r, p, k, m, rc, q, pr, pk, e, kd, $11, {} FROM unnest($1::BIGINT[], $2::BYTEA[], \
+         $3::TEXT[], $4::BIGINT[], $5::TEXT[], $6::TEXT[], $7::BIGINT[], $8::TEXT[], $9::TEXT[], \
+         $10::TEXT[]) AS u(r, p, k, m, rc, q, pr, pk, e, kd){}",
         names.tasks,
         names.clock(),
         insert_tail(keyed)
@@ -154,6 +163,7 @@ pub(crate) async fn insert(
                     .bind(row.priority)
                     .bind(row.partition_key)
                     .bind(row.envelope)
+                    .bind(row.kind)
                     .bind(created_at);
             }
             Ok(query
@@ -184,6 +194,7 @@ pub(crate) async fn insert(
                 .bind(column(|r| r.priority))
                 .bind(text(|r| r.partition_key))
                 .bind(text(|r| r.envelope))
+                .bind(text(|r| r.kind))
                 .bind(created_at)
                 .fetch_all(&mut *c)
                 .await?
@@ -267,7 +278,7 @@ macro_rules! bind_which {
 /// The columns a [`TaskInfo`] is read from, by [`read_task_info`].
 pub(crate) const TASK_INFO_COLUMNS: &str =
     "id, state, run_at, attempts, max_attempts, last_error, \
-     idempotency_key, payload, queue, priority, partition_key, envelope, \
+     idempotency_key, payload, queue, priority, partition_key, envelope, kind, \
      created_at, updated_at, finished_at";
 
 /// A row of [`TASK_INFO_COLUMNS`].
@@ -285,6 +296,7 @@ pub(crate) struct TaskInfoRow {
     priority: i64,
     partition_key: Option<String>,
     envelope: Option<String>,
+    kind: Option<String>,
     created_at: i64,
     updated_at: i64,
     finished_at: Option<i64>,
@@ -312,6 +324,7 @@ impl TryFrom<TaskInfoRow> for TaskInfo {
                 .as_deref()
                 .map(crate::model::envelope::Envelope::decode)
                 .transpose()?,
+            kind: row.kind,
             created_at: crate::model::time::from_ms(row.created_at),
             updated_at: crate::model::time::from_ms(row.updated_at),
             finished_at: row.finished_at.map(crate::model::time::from_ms),

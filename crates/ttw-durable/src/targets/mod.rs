@@ -116,6 +116,8 @@ pub const QUEUE: &str = "ttw-queue";
 pub const RUN_AT: &str = "ttw-run-at";
 /// The header holding the task's idempotency key, when it has one.
 pub const IDEMPOTENCY_KEY: &str = "ttw-idempotency-key";
+/// The header holding a typed job's kind ([`Task::kind`]).
+pub const KIND: &str = "ttw-kind";
 /// What [`Task::message_id`] is sent as, besides the target's own id
 /// header: the same value.
 pub const MESSAGE_ID: &str = "ttw-message-id";
@@ -130,7 +132,7 @@ pub const OUTCOME_OF: &str = "ttw-outcome-of";
 
 /// The identifying headers of `task`'s delivery, as name and value.
 #[cfg_attr(not(any(feature = "webhook", feature = "nats")), allow(dead_code))]
-pub(crate) fn headers(task: &Task) -> [(&'static str, Option<String>); 9] {
+pub(crate) fn headers(task: &Task) -> [(&'static str, Option<String>); 10] {
     let envelope = task.envelope();
     [
         (MESSAGE_ID, Some(task.message_id())),
@@ -139,6 +141,7 @@ pub(crate) fn headers(task: &Task) -> [(&'static str, Option<String>); 9] {
         (QUEUE, Some(task.queue().to_string())),
         (RUN_AT, Some(ms_since_epoch(task).to_string())),
         (IDEMPOTENCY_KEY, task.idempotency_key().map(str::to_string)),
+        (KIND, task.kind().map(str::to_string)),
         (
             TRACEPARENT,
             envelope

@@ -100,6 +100,16 @@ impl Db {
             .map(|(url, schema)| (url.as_str(), schema.as_str()))
     }
 
+    /// Where this database is, as the lines of a `ttw.toml` (`database`,
+    /// and `schema` on PostgreSQL).
+    pub fn toml(&self) -> String {
+        match (&self.sqlite, &self.postgres) {
+            (Some(path), _) => format!("database = \"{}\"", path.display()),
+            (_, Some((url, schema))) => format!("database = \"{url}\"\nschema = \"{schema}\""),
+            _ => unreachable!("a Db is on one backend"),
+        }
+    }
+
     /// Where this database is, as arguments of the `ttw` tool.
     pub fn cli_args(&self) -> Vec<String> {
         match (&self.sqlite, &self.postgres) {

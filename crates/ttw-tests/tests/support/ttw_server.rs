@@ -14,6 +14,19 @@ use tokio::process::{Child, ChildStdout, Command};
 /// The output of a `ttw server` child, line by line.
 pub type Output = Lines<BufReader<ChildStdout>>;
 
+/// Writes `dir/ttw.toml`: listening on a free port of loopback, on the
+/// database of `database` (its `database` and `schema` lines), with
+/// `rest` (queues, tokens, sections) after it. Returns its path.
+pub fn write_config(dir: &Path, database: &str, rest: &str) -> std::path::PathBuf {
+    let path = dir.join("ttw.toml");
+    std::fs::write(
+        &path,
+        format!("listen = \"127.0.0.1:0\"\n{database}\n\n{rest}"),
+    )
+    .expect("the configuration is written");
+    path
+}
+
 /// Starts `ttw server --config config` with `env` (and no `DATABASE_URL`):
 /// the process, killed when dropped, the address it listens on
 /// (`host:port`), and the rest of its output, for a test that reads it.

@@ -17,6 +17,7 @@ pub(crate) struct Selection<'a> {
     pub(crate) state: Option<&'a str>,
     pub(crate) queue: Option<&'a str>,
     pub(crate) partition_key: Option<&'a str>,
+    pub(crate) kind: Option<&'a str>,
     pub(crate) idempotency_key: Option<&'a str>,
     pub(crate) due_from: Option<&'a str>,
     pub(crate) due_before: Option<&'a str>,
@@ -24,13 +25,14 @@ pub(crate) struct Selection<'a> {
     pub(crate) created_before: Option<&'a str>,
 }
 
-/// The filters of a struct with the eight fields of a [`Selection`].
+/// The filters of a struct with the nine fields of a [`Selection`].
 macro_rules! selection {
     ($s:expr) => {
         Selection {
             state: $s.state.as_deref(),
             queue: $s.queue.as_deref(),
             partition_key: $s.partition_key.as_deref(),
+            kind: $s.kind.as_deref(),
             idempotency_key: $s.idempotency_key.as_deref(),
             due_from: $s.due_from.as_deref(),
             due_before: $s.due_before.as_deref(),
@@ -54,6 +56,8 @@ pub(crate) struct ListQuery {
     pub(crate) queue: Option<String>,
     /// Only tasks of this partition key.
     pub(crate) partition_key: Option<String>,
+    /// Only typed jobs of this kind.
+    pub(crate) kind: Option<String>,
     /// Only tasks of this idempotency key.
     pub(crate) idempotency_key: Option<String>,
     /// Due at or after (RFC 3339).
@@ -108,6 +112,8 @@ pub(crate) struct CancelRequest {
     pub(crate) state: Option<String>,
     pub(crate) queue: Option<String>,
     pub(crate) partition_key: Option<String>,
+    /// Only typed jobs of this kind.
+    pub(crate) kind: Option<String>,
     pub(crate) idempotency_key: Option<String>,
     #[schema(format = DateTime)]
     pub(crate) due_from: Option<String>,
@@ -151,6 +157,8 @@ pub(crate) struct RedriveRequest {
     /// Only tasks of this queue.
     pub(crate) queue: Option<String>,
     pub(crate) partition_key: Option<String>,
+    /// Only typed jobs of this kind.
+    pub(crate) kind: Option<String>,
     pub(crate) idempotency_key: Option<String>,
     #[schema(format = DateTime)]
     pub(crate) due_from: Option<String>,

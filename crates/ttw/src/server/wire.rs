@@ -70,6 +70,11 @@ pub(crate) struct NewTask {
     /// queue may cap each.
     #[schema(min_length = 1, max_length = 128)]
     pub(crate) partition_key: Option<String>,
+    /// The kind of a typed job (its arguments are the JSON `payload`):
+    /// shown and filtered on wherever a task is, and what its queue's
+    /// workers dispatch on. ASCII letters, digits, `_`, `-`, `.`, `:`.
+    #[schema(min_length = 1, max_length = 64)]
+    pub(crate) kind: Option<String>,
     /// Deliver this task here rather than to its queue's webhook endpoint,
     /// signed as every delivery (`destination_not_allowed` unless the URL
     /// is under one of the token's `destinations`, and the queue is
@@ -354,6 +359,9 @@ pub(crate) struct TaskView {
     pub(crate) payload: Option<Box<RawValue>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) partition_key: Option<String>,
+    /// The kind of a typed job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) kind: Option<String>,
     /// Its own destination, if it was scheduled with one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) target: Option<TargetSpec>,
@@ -393,6 +401,7 @@ impl From<&TaskInfo> for TaskView {
             payload_base64,
             payload,
             partition_key: info.partition_key.clone(),
+            kind: info.kind.clone(),
             target: envelope
                 .and_then(|e| e.get_destination())
                 .map(|d| TargetSpec {

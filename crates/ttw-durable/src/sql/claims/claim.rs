@@ -46,7 +46,7 @@ impl Claims {
              lock_epoch = (SELECT l.epoch FROM ttw_leases l WHERE {}), \
              locked_until = $3, started_at = $4, updated_at = {} \
              WHERE {} AND {} \
-             RETURNING id, run_at, attempts, claims, payload, idempotency_key, envelope",
+             RETURNING id, run_at, attempts, claims, payload, idempotency_key, envelope, kind",
             task_lane("$2"),
             self.db.clock_sql(),
             self.ids_are(5, n),

@@ -122,6 +122,8 @@ pub(crate) struct Claimed {
     pub(crate) idempotency_key: Option<String>,
     /// Its [`Envelope`](crate::Envelope), encoded, if it has one.
     pub(crate) envelope: Option<String>,
+    /// Its kind, if it is a typed job.
+    pub(crate) kind: Option<String>,
 }
 
 impl Claimed {
@@ -149,6 +151,7 @@ impl Claimed {
             idempotency_key: self.idempotency_key,
             queue,
             envelope,
+            kind: self.kind,
         }
     }
 }
@@ -251,6 +254,7 @@ pub(crate) struct ClaimedRow {
     payload: Vec<u8>,
     idempotency_key: Option<String>,
     envelope: Option<String>,
+    kind: Option<String>,
 }
 
 /// The [`Claimed`] tasks of the rows a claim statement returned, for the
@@ -273,6 +277,7 @@ pub(crate) fn claimed(rows: Vec<ClaimedRow>, fired: &[Due]) -> Vec<Claimed> {
                 payload: row.payload,
                 idempotency_key: row.idempotency_key,
                 envelope: row.envelope,
+                kind: row.kind,
             })
         })
         .collect()

@@ -39,6 +39,9 @@ fn query(token: &Token, s: Selection<'_>) -> Answer<TaskQuery> {
     if let Some(key) = s.partition_key {
         query = query.partition_key(key);
     }
+    if let Some(kind) = s.kind {
+        query = query.kind(kind);
+    }
     if let Some(key) = s.idempotency_key {
         query = query.idempotency_key(key);
     }

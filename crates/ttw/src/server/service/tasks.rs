@@ -67,6 +67,7 @@ pub(crate) struct Checked {
     replace_pending: bool,
     max_wait: Option<Duration>,
     partition_key: Option<String>,
+    kind: Option<String>,
     envelope: Option<ttw_durable::Envelope>,
 }
 
@@ -88,6 +89,9 @@ impl Checked {
         }
         if let Some(k) = self.partition_key {
             task = task.partition_key(k);
+        }
+        if let Some(k) = self.kind {
+            task = task.kind(k);
         }
         if let Some(e) = self.envelope {
             task = task.envelope(e);
@@ -144,6 +148,11 @@ pub(crate) fn check(
         .unwrap_or_else(|| ttw_durable::DEFAULT_QUEUE.to_string());
     known_queue(api, &queue)?;
     allow_queue(token, &queue)?;
+    if b.kind.is_some() && b.payload_base64.is_some() {
+        return Err(Code::InvalidRequest.refuse(
+            "a typed job's arguments are its JSON payload: give payload, not payload_base64",
+        ));
+    }
     let payload = decode_payload(b.payload, b.payload_base64)?;
     let key = idempotency_key(b.idempotency_key, header_key)?;
     let max_wait = match &b.max_wait {
@@ -179,6 +188,7 @@ pub(crate) fn check(
         replace_pending: b.replace_pending,
         max_wait,
         partition_key: b.partition_key,
+        kind: b.kind,
         envelope,
     })
 }
