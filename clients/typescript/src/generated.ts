@@ -106,6 +106,8 @@ export interface CancelRequest {
   state?: StateName | null;
   queue?: string | null;
   partition_key?: string | null;
+  /** Only typed jobs of this kind. */
+  kind?: string | null;
   idempotency_key?: string | null;
   due_from?: string | null;
   due_before?: string | null;
@@ -230,6 +232,8 @@ export interface NewTask {
   max_wait?: string | null;
   /** A tenant or customer: keys take turns for a queue's places, and a */
   partition_key?: string | null;
+  /** The kind of a typed job (its arguments are the JSON `payload`): */
+  kind?: string | null;
   target?: TargetSpec | null;
   /** The W3C trace context of the scheduling request (as the */
   traceparent?: string | null;
@@ -392,6 +396,8 @@ export interface RedriveRequest {
   /** Only tasks of this queue. */
   queue?: string | null;
   partition_key?: string | null;
+  /** Only typed jobs of this kind. */
+  kind?: string | null;
   idempotency_key?: string | null;
   due_from?: string | null;
   due_before?: string | null;
@@ -468,6 +474,8 @@ export interface TaskView {
   /** The payload, when it is JSON, as it was written. */
   payload?: unknown;
   partition_key?: string | null;
+  /** The kind of a typed job. */
+  kind?: string | null;
   target?: TargetSpec | null;
   /** The trace context it was scheduled with, sent with each delivery. */
   traceparent?: string | null;

@@ -69,6 +69,8 @@ export interface TaskInput {
   maxAttempts?: number;
   idempotencyKey?: string;
   partitionKey?: string;
+  /** A typed job's kind: its arguments are the JSON `payload`, run by the workers registered for the kind. */
+  kind?: string;
   replacePending?: boolean;
   maxWait?: Delay;
   /** Deliver this task here rather than to its queue's webhook (under one of the token's `destinations`). */
@@ -126,6 +128,7 @@ export function newTask(input: TaskInput): NewTask {
   if (input.maxAttempts !== undefined) task.max_attempts = input.maxAttempts;
   if (input.idempotencyKey !== undefined) task.idempotency_key = input.idempotencyKey;
   if (input.partitionKey !== undefined) task.partition_key = input.partitionKey;
+  if (input.kind !== undefined) task.kind = input.kind;
   if (input.replacePending) task.replace_pending = true;
   if (input.maxWait !== undefined) task.max_wait = delayText(input.maxWait);
   if (input.target !== undefined) task.target = input.target;
@@ -141,6 +144,8 @@ export interface TaskFilter {
   state?: StateName;
   queue?: string;
   partitionKey?: string;
+  /** Only typed jobs of this kind. */
+  kind?: string;
   idempotencyKey?: string;
   dueFrom?: When;
   dueBefore?: When;
@@ -157,6 +162,7 @@ function selection(filter: TaskFilter): Record<string, unknown> {
     state: filter.state,
     queue: filter.queue,
     partition_key: filter.partitionKey,
+    kind: filter.kind,
     idempotency_key: filter.idempotencyKey,
     due_from: filter.dueFrom === undefined ? undefined : timeText(filter.dueFrom),
     due_before: filter.dueBefore === undefined ? undefined : timeText(filter.dueBefore),

@@ -54,6 +54,10 @@ use crate::targets::{Delivered, Target};
 ///         JobOptions { queue: Some("mail"), max_attempts: Some(5), ..JobOptions::default() }
 ///     }
 /// }
+///
+/// let task = ttw_durable::NewTask::job(&SendReceipt { order: 42 });
+/// # drop(task);
+/// assert_eq!(SendReceipt::options().queue, Some("mail"));
 /// ```
 pub trait JobArgs: Serialize + DeserializeOwned + Send + 'static {
     /// The kind: 1 to [`MAX_KIND`](crate::MAX_KIND) bytes of ASCII letters,

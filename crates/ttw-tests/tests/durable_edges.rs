@@ -193,7 +193,7 @@ on_both! {
         let err = store.schedule(b"a".to_vec()).idempotency_key(long).await.unwrap_err();
         assert!(err.is_invalid_key(), "{err}");
         let err = store.schedule(b"a".to_vec()).max_attempts(0).await.unwrap_err();
-        assert!(err.is_config(), "{err}");
+        assert!(err.is_invalid_task() && err.invalid_field() == Some("max_attempts"), "{err}");
         assert_eq!(store.counts().await.unwrap().scheduled, 0);
 
         let longest = "k".repeat(MAX_IDEMPOTENCY_KEY);

@@ -101,6 +101,7 @@ class CancelRequest(TypedDict, total=False):
     state: Optional["StateName"]
     queue: Optional[str]
     partition_key: Optional[str]
+    kind: Optional[str]
     idempotency_key: Optional[str]
     due_from: Optional[str]
     due_before: Optional[str]
@@ -221,6 +222,7 @@ class NewTask(TypedDict, total=False):
     replace_pending: bool
     max_wait: Optional[str]
     partition_key: Optional[str]
+    kind: Optional[str]
     target: Optional["TargetSpec"]
     traceparent: Optional[str]
     tracestate: Optional[str]
@@ -356,6 +358,7 @@ class RedriveRequest(TypedDict, total=False):
     state: Optional["StateName"]
     queue: Optional[str]
     partition_key: Optional[str]
+    kind: Optional[str]
     idempotency_key: Optional[str]
     due_from: Optional[str]
     due_before: Optional[str]
@@ -429,6 +432,7 @@ class TaskView(TypedDict, total=False):
     payload_base64: str
     payload: Any
     partition_key: Optional[str]
+    kind: Optional[str]
     target: Optional["TargetSpec"]
     traceparent: Optional[str]
     tracestate: Optional[str]

@@ -49,7 +49,7 @@ def _delay(delay: Union[str, float, int]) -> str:
     return "%dms" % round(float(delay) * 1000)
 
 
-_FILTERS = ("state", "queue", "partition_key", "idempotency_key", "due_from", "due_before", "created_from", "created_before")
+_FILTERS = ("state", "queue", "partition_key", "kind", "idempotency_key", "due_from", "due_before", "created_from", "created_before")
 
 
 def _selection(filters: Dict[str, Any]) -> Dict[str, Any]:
@@ -75,6 +75,7 @@ def new_task(
     max_attempts: Optional[int] = None,
     idempotency_key: Optional[str] = None,
     partition_key: Optional[str] = None,
+    kind: Optional[str] = None,
     replace_pending: bool = False,
     max_wait: Union[str, float, int, None] = None,
     target: Optional[Dict[str, Any]] = None,
@@ -90,7 +91,8 @@ def new_task(
     "headers"}``) must be under one of the token's ``destinations``; ``traceparent`` and ``tracestate`` (W3C)
     are sent with every delivery. ``callback`` is told of the outcome once
     the task is done, ``failure_callback`` once it is dead: a signed
-    ``POST`` of a ``CallbackOutcome``, under the same ``destinations``."""
+    ``POST`` of a ``CallbackOutcome``, under the same ``destinations``.
+    ``kind`` names a typed job: its arguments are the JSON ``payload``."""
     if payload is not None and payload_bytes is not None:
         raise ValueError("payload or payload_bytes, not both")
     if delay is not None and run_at is not None:
@@ -106,6 +108,7 @@ def new_task(
             "max_attempts": max_attempts,
             "idempotency_key": idempotency_key,
             "partition_key": partition_key,
+            "kind": kind,
             "max_wait": _delay(max_wait) if max_wait is not None else None,
             "target": target,
             "traceparent": traceparent,

@@ -198,7 +198,7 @@ mod tests {
         );
         assert_eq!(
             out,
-            "7\t1000\t\\\\x7b007d\t3\t\\N\tq\t-2\ta\\tb\\\\c\\nd\t\\N\t5\t6\n"
+            "7\t1000\t\\\\x7b007d\t3\t\\N\tq\t-2\ta\\tb\\\\c\\nd\t\\N\t\\N\t5\t6\n"
         );
     }
 
