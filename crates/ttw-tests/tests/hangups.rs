@@ -33,16 +33,14 @@ const TOKEN: &str = "ops-token-0123456789";
 /// `ttw server` as a child process on `db`, and its address.
 async fn server(db: &Db, dir: &Path, hook: &str) -> (Child, String) {
     let database = match db.postgres_parts() {
-        Some((url, schema)) => format!("database = \"{url}\"\nschema = \"{schema}\""),
+        Some(_) => db.toml(),
         None => format!("database = \"{}\"", dir.join("tasks.db").display()),
     };
-    let config = dir.join("ttw.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"listen = "127.0.0.1:0"
-{database}
-max_body_bytes = 4194304
+    let config = ttw_server::write_config(
+        dir,
+        &database,
+        &format!(
+            r#"max_body_bytes = 4194304
 
 [[queues]]
 name = "hooks"
@@ -57,8 +55,7 @@ secret_env = "TTW_TOKEN_OPS"
 scopes = ["schedule", "read", "admin"]
 "#
         ),
-    )
-    .unwrap();
+    );
     ttw_server::start(
         &config,
         &[("TTW_TOKEN_OPS", TOKEN), ("TTW_HOOK_SECRET", SECRET)],

@@ -83,14 +83,12 @@ async fn a_delivery_is_a_span_of_the_trace_its_task_was_scheduled_in() {
     let dir = std::env::temp_dir().join(format!("ttw_otlp_{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("ttw.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"listen = "127.0.0.1:0"
-database = "{}"
-
-[[queues]]
+    let database = format!("database = \"{}\"", dir.join("tasks.db").display());
+    let config = ttw_server::write_config(
+        &dir,
+        &database,
+        &format!(
+            r#"[[queues]]
 name = "hooks"
 webhook = {{ url = "{}", secret_env = "TTW_HOOK_SECRET" }}
 
@@ -99,11 +97,9 @@ name = "app"
 secret_env = "TTW_TOKEN_APP"
 scopes = ["schedule", "read"]
 "#,
-            dir.join("tasks.db").display(),
             receiver.url("/hook"),
         ),
-    )
-    .unwrap();
+    );
     let (_child, addr, _out) = ttw_server::spawn(
         &config,
         &[

@@ -72,14 +72,11 @@ fn quick_start(readme: &Path) -> String {
 /// A `ttw server` on a fresh SQLite file with the default queue and a
 /// token that may schedule and read: the process and its URL.
 async fn server(dir: &Path) -> (tokio::process::Child, String) {
-    let config = dir.join("ttw.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"listen = "127.0.0.1:0"
-database = "{}"
-
-[[queues]]
+    let database = format!("database = \"{}\"", dir.join("tasks.db").display());
+    let config = ttw_server::write_config(
+        dir,
+        &database,
+        r#"[[queues]]
 name = "default"
 
 [[tokens]]
@@ -87,10 +84,7 @@ name = "app"
 secret_env = "TTW_TOKEN_APP"
 scopes = ["schedule", "read"]
 "#,
-            dir.join("tasks.db").display()
-        ),
-    )
-    .unwrap();
+    );
     let (child, addr) = ttw_server::start(&config, &[("TTW_TOKEN_APP", TOKEN)]).await;
     (child, format!("http://{addr}"))
 }

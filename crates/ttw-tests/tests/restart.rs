@@ -24,15 +24,13 @@ const TOKEN: &str = "app-token-0123456789";
 const TASKS: usize = 1_000;
 
 fn config(dir: &Path, hook: &str, node_id: Option<&str>) -> PathBuf {
-    let path = dir.join("ttw.toml");
     let node = node_id.map_or(String::new(), |id| format!("node_id = \"{id}\"\n"));
-    std::fs::write(
-        &path,
-        format!(
-            r#"listen = "127.0.0.1:0"
-database = "{}"
-
-[scheduler]
+    let database = format!("database = \"{}\"", dir.join("tasks.db").display());
+    ttw_server::write_config(
+        dir,
+        &database,
+        &format!(
+            r#"[scheduler]
 {node}
 [[queues]]
 name = "hooks"
@@ -42,12 +40,9 @@ webhook = {{ url = "{hook}", secret_env = "TTW_HOOK_SECRET" }}
 name = "app"
 secret_env = "TTW_TOKEN_APP"
 scopes = ["schedule", "read"]
-"#,
-            dir.join("tasks.db").display()
+"#
         ),
     )
-    .unwrap();
-    path
 }
 
 /// The library's scheduler as a child process on the SQLite file `db`,
