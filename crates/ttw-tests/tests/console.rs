@@ -347,7 +347,7 @@ scopes = ["read"]
     assert!(hash.as_str().unwrap().contains("order=due"), "{hash}");
     assert!(count(&b, "#tasks tbody tr") > 1);
     let due = b.eval(
-        "return [...document.querySelectorAll('#tasks tbody tr')].map((r) => r.children[3].textContent);",
+        "return [...document.querySelectorAll('#tasks tbody tr')].map((r) => r.querySelector('td.due').textContent);",
     );
     let due: Vec<String> = serde_json::from_value(due).unwrap();
     assert!(due.windows(2).all(|w| w[0] <= w[1]), "{due:?}");

@@ -52,9 +52,12 @@ impl Server {
         }
         let mut child = command.spawn().expect("the ttw binary starts");
         let mut first = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        out.read_line(&mut first).unwrap();
+        // The rest of its output is read and dropped: a pipe closed under
+        // it made the server's next line a broken pipe that ended it, and
+        // a run then failed with "connection refused".
+        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
         let base = first
             .trim()
             .strip_prefix("ttw server: listening on ")

@@ -100,7 +100,7 @@ async function act(label, method, path, body) {
 
 // --- pages -----------------------------------------------------------------
 
-const FILTERS = ["state", "queue", "partition_key", "idempotency_key", "due_from", "due_before", "created_from", "created_before", "order"];
+const FILTERS = ["state", "queue", "partition_key", "kind", "idempotency_key", "due_from", "due_before", "created_from", "created_before", "order"];
 
 function params() {
   const hash = location.hash || "#/tasks";
@@ -115,7 +115,7 @@ async function tasksPage() {
     .map((s) => el("option", { value: s, text: s || "any state" })));
   state.value = p.get("state") || "";
   form.append(el("label", {}, "state", state));
-  for (const name of FILTERS.slice(1, 8)) {
+  for (const name of FILTERS.slice(1, 9)) {
     const placeholder = name.includes("_from") || name.includes("_before") ? "2026-01-01T00:00:00Z" : "";
     form.append(el("label", {}, name.replace("_", " "), el("input", { name, value: p.get(name) || "", placeholder, size: name.includes("key") ? 16 : 20 })));
   }
@@ -168,7 +168,7 @@ async function tasksPage() {
 
   const rows = page.tasks.map((t) => el("tr", { "data-id": t.id },
     el("td", { class: "n" }, el("a", { href: "#/task/" + t.id, class: "task-link", text: t.id })),
-    cell(t.queue), cell(t.state, "state-" + t.state), cell(t.run_at), cell(t.attempts, "n"),
+    cell(t.queue), cell(t.kind, "kind"), cell(t.state, "state-" + t.state), cell(t.run_at, "due"), cell(t.attempts, "n"),
     cell(t.partition_key), cell(t.idempotency_key, "text"), cell(t.last_error, "text")));
   const paging = el("div", { class: "actions" },
     session.cursors.length ? el("button", { id: "first", type: "button", text: "First page", onclick: () => { session.cursors = []; route(); } }) : null,
@@ -177,7 +177,7 @@ async function tasksPage() {
   const bulk = el("div", { class: "actions", id: "bulk" });
   if (can("admin")) {
     const selection = {};
-    for (const name of FILTERS.slice(0, 8)) if (p.get(name)) selection[name] = p.get(name);
+    for (const name of FILTERS.slice(0, 9)) if (p.get(name)) selection[name] = p.get(name);
     const s = selection.state;
     if (!s || s === "scheduled") {
       bulk.append(el("button", { id: "bulk-cancel", type: "button", text: "Cancel every scheduled task that matches…", onclick: () => bulkAction("cancel", selection) }));
@@ -187,7 +187,7 @@ async function tasksPage() {
     }
   }
   show(el("h2", { text: "Tasks" }), search, form, bulk,
-    table("tasks", ["id", "queue", "state", "due", "attempts", "partition key", "idempotency key", "last error"], rows),
+    table("tasks", ["id", "queue", "kind", "state", "due", "attempts", "partition key", "idempotency key", "last error"], rows),
     page.tasks.length ? paging : el("p", { id: "empty", text: "No task matches." }));
 }
 
@@ -253,7 +253,7 @@ async function taskPage(id) {
     say("attempts: " + e.message, false);
   }
   const fields = el("dl", { class: "fields", id: "task" });
-  const shown = ["id", "state", "queue", "run_at", "created_at", "updated_at", "finished_at", "attempts", "max_attempts",
+  const shown = ["id", "state", "queue", "kind", "run_at", "created_at", "updated_at", "finished_at", "attempts", "max_attempts",
     "priority", "partition_key", "idempotency_key", "last_error", "traceparent", "callback", "failure_callback", "outcome_of"];
   for (const name of shown) {
     fields.append(el("dt", { text: name.replace(/_/g, " ") }), el("dd", { id: "f-" + name, class: name === "state" ? "state-" + task.state : null, text: task[name] ?? "-" }));
