@@ -67,6 +67,24 @@ async fn scheduler(store: &Store, ran: &Ran) -> Scheduler {
         .unwrap()
 }
 
+/// `POST /v1/tasks` of `body` to the server at `addr`: the status and the
+/// answer.
+async fn post(client: &reqwest::Client, addr: &str, body: &Value) -> (u16, Value) {
+    let answer = client
+        .post(format!("http://{addr}/v1/tasks"))
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let status = answer.status().as_u16();
+    (
+        status,
+        serde_json::from_str(&answer.text().await.unwrap()).unwrap(),
+    )
+}
+
 /// The ids of the tasks of kind `kind`.
 async fn of_kind(store: &Store, kind: &str) -> Vec<TaskId> {
     let page = store.list(&TaskQuery::new().kind(kind)).await.unwrap();
@@ -161,16 +179,8 @@ scopes = ["schedule", "read"]
         let client = reqwest::Client::new();
         let body = json!({"queue": "billing", "kind": "send_receipt",
                           "payload": {"order": 2, "email": "h@example.com"}});
-        let answer = client
-            .post(format!("http://{addr}/v1/tasks"))
-            .bearer_auth(TOKEN)
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(answer.status(), 201);
-        let made: Value = serde_json::from_str(&answer.text().await.unwrap()).unwrap();
+        let (status, made) = post(&client, &addr, &body).await;
+        assert_eq!(status, 201, "{made}");
         let from_http = TaskId::new(made["id"].as_i64().unwrap());
         for id in [from_rust, from_http] {
             wait_state(&store, id, TaskState::Done, Duration::from_secs(30)).await;
@@ -196,16 +206,8 @@ scopes = ["schedule", "read"]
         let (_, none) = get("/v1/tasks?kind=refund".into()).await;
         assert_eq!(none["tasks"], json!([]), "{none}");
         let body = json!({"queue": "billing", "kind": "bad kind", "payload": {}});
-        let refused = client
-            .post(format!("http://{addr}/v1/tasks"))
-            .bearer_auth(TOKEN)
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(refused.status(), 400);
-        let refused: Value = serde_json::from_str(&refused.text().await.unwrap()).unwrap();
+        let (status, refused) = post(&client, &addr, &body).await;
+        assert_eq!(status, 400, "{refused}");
         assert_eq!(refused["error"]["code"], "invalid_request", "{refused}");
 
         let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ttw-under-test"))
