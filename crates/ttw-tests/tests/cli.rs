@@ -304,8 +304,9 @@ on_both! {
     /// A SQLite store moved to another store (PostgreSQL, or another SQLite
     /// file) by `ttw export` and `ttw import`: every scheduled task with its
     /// time, payload (bytes that are not UTF-8 too), queue, priority,
-    /// attempt limit, partition key and idempotency key (its own, or one
-    /// from its old id), every recurring schedule (paused stays paused), no
+    /// attempt limit, partition key, kind, envelope (its trace context) and
+    /// idempotency key (its own, or one from its old id), every recurring
+    /// schedule (paused stays paused), no
     /// occurrence of a schedule, no finished task; a second import stores
     /// nothing twice.
     async fn a_store_moves_by_export_and_import(db: Db) {
@@ -315,7 +316,8 @@ on_both! {
         let source = dir.join("from.db");
         let from = ttw_durable::Store::sqlite(&source).await.unwrap();
         let hour = Duration::from_secs(3_600);
-        let keyed = from.schedule("keyed").delay(hour).idempotency_key("order-42").queue("emails").priority(3).max_attempts(7).partition_key("tenant-a").await.unwrap();
+        let trace = ttw_durable::Envelope::new().traceparent("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+        let keyed = from.schedule(r#"{"order":42}"#).delay(hour).idempotency_key("order-42").queue("emails").priority(3).max_attempts(7).partition_key("tenant-a").kind("cancel_order").envelope(trace.clone()).await.unwrap();
         let keyless = from.schedule(vec![0xff, 0x00, 0xfe]).delay(2 * hour).await.unwrap();
         let done = from.schedule("done already").await.unwrap();
         let cancelled = from.schedule("cancelled").delay(hour).await.unwrap();
@@ -367,6 +369,10 @@ on_both! {
         let (oa, ob) = (original(keyed), original(keyless));
         assert_eq!((a.run_at, &a.payload, &a.queue, a.priority, a.max_attempts, &a.partition_key), (oa.run_at, &oa.payload, &oa.queue, 3, Some(7), &oa.partition_key));
         assert_eq!(a.partition_key.as_deref(), Some("tenant-a"));
+        // Regression: the export kept neither a typed job's kind nor a
+        // task's envelope, and a moved task lost its trace context.
+        assert_eq!((a.kind.as_deref(), a.envelope.as_ref()), (Some("cancel_order"), Some(&trace)));
+        assert_eq!((b.kind.as_deref(), b.envelope.as_ref()), (None, None));
         assert_eq!((b.run_at, &b.payload, &b.queue), (ob.run_at, &ob.payload, &ob.queue));
         assert_eq!(b.payload, [0xff, 0x00, 0xfe]);
         let schedules = to.list_recurring().await.unwrap();

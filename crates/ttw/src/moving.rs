@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
-use ttw_durable::{CatchUp, NewTask, PendingTask, Recurring, Store, TaskId, MAX_PAGE};
+use ttw_durable::{CatchUp, Envelope, NewTask, PendingTask, Recurring, Store, TaskId, MAX_PAGE};
 
 use crate::error::{fail, Failure, Result};
 
@@ -41,6 +41,13 @@ struct TaskLine {
     idempotency_key: String,
     partition_key: Option<String>,
     payload_base64: String,
+    /// A typed job's kind (absent from exports written before kinds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    kind: Option<String>,
+    /// Its own destination, trace context and callbacks (absent from
+    /// exports written before they were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    envelope: Option<Envelope>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -115,6 +122,8 @@ fn task_line(task: &PendingTask) -> TaskLine {
         idempotency_key: task.import_key(),
         partition_key: task.partition_key.clone(),
         payload_base64: b64().encode(&task.payload),
+        kind: task.kind.clone(),
+        envelope: task.envelope.clone(),
     }
 }
 
@@ -206,6 +215,12 @@ fn new_task(t: TaskLine) -> std::result::Result<NewTask, String> {
     }
     if let Some(key) = t.partition_key {
         task = task.partition_key(key);
+    }
+    if let Some(kind) = t.kind {
+        task = task.kind(kind);
+    }
+    if let Some(envelope) = t.envelope {
+        task = task.envelope(envelope);
     }
     Ok(task)
 }

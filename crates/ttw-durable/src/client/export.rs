@@ -37,6 +37,8 @@ pub struct PendingTask {
     pub recurring: Option<String>,
     /// Its envelope (destination, trace context), if any.
     pub envelope: Option<crate::model::envelope::Envelope>,
+    /// Its kind, for a typed job.
+    pub kind: Option<String>,
 }
 
 impl PendingTask {
@@ -60,12 +62,14 @@ impl PendingTask {
     /// use ttw_durable::{PendingTask, Store};
     ///
     /// let (from, to) = (Store::sqlite_in_memory().await?, Store::sqlite_in_memory().await?);
-    /// from.schedule("cancel order 42").delay(Duration::from_secs(900)).await?;
+    /// from.schedule(r#"{"order":42}"#).kind("cancel_order").delay(Duration::from_secs(900)).await?;
     /// let page = from.pending_page(None, 1_000).await?;
     /// to.schedule_batch(page.iter().map(PendingTask::to_new_task)).await?;
     /// to.schedule_batch(page.iter().map(PendingTask::to_new_task)).await?; // stored once
     /// assert_eq!(to.counts().await?.scheduled, 1);
-    /// assert_eq!(to.pending_page(None, 10).await?[0].run_at, page[0].run_at);
+    /// let moved = &to.pending_page(None, 10).await?[0];
+    /// assert_eq!(moved.run_at, page[0].run_at);
+    /// assert_eq!(moved.kind.as_deref(), Some("cancel_order"));
     /// # Ok(())
     /// # }
     /// ```
@@ -83,6 +87,9 @@ impl PendingTask {
         }
         if let Some(envelope) = &self.envelope {
             task = task.envelope(envelope.clone());
+        }
+        if let Some(kind) = &self.kind {
+            task = task.kind(kind.clone());
         }
         task
     }
@@ -133,6 +140,7 @@ impl TryFrom<PendingRow> for PendingTask {
                 .as_deref()
                 .map(crate::model::envelope::Envelope::decode)
                 .transpose()?,
+            kind: row.kind,
         })
     }
 }

@@ -342,13 +342,14 @@ pub(crate) struct PendingRow {
     pub(crate) partition_key: Option<String>,
     pub(crate) recurring: Option<String>,
     pub(crate) envelope: Option<String>,
+    pub(crate) kind: Option<String>,
 }
 
 /// Up to `limit` scheduled tasks with ids above `after`, in id order.
 pub(crate) async fn pending(db: &Db, after: i64, limit: u32) -> Result<Vec<PendingRow>, Error> {
     let sql = format!(
         "SELECT id, run_at, payload, queue, priority, max_attempts, idempotency_key, \
-         partition_key, recurring, envelope FROM ttw_tasks WHERE state = 'scheduled' AND id > $1 \
+         partition_key, recurring, envelope, kind FROM ttw_tasks WHERE state = 'scheduled' AND id > $1 \
          ORDER BY id LIMIT {limit}"
     );
     let rows: Vec<PendingRow> = with_pool!(db, pool => {
