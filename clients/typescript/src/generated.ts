@@ -75,6 +75,8 @@ export interface CallbackOutcome {
   /** The task told of. */
   id: number;
   queue: string;
+  /** Its kind, if it is a typed job. */
+  kind?: string | null;
   /** `done` or `dead`. */
   state: string;
   /** The attempts it took. */

@@ -87,6 +87,7 @@ class CallbackOutcome(TypedDict, total=False):
 
     id: int
     queue: str
+    kind: Optional[str]
     state: str
     attempts: int
     status: Optional[int]

@@ -125,7 +125,7 @@ async fn callbacks_case(store: &Store) {
     assert_eq!(
         outcome(&callback),
         serde_json::json!({"id": ids[0], "queue": "default", "state": "done", "attempts": 1,
-            "status": 200, "answer": "accepted", "error": null, "finished_at": 3_000})
+            "status": 200, "answer": "accepted", "error": null, "finished_at": 3_000, "kind": null})
     );
 
     // A retry tells nothing; a death tells the failure callback.
@@ -163,7 +163,7 @@ async fn callbacks_case(store: &Store) {
     assert_eq!(
         outcome(&dead),
         serde_json::json!({"id": ids[2], "queue": "default", "state": "dead", "attempts": 2,
-            "status": 410, "answer": null, "error": "boom", "finished_at": 4_100})
+            "status": 410, "answer": null, "error": "boom", "finished_at": 4_100, "kind": null})
     );
 
     // Out of attempts when its lock ran out: dead by the reclaim, told.

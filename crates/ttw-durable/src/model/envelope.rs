@@ -239,11 +239,11 @@ fn check_traceparent(value: &str) -> Result<(), Error> {
 /// outcome as JSON:
 ///
 /// ```json
-/// {"id": 42, "queue": "billing", "state": "done", "attempts": 2,
+/// {"id": 42, "queue": "billing", "kind": null, "state": "done", "attempts": 2,
 ///  "status": 200, "answer": "accepted", "error": null, "finished_at": 1767225600000}
 /// ```
 ///
-/// (`status` and `answer` are the last answer's HTTP status and first
+/// (`kind` is a typed job's, `status` and `answer` are the last answer's HTTP status and first
 /// bytes, `error` a dead task's last error.) The queue's target delivers
 /// it as any task with a destination: a [`Webhook`](crate::Webhook) signs
 /// it with the queue's secret, sends the header `ttw-outcome-of`, and

@@ -72,7 +72,7 @@ fn sqlite_sql(told: Told, n: usize, clock: &str) -> String {
     format!(
         "INSERT INTO ttw_tasks (run_at, payload, queue, priority, partition_key, envelope, \
          created_at, updated_at) \
-         SELECT $1, CAST(json_object('id', t.id, 'queue', t.queue, 'state', t.state, \
+         SELECT $1, CAST(json_object('id', t.id, 'queue', t.queue, 'kind', t.kind, 'state', t.state, \
          'attempts', t.attempts, 'status', {status}, 'answer', {answer}, 'error', t.last_error, \
          'finished_at', t.finished_at) AS BLOB), t.queue, t.priority, t.partition_key, \
          json_object('destination', json_object('url', t.url), \
@@ -98,7 +98,7 @@ fn postgres_sql(told: Told, clock: &str, channel: Option<&str>) -> String {
         &format!(
             "INSERT INTO ttw_tasks (run_at, payload, queue, priority, partition_key, envelope, \
              created_at, updated_at) \
-             SELECT $1, convert_to(json_build_object('id', t.id, 'queue', t.queue, \
+             SELECT $1, convert_to(json_build_object('id', t.id, 'queue', t.queue, 'kind', t.kind, \
              'state', t.state, 'attempts', t.attempts, 'status', {status}, 'answer', {answer}, \
              'error', t.last_error, 'finished_at', t.finished_at)::text, 'UTF8'), \
              t.queue, t.priority, t.partition_key, \

@@ -107,6 +107,8 @@ pub(crate) struct CallbackOutcome {
     /// The task told of.
     pub(crate) id: i64,
     pub(crate) queue: String,
+    /// Its kind, if it is a typed job.
+    pub(crate) kind: Option<String>,
     /// `done` or `dead`.
     #[schema(example = "done")]
     pub(crate) state: String,
