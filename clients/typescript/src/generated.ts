@@ -199,6 +199,8 @@ export interface NewRecurring {
   queue?: string | null;
   priority?: number | null;
   max_attempts?: number | null;
+  /** Every occurrence is a typed job of this kind (its arguments the */
+  kind?: string | null;
   catch_up?: CatchUpName | null;
   /** How late an occurrence may still be made a task. */
   missed_after?: string | null;
@@ -376,6 +378,8 @@ export interface RecurringView {
   queue: string;
   priority: number;
   max_attempts?: number | null;
+  /** Its occurrences' kind, if they are typed jobs. */
+  kind?: string | null;
   payload_base64: string;
   payload?: unknown;
 }

@@ -317,6 +317,7 @@ fn definition(name: &str, next_at: i64) -> Definition<'_> {
         max_attempts: None,
         queue: "default",
         priority: 0,
+        kind: None,
         next_at,
     }
 }

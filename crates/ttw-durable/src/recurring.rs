@@ -137,6 +137,10 @@ pub struct Recurring {
     max_attempts: Option<u32>,
     queue: String,
     priority: i16,
+    kind: Option<String>,
+    /// Why its payload could not be made (a job's arguments that did not
+    /// serialize): refused when it is registered.
+    unmade: Option<String>,
     catch_up: CatchUp,
     missed_after: Duration,
 }
@@ -171,6 +175,8 @@ impl Recurring {
             max_attempts: None,
             queue: DEFAULT_QUEUE.to_string(),
             priority: 0,
+            kind: None,
+            unmade: None,
             catch_up: CatchUp::default(),
             missed_after: DEFAULT_MISSED_AFTER,
         }
@@ -250,6 +256,72 @@ impl Recurring {
         self
     }
 
+    /// Every occurrence is a typed job of this kind (see
+    /// [`NewTask::kind`](crate::NewTask::kind)); [`job`](Self::job) sets
+    /// it with the arguments.
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+
+    /// Every occurrence is the typed job `job`: its JSON the payload, its
+    /// kind, and its kind's [`JobOptions`](crate::JobOptions) (queue,
+    /// priority, attempts), which later calls may override. Arguments that
+    /// do not serialize are refused by
+    /// [`register_recurring`](crate::Store::register_recurring)
+    /// ([`Error::is_invalid_schedule`](crate::Error::is_invalid_schedule)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use serde::{Deserialize, Serialize};
+    /// use ttw_durable::{JobArgs, Recurring, Store};
+    ///
+    /// #[derive(Serialize, Deserialize)]
+    /// struct NightlyReport {
+    ///     team: String,
+    /// }
+    ///
+    /// impl JobArgs for NightlyReport {
+    ///     const KIND: &'static str = "nightly_report";
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// let nightly = Recurring::cron("nightly-report", "0 3 * * *")
+    ///     .job(&NightlyReport { team: "billing".into() });
+    /// store.register_recurring(nightly).await?;
+    /// let schedules = store.list_recurring().await?;
+    /// assert_eq!(schedules[0].kind.as_deref(), Some("nightly_report"));
+    /// assert_eq!(schedules[0].payload, br#"{"team":"billing"}"#);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn job<J: crate::JobArgs>(mut self, job: &J) -> Self {
+        match serde_json::to_vec(job) {
+            Ok(payload) => self.payload = payload,
+            Err(err) => {
+                self.unmade = Some(format!(
+                    "the arguments of {} do not serialize: {err}",
+                    J::KIND
+                ));
+            }
+        }
+        self.kind = Some(J::KIND.to_string());
+        let options = J::options();
+        if let Some(queue) = options.queue {
+            self.queue = queue.to_string();
+        }
+        if let Some(priority) = options.priority {
+            self.priority = priority;
+        }
+        if let Some(n) = options.max_attempts {
+            self.max_attempts = Some(n);
+        }
+        self
+    }
+
     /// What runs of the occurrences missed during a downtime (default
     /// [`CatchUp::Skip`]).
     pub fn catch_up(mut self, policy: CatchUp) -> Self {
@@ -272,6 +344,12 @@ impl Recurring {
     fn check(&self) -> Result<Rule, Error> {
         check_name(&self.name)?;
         check_queue(&self.queue)?;
+        if let Some(why) = &self.unmade {
+            return Err(Error::invalid_schedule(why.clone()));
+        }
+        if let Some(kind) = &self.kind {
+            crate::model::new_task::check_kind(kind)?;
+        }
         if self.payload.len() > crate::model::limits::MAX_PAYLOAD {
             return Err(Error::payload_too_large(
                 self.payload.len(),
@@ -391,6 +469,8 @@ pub struct RecurringInfo {
     pub queue: String,
     /// The priority of its occurrences' tasks.
     pub priority: i16,
+    /// The kind of its occurrences, if they are typed jobs.
+    pub kind: Option<String>,
 }
 
 impl RecurringInfo {
@@ -498,6 +578,7 @@ impl StoredRow {
                 time_zone: row.time_zone,
                 payload: row.payload,
                 queue: row.queue,
+                kind: row.kind,
             },
             next_at: row.next_at,
             version: row.version,
@@ -519,6 +600,8 @@ impl StoredRow {
             max_attempts: i.max_attempts,
             queue: i.queue.clone(),
             priority: i.priority,
+            kind: i.kind.clone(),
+            unmade: None,
             catch_up: i.catch_up,
             missed_after: i.missed_after,
         }
@@ -787,6 +870,7 @@ impl Store {
             max_attempts: schedule.max_attempts.map(i64::from),
             queue: &schedule.queue,
             priority: i64::from(schedule.priority),
+            kind: schedule.kind.as_deref(),
             next_at,
         }
     }

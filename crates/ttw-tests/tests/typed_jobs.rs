@@ -21,8 +21,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use settings::{fast, wait_state};
 use ttw_durable::{
-    Failure, JobArgs, JobContext, JobOptions, NewTask, Scheduler, Store, TaskId, TaskQuery,
-    TaskState, Workers,
+    Failure, JobArgs, JobContext, JobOptions, NewTask, Recurring, Scheduler, Store, TaskId,
+    TaskQuery, TaskState, Workers,
 };
 
 const TOKEN: &str = "app-token-0123456789";
@@ -144,6 +144,31 @@ on_both! {
         assert_eq!(of_kind(&store, "refund").await, vec![unknown]);
         assert!(of_kind(&store, "nothing").await.is_empty());
         assert_eq!(ran.lock().unwrap().len(), 1, "neither the bad nor the unknown ran");
+        scheduler.shutdown().await.unwrap();
+    }
+}
+
+on_both! {
+    /// A recurring schedule that names a job makes each occurrence that
+    /// typed job, in its kind's queue, run on its worker.
+    async fn a_recurring_schedule_makes_typed_jobs(db: Db) {
+        let store = db.open().await;
+        let ran = Ran::default();
+        let scheduler = scheduler(&store, &ran).await;
+        let every = Recurring::every("receipts", Duration::from_secs(1))
+            .job(&SendReceipt { order: 7, email: "n@example.com".into() });
+        store.register_recurring(every).await.unwrap();
+        let listed = store.list_recurring().await.unwrap();
+        assert_eq!((listed[0].kind.as_deref(), listed[0].queue.as_str()), (Some("send_receipt"), "billing"));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while ran.lock().unwrap().len() < 2 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let ran = ran.lock().unwrap().clone();
+        assert!(ran.len() >= 2 && ran.iter().all(|(order, _)| *order == 7), "{ran:?}");
+        let typed = store.list(&TaskQuery::new().kind("send_receipt")).await.unwrap();
+        assert!(typed.iter().all(|t| t.queue == "billing"), "{typed:?}");
+        assert!(typed.len() >= 2, "{typed:?}");
         scheduler.shutdown().await.unwrap();
     }
 }

@@ -64,6 +64,9 @@ struct RecurringLine {
     priority: i16,
     max_attempts: Option<u32>,
     payload_base64: String,
+    /// Its occurrences' kind (absent from exports written before kinds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    kind: Option<String>,
 }
 
 fn b64() -> base64::engine::GeneralPurpose {
@@ -101,6 +104,7 @@ pub(crate) async fn export(store: &Store, out: &mut dyn Write) -> Result<()> {
             priority: s.priority,
             max_attempts: s.max_attempts,
             payload_base64: b64().encode(&s.payload),
+            kind: s.kind.clone(),
         };
         write_line(out, &Line::Recurring(line))?;
     }
@@ -248,6 +252,9 @@ fn recurring(r: RecurringLine) -> std::result::Result<Schedule, String> {
         .missed_after(Duration::from_millis(r.missed_after_ms));
     if let Some(n) = r.max_attempts {
         schedule = schedule.max_attempts(n);
+    }
+    if let Some(kind) = r.kind {
+        schedule = schedule.kind(kind);
     }
     Ok((schedule, name, r.paused))
 }

@@ -198,6 +198,7 @@ class NewRecurring(TypedDict, total=False):
     queue: Optional[str]
     priority: Optional[int]
     max_attempts: Optional[int]
+    kind: Optional[str]
     catch_up: Optional["CatchUpName"]
     missed_after: Optional[str]
 
@@ -349,6 +350,7 @@ class RecurringView(TypedDict, total=False):
     queue: str
     priority: int
     max_attempts: Optional[int]
+    kind: Optional[str]
     payload_base64: str
     payload: Any
 

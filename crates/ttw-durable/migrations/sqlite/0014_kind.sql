@@ -9,6 +9,10 @@ ALTER TABLE ttw_history ADD COLUMN kind TEXT;
 CREATE INDEX ttw_tasks_kind ON ttw_tasks (kind, id) WHERE kind IS NOT NULL;
 CREATE INDEX ttw_history_kind ON ttw_history (kind, id) WHERE kind IS NOT NULL;
 
+-- A recurring schedule's occurrences are typed jobs of this kind, if it
+-- names one.
+ALTER TABLE ttw_recurring ADD COLUMN kind TEXT;
+
 DROP VIEW ttw_all_tasks;
 CREATE VIEW ttw_all_tasks AS
 SELECT id, state, run_at, payload, idempotency_key, max_attempts, attempts, last_error,

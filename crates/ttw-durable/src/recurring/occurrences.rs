@@ -93,7 +93,7 @@ impl Store {
                 priority: i64::from(info.priority),
                 partition_key: None,
                 envelope: None,
-                kind: None,
+                kind: info.kind.as_deref(),
             })
             .collect();
         let pass = Advance {

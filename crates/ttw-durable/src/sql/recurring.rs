@@ -11,7 +11,7 @@ use crate::sql::tasks::{self, TaskParams, ROWS_PER_STATEMENT};
 
 /// The columns a schedule's row is read with.
 const COLUMNS: &str = "name, cron, time_zone, every_ms, catch_up, missed_after_ms, payload, \
-                       max_attempts, queue, priority, paused <> 0 AS is_paused, next_at, version";
+                       max_attempts, queue, priority, kind, paused <> 0 AS is_paused, next_at, version";
 
 /// A schedule's row, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -26,6 +26,7 @@ pub(crate) struct RecurringRow {
     pub(crate) max_attempts: Option<i64>,
     pub(crate) queue: String,
     pub(crate) priority: i64,
+    pub(crate) kind: Option<String>,
     #[sqlx(rename = "is_paused")]
     pub(crate) paused: bool,
     /// Its next occurrence not yet made a task.
@@ -49,6 +50,8 @@ pub(crate) struct Definition<'a> {
     pub(crate) max_attempts: Option<i64>,
     pub(crate) queue: &'a str,
     pub(crate) priority: i64,
+    /// The kind of its occurrences, if they are typed jobs.
+    pub(crate) kind: Option<&'a str>,
     /// Its first occurrence.
     pub(crate) next_at: i64,
 }
@@ -64,8 +67,8 @@ pub(crate) async fn register(
 ) -> Result<Option<RecurringRow>, Error> {
     let insert = format!(
         "INSERT INTO ttw_recurring (name, shard, cron, time_zone, every_ms, catch_up, missed_after_ms, \
-         payload, max_attempts, queue, priority, next_at, created_at, updated_at) \
-         VALUES ({}, $13) ON CONFLICT (name) DO NOTHING",
+         payload, max_attempts, queue, priority, next_at, created_at, updated_at, kind) \
+         VALUES ({}, $13, $14) ON CONFLICT (name) DO NOTHING",
         placeholders(1, 13)
     );
     let look = format!("SELECT {COLUMNS} FROM ttw_recurring WHERE name = $1");
@@ -87,6 +90,7 @@ pub(crate) async fn register(
             .bind(def.priority)
             .bind(def.next_at)
             .bind(now)
+            .bind(def.kind)
             .execute(&mut *tx)
             .await?
             .rows_affected()
@@ -163,7 +167,8 @@ pub(crate) async fn change(db: &Db, names: &Names, changing: Changing<'_>) -> Re
         Change::Define(_) => {
             "UPDATE ttw_recurring SET cron = $2, time_zone = $3, every_ms = $4, catch_up = $5, \
              missed_after_ms = $6, payload = $7, max_attempts = $8, next_at = $9, \
-             version = version + 1, updated_at = $10, queue = $11, priority = $12 WHERE name = $1"
+             version = version + 1, updated_at = $10, queue = $11, priority = $12, kind = $13 \
+             WHERE name = $1"
         }
         Change::Pause => {
             "UPDATE ttw_recurring SET paused = 1, version = version + 1, \
@@ -200,7 +205,8 @@ pub(crate) async fn change(db: &Db, names: &Names, changing: Changing<'_>) -> Re
                 .bind(def.next_at)
                 .bind(now)
                 .bind(def.queue)
-                .bind(def.priority),
+                .bind(def.priority)
+                .bind(def.kind),
             Change::Pause => query.bind(earliest.unwrap_or(i64::MAX)).bind(now),
             Change::Resume => query.bind(now),
             Change::Delete => query,

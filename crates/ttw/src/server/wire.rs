@@ -522,6 +522,10 @@ pub(crate) struct NewRecurring {
     pub(crate) priority: Option<i16>,
     #[schema(minimum = 1, maximum = 4294967295_u64)]
     pub(crate) max_attempts: Option<u32>,
+    /// Every occurrence is a typed job of this kind (its arguments the
+    /// JSON `payload`).
+    #[schema(min_length = 1, max_length = 64)]
+    pub(crate) kind: Option<String>,
     /// Occurrences missed while no node ran: skip (default), last or all.
     #[schema(value_type = Option<CatchUpName>)]
     pub(crate) catch_up: Option<String>,
@@ -570,6 +574,9 @@ pub(crate) struct RecurringView {
     pub(crate) queue: String,
     pub(crate) priority: i16,
     pub(crate) max_attempts: Option<u32>,
+    /// Its occurrences' kind, if they are typed jobs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) kind: Option<String>,
     #[schema(content_encoding = "base64")]
     pub(crate) payload_base64: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -595,6 +602,7 @@ impl From<&RecurringInfo> for RecurringView {
             queue: info.queue.clone(),
             priority: info.priority,
             max_attempts: info.max_attempts,
+            kind: info.kind.clone(),
             payload_base64,
             payload,
         }

@@ -39,6 +39,9 @@ fn definition(api: &Api, token: &Token, name: &str, b: NewRecurring) -> Answer<R
     if let Some(p) = b.priority {
         schedule = schedule.priority(p);
     }
+    if let Some(kind) = b.kind {
+        schedule = schedule.kind(kind);
+    }
     match b.max_attempts {
         Some(0) => return Err(Code::InvalidRequest.refuse("max_attempts: at least 1")),
         Some(n) => schedule = schedule.max_attempts(n),
