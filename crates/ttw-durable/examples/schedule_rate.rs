@@ -12,7 +12,9 @@
 //!
 //! Options: `--tasks N` (tasks per measurement, default 50,000),
 //! `--batch N` (tasks per batch, default 1,000), `--postgres URL`,
-//! `--commits flushed|synced` (SQLite: when a commit reaches the disk).
+//! `--commits flushed|synced` (SQLite: when a commit reaches the disk),
+//! `--typed` (the drain's tasks are typed jobs run by `Workers`, beside
+//! the bytes handler of the default).
 
 // A measurement, not the task system: it reads the system's clock
 // directly (the library reads it only through its clock; see clippy.toml).
@@ -21,13 +23,25 @@
 use std::time::{Duration, Instant};
 
 use futures::{stream, StreamExt};
-use ttw_durable::{Commits, NewTask, Scheduler, StoreBuilder};
+use serde::{Deserialize, Serialize};
+use ttw_durable::{Commits, JobArgs, JobContext, NewTask, Scheduler, StoreBuilder, Workers};
+
+/// The drain's typed job (`--typed`).
+#[derive(Serialize, Deserialize)]
+struct Drained {
+    n: u64,
+}
+
+impl JobArgs for Drained {
+    const KIND: &'static str = "drained";
+}
 
 struct Options {
     postgres: Option<String>,
     commits: Commits,
     tasks: usize,
     batch: usize,
+    typed: bool,
 }
 
 fn parse() -> Result<Options, String> {
@@ -36,12 +50,14 @@ fn parse() -> Result<Options, String> {
         commits: Commits::default(),
         tasks: 50_000,
         batch: 1_000,
+        typed: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
         match arg.as_str() {
             "--postgres" => o.postgres = Some(value("--postgres")?),
+            "--typed" => o.typed = true,
             "--commits" => {
                 o.commits = value("--commits")?
                     .parse()
@@ -59,7 +75,7 @@ fn parse() -> Result<Options, String> {
             }
             other => {
                 return Err(format!(
-                    "unknown argument {other} (try --postgres URL, --commits flushed|synced, --tasks N, --batch N)"
+                    "unknown argument {other} (try --postgres URL, --commits flushed|synced, --tasks N, --batch N, --typed)"
                 ))
             }
         }
@@ -151,15 +167,30 @@ async fn main() {
     let mut left = o.tasks;
     while left > 0 {
         let n = left.min(o.batch);
-        let batch = (0..n).map(|i| NewTask::new(i.to_le_bytes().to_vec()));
+        let typed = o.typed;
+        let batch = (0..n).map(|i| {
+            if typed {
+                NewTask::job(&Drained { n: i as u64 })
+            } else {
+                NewTask::new(i.to_le_bytes().to_vec())
+            }
+        });
         store.schedule_batch(batch).await.expect("a batch due now");
         left -= n;
     }
     let started = Instant::now();
-    let scheduler = Scheduler::builder(store.clone())
-        .start(|_task| async { Ok::<_, String>(()) })
-        .await
-        .expect("the scheduler starts");
+    let builder = Scheduler::builder(store.clone());
+    let scheduler = if o.typed {
+        let workers = Workers::new()
+            .register(|_job: Drained, _ctx: JobContext| async { Ok::<_, String>(()) });
+        builder
+            .work(ttw_durable::DEFAULT_QUEUE, workers)
+            .start_queues()
+            .await
+    } else {
+        builder.start(|_task| async { Ok::<_, String>(()) }).await
+    }
+    .expect("the scheduler starts");
     let deadline = started + Duration::from_secs(600);
     let mut done = 0;
     while Instant::now() < deadline {
@@ -172,8 +203,9 @@ async fn main() {
     let drain_rate = o.tasks as f64 / started.elapsed().as_secs_f64();
     scheduler.shutdown().await.expect("the scheduler stops");
     println!(
-        "{backend}: {} tasks due now drained at {drain_rate:.0}/s",
-        o.tasks
+        "{backend}: {} {} tasks due now drained at {drain_rate:.0}/s",
+        o.tasks,
+        if o.typed { "typed" } else { "bytes" }
     );
     let _ = std::fs::remove_dir_all(&dir);
     if single < o.tasks || batched < o.tasks || done < due {
