@@ -134,14 +134,12 @@ fn an_operator_goes_through_every_page_of_the_console() {
     let down_url = down.url("/dest/orders/");
     let dir = std::env::temp_dir().join(format!("ttw_console_{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("ttw.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"listen = "127.0.0.1:0"
-database = "{db}"
-
-[scheduler]
+    let database = format!("database = \"{}\"", dir.join("tasks.db").display());
+    let config = ttw_server::write_config(
+        &dir,
+        &database,
+        &format!(
+            r#"[scheduler]
 heartbeat = "500ms"
 
 [console]
@@ -162,12 +160,10 @@ name = "viewer"
 secret_env = "TTW_VIEWER"
 scopes = ["read"]
 "#,
-            db = dir.join("tasks.db").display(),
             hook = receiver.url("/hook"),
             port = down.port,
         ),
-    )
-    .unwrap();
+    );
     let (_server, addr) = rt.block_on(ttw_server::start(
         &config,
         &[

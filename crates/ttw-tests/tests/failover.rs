@@ -104,14 +104,14 @@ impl Drop for Formation {
 }
 
 fn config(dir: &Path, url: &str, hook: &str, node_id: &str) -> PathBuf {
-    let path = dir.join(format!("{node_id}.toml"));
-    std::fs::write(
-        &path,
-        format!(
-            r#"listen = "127.0.0.1:0"
-database = "{url}"
-
-[scheduler]
+    // A folder a node: each instance's file is its folder's `ttw.toml`.
+    let dir = dir.join(node_id);
+    std::fs::create_dir_all(&dir).unwrap();
+    ttw_server::write_config(
+        &dir,
+        &format!("database = \"{url}\""),
+        &format!(
+            r#"[scheduler]
 node_id = "{node_id}"
 
 [[queues]]
@@ -125,8 +125,6 @@ scopes = ["schedule", "read"]
 "#
         ),
     )
-    .unwrap();
-    path
 }
 
 /// The library's scheduler delivering queue `hooks` by webhook, as a

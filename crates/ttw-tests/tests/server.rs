@@ -123,13 +123,12 @@ async fn wait_delivered(receiver: &Receiver, expected: &BTreeSet<i64>, within: D
 }
 
 fn config(dir: &Path, hook: &str) -> PathBuf {
-    let path = dir.join("ttw.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"listen = "127.0.0.1:0"
-database = "{}"
-max_body_bytes = 65536
+    let database = format!("database = \"{}\"", dir.join("tasks.db").display());
+    ttw_server::write_config(
+        dir,
+        &database,
+        &format!(
+            r#"max_body_bytes = 65536
 
 [[queues]]
 name = "hooks"
@@ -153,12 +152,9 @@ queues = ["library"]
 name = "ops"
 secret_env = "TTW_TOKEN_OPS"
 scopes = ["admin"]
-"#,
-            dir.join("tasks.db").display()
+"#
         ),
     )
-    .unwrap();
-    path
 }
 
 /// A Python client schedules 20 tasks, a keyed one twice, a batch of 5, one
@@ -1082,15 +1078,14 @@ async fn two_instances_on_postgres_one_killed_lose_nothing() {
     let dir = temp_dir("two");
     let receiver = Receiver::start().await;
     let write = |name: &str| {
-        let path = dir.join(format!("{name}.toml"));
-        std::fs::write(
-            &path,
-            format!(
-                r#"listen = "127.0.0.1:0"
-database = "{url}"
-schema = "{schema}"
-
-[scheduler]
+        // A folder an instance: its file is its folder's `ttw.toml`.
+        let dir = dir.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        ttw_server::write_config(
+            &dir,
+            &format!("database = \"{url}\"\nschema = \"{schema}\""),
+            &format!(
+                r#"[scheduler]
 node_id = "{name}"
 heartbeat = "200ms"
 lease_ttl = "1s"
@@ -1109,8 +1104,6 @@ scopes = ["schedule", "read"]
                 receiver.url("/hook")
             ),
         )
-        .unwrap();
-        path
     };
     let a = Server::start(&write("a")).await;
     let mut b = Server::start(&write("b")).await;
