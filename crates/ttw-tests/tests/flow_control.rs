@@ -398,7 +398,11 @@ on_both! {
         let a_done = runs.iter().filter(|r| r.0 == "A").count();
         println!("keys in turn: A's starts ahead of each of B's {ahead:?}; {a_done} of A's 400 ran meanwhile");
         assert!(a_done < 400, "A's backlog drained first");
-        assert!(ahead.iter().all(|&n| n <= 12), "A's tasks went ahead of B's: {ahead:?}");
+        // The 12 places of A's tasks on their way (4 on each of three nodes)
+        // when one of B's came due, and the 4 that turn over while B's task,
+        // due, waits up to one 50 ms handler time for a core to fire it on a
+        // loaded machine. The fault this catches let 1,560 go ahead.
+        assert!(ahead.iter().all(|&n| n <= 16), "A's tasks went ahead of B's: {ahead:?}");
     }
 }
 
@@ -466,7 +470,10 @@ on_both! {
             .collect();
         let a_done = runs.iter().filter(|r| r.0 == "A").count();
         println!("fairness: A's starts ahead of each of B's {ahead:?}; {a_done} of A's 600 done meanwhile");
-        assert!(ahead.iter().all(|&n| n <= 4), "B waited behind A: {ahead:?}");
+        // A's places (its cap, 2) on their way and 2 more, and the 2 that
+        // turn over while B's task, due, waits up to one 50 ms handler time
+        // for a core to fire it on a loaded machine; A's backlog is 600.
+        assert!(ahead.iter().all(|&n| n <= 6), "B waited behind A: {ahead:?}");
         assert!(a_done < 600, "A's backlog drained first");
         let overlap = Overlap::default();
         overlap.log.lock().unwrap().extend(runs.iter().filter(|r| r.0 == "A").map(|r| (r.1, r.2)));
