@@ -125,12 +125,6 @@ impl Error {
         Self::from_kind(Kind::GroupFailed(said.to_string()))
     }
 
-    /// This error without the batch index: a group's failure, given to a
-    /// caller who scheduled one task.
-    pub(crate) fn alone(self) -> Self {
-        self.without_batch_index()
-    }
-
     pub(crate) fn invalid_key(why: &'static str) -> Self {
         Self::from_kind(Kind::InvalidKey(why))
     }

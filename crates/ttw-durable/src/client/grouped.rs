@@ -80,7 +80,7 @@ impl WriteGroup for Groups {
             Err(err) => {
                 let said = err.to_string();
                 let mut answers = Vec::with_capacity(n);
-                answers.push(Err(err.alone()));
+                answers.push(Err(err.without_batch_index()));
                 answers.extend((1..n).map(|_| Err(Error::group_failed(&said))));
                 answers
             }
