@@ -737,5 +737,6 @@ conformance!(admin_and_history_statements, admin_case);
 // After the macros above, which they use.
 mod callbacks;
 mod claims;
+mod pull;
 mod queues;
 mod selection;

@@ -59,6 +59,10 @@ enum Kind {
     GroupFailed(String),
     Lost,
     Closed,
+    /// A settle named a claim that no longer holds its task.
+    StaleClaim,
+    /// A settle's task is in a queue its caller may not use.
+    QueueNotAllowed(String),
 }
 
 impl Error {
@@ -140,6 +144,14 @@ impl Error {
 
     pub(crate) fn closed() -> Self {
         Self::from_kind(Kind::Closed)
+    }
+
+    pub(crate) fn stale_claim() -> Self {
+        Self::from_kind(Kind::StaleClaim)
+    }
+
+    pub(crate) fn queue_not_allowed(queue: String) -> Self {
+        Self::from_kind(Kind::QueueNotAllowed(queue))
     }
 
     fn from_kind(kind: Kind) -> Self {
@@ -375,6 +387,29 @@ impl Error {
     pub fn is_closed(&self) -> bool {
         matches!(self.kind, Kind::Closed)
     }
+
+    /// An ack, nack or extend of a pulled task named a claim that no
+    /// longer holds it: its lease ran out (and it may have gone to another
+    /// worker), or it was settled already. Nothing was changed.
+    pub fn is_stale_claim(&self) -> bool {
+        matches!(self.kind, Kind::StaleClaim)
+    }
+
+    /// A settle of a pulled task whose queue the [`Pulls`](crate::Pulls)
+    /// handle may not use (see [`Pulls::only`](crate::Pulls::only)); the
+    /// queue is [`Error::queue`]. Nothing was changed.
+    pub fn is_queue_not_allowed(&self) -> bool {
+        matches!(self.kind, Kind::QueueNotAllowed(_))
+    }
+
+    /// The queue an [`is_queue_not_allowed`](Self::is_queue_not_allowed)
+    /// error names.
+    pub fn queue(&self) -> Option<&str> {
+        match &self.kind {
+            Kind::QueueNotAllowed(queue) => Some(queue),
+            _ => None,
+        }
+    }
 }
 
 /// The cause of a failed open in words: the I/O error's own message
@@ -469,6 +504,12 @@ impl fmt::Display for Error {
             ),
             Kind::Lost => f.write_str("the delivery no longer holds its task"),
             Kind::Closed => f.write_str("the scheduler was shut down"),
+            Kind::StaleClaim => f.write_str(
+                "the claim no longer holds the task (its lease ran out, or it was settled); nothing was changed",
+            ),
+            Kind::QueueNotAllowed(queue) => {
+                write!(f, "the task is in queue '{queue}', which may not be used here")
+            }
         }
     }
 }

@@ -198,6 +198,10 @@ pub use client::connection::CallerConnection;
 pub use client::counts::{BoundedCounts, Throughput, MAX_THROUGHPUT_READ};
 pub use client::export::PendingTask;
 pub use client::grouped::{Grouped, MAX_GROUP};
+pub use client::pull::{
+    Claim, ClaimRequest, Leased, Nack, NackOutcome, Pulls, MAX_CLAIM, MAX_CLAIM_WAIT, MAX_LEASE,
+    MAX_WORKER_NAME, MIN_LEASE,
+};
 pub use client::schedule::{Schedule, Scheduled};
 pub use client::store::{Store, StoreBuilder};
 pub use error::Error;

@@ -11,5 +11,6 @@ pub(crate) mod export;
 pub(crate) mod flow;
 pub(crate) mod grouped;
 pub(crate) mod keys;
+pub(crate) mod pull;
 pub(crate) mod schedule;
 pub(crate) mod store;

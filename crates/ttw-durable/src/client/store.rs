@@ -85,6 +85,8 @@ struct StoreInner {
     /// that a queue whose tasks are all gone is set to zero, not left at
     /// its last counts.
     published_queues: Mutex<BTreeSet<String>>,
+    /// What wakes the claims waiting on its pull queues.
+    pull_wakes: crate::client::pull::PullWakes,
     /// For an in-memory store, the connection outside the pool that keeps
     /// the database alive (see [`PoolSettings::sqlite_in_memory`]).
     _memory_keeper: Option<Mutex<MemoryKeeper>>,
@@ -348,6 +350,7 @@ impl StoreBuilder {
                 names,
                 clock: self.clock,
                 published_queues: Mutex::default(),
+                pull_wakes: Default::default(),
                 _memory_keeper: memory_keeper.map(Mutex::new),
                 _follower: follower,
             }),
@@ -489,6 +492,11 @@ impl Store {
     /// listen.
     pub(crate) fn notifier(&self) -> &Notifier {
         &self.inner.notifier
+    }
+
+    /// What wakes the claims waiting on its pull queues.
+    pub(crate) fn pull_wakes(&self) -> &crate::client::pull::PullWakes {
+        &self.inner.pull_wakes
     }
 
     /// Cancels a task that is still scheduled. Returns whether it was: `false`

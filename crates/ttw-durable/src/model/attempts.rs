@@ -151,6 +151,10 @@ pub enum AttemptOutcome {
     /// the task was taken back by the reclaim and delivered again, or dead
     /// when out of attempts.
     Interrupted,
+    /// A worker's lease ran out before it settled its claim (see
+    /// [`Pulls`](crate::Pulls)): the task was due again, or dead when out
+    /// of attempts.
+    Expired,
 }
 
 impl AttemptOutcome {
@@ -162,6 +166,7 @@ impl AttemptOutcome {
             AttemptOutcome::Failed => "failed",
             AttemptOutcome::Dead => "dead",
             AttemptOutcome::Interrupted => "interrupted",
+            AttemptOutcome::Expired => "expired",
         }
     }
 }
@@ -182,6 +187,7 @@ impl FromStr for AttemptOutcome {
             "failed" => AttemptOutcome::Failed,
             "dead" => AttemptOutcome::Dead,
             "interrupted" => AttemptOutcome::Interrupted,
+            "expired" => AttemptOutcome::Expired,
             other => {
                 return Err(crate::error::Error::corrupt(format!(
                     "unknown attempt outcome {other:?}"
@@ -285,6 +291,7 @@ mod tests {
             AttemptOutcome::Failed,
             AttemptOutcome::Dead,
             AttemptOutcome::Interrupted,
+            AttemptOutcome::Expired,
         ] {
             assert_eq!(outcome.as_str().parse::<AttemptOutcome>().unwrap(), outcome);
         }

@@ -1,7 +1,7 @@
 //! A scheduler's settings, as [`SchedulerBuilder`](crate::SchedulerBuilder)
 //! gathers them, and the rules they must meet together.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::error::Error;
@@ -24,6 +24,8 @@ pub(crate) struct Config {
     pub(crate) max_concurrency: usize,
     /// Limits on deliveries in flight per queue, for queues that have one.
     pub(crate) queue_concurrency: BTreeMap<String, usize>,
+    /// The queues whose due tasks wait for workers to claim them.
+    pub(crate) pull_queues: BTreeSet<String>,
     pub(crate) max_attempts: u32,
     pub(crate) backoff: Backoff,
     pub(crate) retention: Duration,
@@ -44,6 +46,7 @@ impl Default for Config {
             lock_grace: Duration::from_secs(10),
             max_concurrency: 1024,
             queue_concurrency: BTreeMap::new(),
+            pull_queues: BTreeSet::new(),
             max_attempts: 5,
             backoff: Backoff::default(),
             retention: Duration::from_secs(24 * 3600),

@@ -49,11 +49,19 @@ pub(crate) enum Mode {
 /// then waits for the deliveries in flight.
 pub(crate) async fn dispatch(node: Arc<Node>, expirations: Expirations<i64, Due>, mode: Mode) {
     let waiting = WaitingRoom::new(&node.config, node.window.lanes.clone());
+    let pull = node
+        .window
+        .lanes
+        .queues()
+        .iter()
+        .map(|q| node.config.pull_queues.contains(&**q))
+        .collect();
     let dispatcher = Dispatcher {
         node,
         mode,
         waiting,
         running: JoinSet::new(),
+        pull,
     };
     dispatcher.run(expirations).await;
 }
@@ -67,6 +75,9 @@ struct Dispatcher {
     mode: Mode,
     waiting: WaitingRoom,
     running: JoinSet<Ended>,
+    /// By queue index: a pull queue, whose fired tasks wake the claims
+    /// waiting on it rather than being claimed here.
+    pull: Vec<bool>,
 }
 
 /// When a claim runs: its `now`, the lock it takes, and the deadline of
@@ -110,8 +121,18 @@ impl Dispatcher {
                 _ = tokio::time::sleep_until(unblock.unwrap_or_else(Instant::now)), if unblock.is_some() => {}
                 chunk = fired.next() => match chunk {
                     Some(chunk) => {
+                        let mut fell_due = None;
                         for expired in chunk {
-                            self.waiting.push_fired(expired.into_parts().1);
+                            let due = expired.into_parts().1;
+                            let index = node.window.lanes.index_of(due.lane);
+                            if self.pull[index] {
+                                fell_due.get_or_insert_with(Vec::new).push(index);
+                            } else {
+                                self.waiting.push_fired(due);
+                            }
+                        }
+                        if let Some(queues) = fell_due {
+                            self.wake_pulls(queues);
                         }
                     }
                     None => break,
@@ -119,6 +140,28 @@ impl Dispatcher {
             }
         }
         while self.running.join_next().await.is_some() {}
+    }
+
+    /// Tasks of the pull queues `queues` (by index) fell due: the claims
+    /// waiting on them in this process look again, and on PostgreSQL those
+    /// of other processes are told. The task stays scheduled until a worker
+    /// claims it.
+    fn wake_pulls(&self, mut queues: Vec<usize>) {
+        queues.sort_unstable();
+        queues.dedup();
+        let names: Vec<Arc<str>> = queues
+            .into_iter()
+            .map(|i| self.node.window.lanes.queues()[i].clone())
+            .collect();
+        for queue in &names {
+            self.node.store.pull_wakes().wake(queue);
+        }
+        let claims = self.node.claims.clone();
+        tokio::spawn(async move {
+            if let Err(err) = claims.announce_pulls(&names).await {
+                tracing::warn!(%err, "could not tell other processes that pull tasks fell due");
+            }
+        });
     }
 
     async fn claim_and_run(&mut self, mut fired: Vec<(Due, Permits)>) -> Result<(), Error> {

@@ -303,6 +303,50 @@ impl SchedulerBuilder {
         self
     }
 
+    /// Serves `queue` as a pull queue: its due tasks wait for workers to
+    /// claim them (see [`Pulls`](crate::Pulls)) instead of going to a
+    /// handler. The node holds the queue's shards as for any queue: its
+    /// wheel wakes the claims waiting on the queue the moment a task falls
+    /// due (on PostgreSQL, those of every process, by a `NOTIFY`), and its
+    /// reclaim, every heartbeat, makes a task whose lease ran out due again.
+    /// Start with [`start_queues`](Self::start_queues).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ttw_durable::{ClaimRequest, Scheduler, Store};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ttw_durable::Error> {
+    /// let store = Store::sqlite_in_memory().await?;
+    /// let scheduler = Scheduler::builder(store.clone()).pull("jobs").start_queues().await?;
+    /// store.schedule("later").queue("jobs").delay(Duration::from_millis(200)).await?;
+    ///
+    /// // Waits, and is answered as the task falls due.
+    /// let request = ClaimRequest::new("worker-1").wait(Duration::from_secs(10));
+    /// let held = store.pulls().claim("jobs", request).await?;
+    /// assert_eq!(held[0].task().payload(), b"later");
+    /// store.pulls().ack(held[0].task().id(), held[0].claim(), None).await?;
+    /// scheduler.shutdown().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn pull(mut self, queue: impl Into<String>) -> Self {
+        let queue = queue.into();
+        self.config.pull_queues.insert(queue.clone());
+        // Never called: dispatch hands a pull queue's fired tasks to the
+        // claims waiting on it instead.
+        let handler: Handler = Arc::new(|_task| {
+            futures::future::ready(Err(Failure::new(
+                "a pull queue's task is claimed by workers",
+            )))
+            .boxed()
+        });
+        self.handlers.push((queue, handler));
+        self
+    }
+
     /// The queues a scheduler started with
     /// [`start_stream`](Self::start_stream) serves (default: the default
     /// queue alone). Each delivery tells its queue

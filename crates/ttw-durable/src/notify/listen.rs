@@ -21,6 +21,8 @@ use super::parse;
 use super::{Announced, ListenOptions};
 #[cfg(feature = "postgres")]
 use crate::sql::announce::{RECURRING, ROOM};
+#[cfg(feature = "postgres")]
+use crate::sql::claims::pull::PULL;
 
 /// How long a `LISTEN` connection that could not be opened waits before
 /// the next try.
@@ -42,6 +44,10 @@ pub(crate) enum Heard {
     /// Another node's limited claim left a place to a key waiting here.
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     Room,
+    /// Tasks of this pull queue fell due on another node: the claims
+    /// waiting on it here look again.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    Pull(String),
     /// The store is gone: nothing more will be heard.
     Closed,
 }
@@ -153,6 +159,9 @@ impl Listener {
                         }
                         if notification.payload() == ROOM {
                             return Heard::Room;
+                        }
+                        if let Some(queue) = notification.payload().strip_prefix(PULL) {
+                            return Heard::Pull(queue.to_string());
                         }
                     }
                     // The connection was lost, and with it what was sent

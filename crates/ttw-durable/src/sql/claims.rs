@@ -30,6 +30,7 @@ mod claim;
 mod fence;
 mod limited;
 mod outcome;
+pub(crate) mod pull;
 mod reclaim;
 mod rows;
 mod window;

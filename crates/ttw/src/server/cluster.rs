@@ -232,6 +232,7 @@ impl From<&Token> for WhoamiView {
                         Scope::Read => "read",
                         Scope::Schedule => "schedule",
                         Scope::Admin => "admin",
+                        Scope::Consume => "consume",
                     }
                     .to_string()
                 })

@@ -133,6 +133,8 @@ struct QueueFile {
     name: String,
     webhook: Option<WebhookFile>,
     nats: Option<NatsFile>,
+    #[serde(default)]
+    pull: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -172,6 +174,8 @@ pub(crate) enum Scope {
     Read,
     /// Everything, in every queue.
     Admin,
+    /// Claim a pull queue's tasks, and ack, nack and extend the claims.
+    Consume,
 }
 
 /// The settings, checked, with their secrets.
@@ -226,6 +230,8 @@ pub(crate) enum TargetSettings {
         url: String,
         subject: Option<String>,
     },
+    /// A pull queue: its due tasks wait for workers to claim them.
+    Pull,
 }
 
 /// A bearer token and what it may do.
@@ -336,7 +342,14 @@ fn resolve(file: File, env: impl Fn(&str) -> Option<String>) -> Result<Settings>
         if !names.insert(q.name.clone()) {
             return fail(format!("queue {:?} is named twice", q.name));
         }
+        if q.pull && (q.webhook.is_some() || q.nats.is_some()) {
+            return fail(format!(
+                "queue {:?}: a pull queue has no webhook or nats target (a queue is push or pull)",
+                q.name
+            ));
+        }
         let target = match (q.webhook, q.nats) {
+            _ if q.pull => Some(TargetSettings::Pull),
             (Some(_), Some(_)) => {
                 return fail(format!(
                     "queue {:?}: a webhook or nats target, not both",

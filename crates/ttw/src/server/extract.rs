@@ -31,6 +31,8 @@ pub(crate) struct Read;
 pub(crate) struct Schedule;
 /// The `admin` scope: queues' settings and redrives.
 pub(crate) struct Admin;
+/// The `consume` scope: claiming a pull queue's tasks and settling them.
+pub(crate) struct Consume;
 
 impl Needs for Read {
     const SCOPE: Scope = Scope::Read;
@@ -40,6 +42,9 @@ impl Needs for Schedule {
 }
 impl Needs for Admin {
     const SCOPE: Scope = Scope::Admin;
+}
+impl Needs for Consume {
+    const SCOPE: Scope = Scope::Consume;
 }
 
 /// The caller's token, allowed scope `S` (an admin token is allowed every

@@ -112,6 +112,14 @@ pub(crate) async fn run(
     if let Some(bound) = bound {
         let _ = bound.send(addr);
     }
+    // At the stop, the claims waiting on pull queues answer empty at once
+    // (their workers claim elsewhere), so that the graceful shutdown does
+    // not wait out their long polls.
+    let pulls = api.store.pulls();
+    let stop = async move {
+        stop.await;
+        pulls.stop_waiting();
+    };
     let serve = axum::serve(listener, router).with_graceful_shutdown(stop);
     tokio::select! {
         served = serve => served.map_err(|err| Failure(format!("the server stopped: {err}")))?,
@@ -213,6 +221,7 @@ async fn start_scheduler(store: &Store, settings: &Settings) -> Result<Option<Sc
                     .map_err(|err| Failure(format!("queue {:?}: {err}", queue.name)))?;
                 builder = builder.deliver(queue.name.clone(), stream);
             }
+            Some(TargetSettings::Pull) => builder = builder.pull(queue.name.clone()),
         }
     }
     let scheduler = builder

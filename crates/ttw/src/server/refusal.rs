@@ -68,6 +68,15 @@ pub(crate) enum Code {
     /// 400: a `traceparent` that is not a W3C trace context, or a
     /// `tracestate` without one or too long.
     InvalidTraceContext,
+    /// 409: an ack, nack or extend whose claim no longer holds the task
+    /// (its lease ran out, or it was settled); nothing was changed.
+    StaleClaim,
+    /// 400: a claim of a queue that is not a pull queue (`pull = true`).
+    NotAPullQueue,
+    /// 400: a `lease` that does not parse or is not 1 s to 12 h.
+    InvalidLease,
+    /// 400: a claim's `wait` that does not parse or is over 60 s.
+    InvalidWait,
     /// 503: the database did not answer, or the server is stopping.
     Unavailable,
 }
@@ -75,7 +84,7 @@ pub(crate) enum Code {
 impl Code {
     /// Every code, for the tests.
     #[cfg(test)]
-    pub(crate) const ALL: [Code; 25] = [
+    pub(crate) const ALL: [Code; 29] = [
         Code::Unauthorized,
         Code::Forbidden,
         Code::NotFound,
@@ -100,6 +109,10 @@ impl Code {
         Code::InvalidDestination,
         Code::DestinationNotAllowed,
         Code::InvalidTraceContext,
+        Code::StaleClaim,
+        Code::NotAPullQueue,
+        Code::InvalidLease,
+        Code::InvalidWait,
         Code::Unavailable,
     ];
 
@@ -110,7 +123,7 @@ impl Code {
             Code::Forbidden => StatusCode::FORBIDDEN,
             Code::NotFound => StatusCode::NOT_FOUND,
             Code::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            Code::NotScheduled | Code::NotDead => StatusCode::CONFLICT,
+            Code::NotScheduled | Code::NotDead | Code::StaleClaim => StatusCode::CONFLICT,
             Code::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Code::MalformedJson
@@ -129,7 +142,10 @@ impl Code {
             | Code::InvalidState
             | Code::InvalidDestination
             | Code::DestinationNotAllowed
-            | Code::InvalidTraceContext => StatusCode::BAD_REQUEST,
+            | Code::InvalidTraceContext
+            | Code::NotAPullQueue
+            | Code::InvalidLease
+            | Code::InvalidWait => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -160,6 +176,10 @@ impl Code {
             Code::InvalidDestination => "invalid_destination",
             Code::DestinationNotAllowed => "destination_not_allowed",
             Code::InvalidTraceContext => "invalid_trace_context",
+            Code::StaleClaim => "stale_claim",
+            Code::NotAPullQueue => "not_a_pull_queue",
+            Code::InvalidLease => "invalid_lease",
+            Code::InvalidWait => "invalid_wait",
             Code::Unavailable => "unavailable",
         }
     }
@@ -244,6 +264,14 @@ impl From<ttw_durable::Error> for Refusal {
             Code::InvalidDestination
         } else if err.invalid_field() == Some("max_wait") {
             Code::InvalidDelay
+        } else if err.is_stale_claim() {
+            Code::StaleClaim
+        } else if err.is_queue_not_allowed() {
+            Code::Forbidden
+        } else if err.invalid_field() == Some("lease") {
+            Code::InvalidLease
+        } else if err.invalid_field() == Some("wait") {
+            Code::InvalidWait
         } else if err.is_invalid_task() {
             Code::InvalidRequest
         } else {

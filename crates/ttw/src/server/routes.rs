@@ -19,7 +19,7 @@ use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::handlers::{cluster, health, queues, recurring, tasks};
+use super::handlers::{cluster, health, pull, queues, recurring, tasks};
 use super::refusal::{Code, ErrorBody, Refusal};
 use super::service::Shared;
 use super::wire::CallbackOutcome;
@@ -29,7 +29,7 @@ use super::wire::CallbackOutcome;
     info(
         title = "ttw server",
         version = "1",
-        description = "Durable delayed tasks over HTTP: schedule a task for a time, and a node delivers it to its queue's webhook then, at least once and never early. Every answer that is not a success is `{\"error\": {\"code\", \"message\"}}` with a stable `code` (the `Code` schema) and the status that code always has. Every route but `/healthz`, `/readyz` and this document takes `Authorization: Bearer <token>`, and a token's scopes (read, schedule, admin) and queues decide what it may do."
+        description = "Durable delayed tasks over HTTP: schedule a task for a time, and a node delivers it to its queue's webhook then, at least once and never early. Every answer that is not a success is `{\"error\": {\"code\", \"message\"}}` with a stable `code` (the `Code` schema) and the status that code always has. Every route but `/healthz`, `/readyz` and this document takes `Authorization: Bearer <token>`, and a token's scopes (read, schedule, consume, admin) and queues decide what it may do."
     ),
     security(("bearer" = [])),
     components(schemas(Code, ErrorBody, CallbackOutcome)),
@@ -37,6 +37,7 @@ use super::wire::CallbackOutcome;
         (name = "tasks", description = "Schedule, look up, cancel, reschedule, list and redrive tasks"),
         (name = "recurring", description = "Schedules that make a task at each occurrence (cron or interval)"),
         (name = "queues", description = "Settings every node obeys: pause, concurrency, rate, retry"),
+        (name = "pull", description = "Workers that pull: claim a pull queue's due tasks by long poll under a lease, then ack, nack or extend each claim"),
         (name = "cluster", description = "The nodes, this node's throughput and lateness, the caller's token"),
         (name = "health", description = "Open routes: liveness, readiness, this document"),
     )
@@ -70,6 +71,10 @@ fn table() -> OpenApiRouter<Shared> {
         .routes(routes!(queues::resume))
         .routes(routes!(queues::put_limits))
         .routes(routes!(queues::put_retry))
+        .routes(routes!(pull::claim))
+        .routes(routes!(pull::ack))
+        .routes(routes!(pull::nack))
+        .routes(routes!(pull::extend))
         .routes(routes!(cluster::nodes))
         .routes(routes!(cluster::stats))
         .routes(routes!(cluster::whoami))

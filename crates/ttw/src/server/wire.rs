@@ -24,6 +24,9 @@ const _: () = assert!(ttw_durable::MAX_PARTITION_KEY == 128);
 const _: () = assert!(ttw_durable::MAX_PAGE == 1000);
 const _: () = assert!(ttw_durable::MAX_LIMIT == 1_000_000);
 
+mod pull;
+pub(crate) use pull::*;
+
 /// The most tasks one batch request schedules (`NewBatch`'s `maxItems`).
 pub(crate) const MAX_BATCH: usize = 1_000;
 
@@ -237,6 +240,9 @@ pub(crate) enum OutcomeName {
     /// Cut short without an outcome (its node died, or its lock ran out);
     /// the task was taken back and delivered again.
     Interrupted,
+    /// A worker's lease ran out before it settled its claim; the task was
+    /// due again.
+    Expired,
 }
 
 impl From<AttemptOutcome> for OutcomeName {
@@ -246,6 +252,7 @@ impl From<AttemptOutcome> for OutcomeName {
             AttemptOutcome::Done => OutcomeName::Done,
             AttemptOutcome::Failed => OutcomeName::Failed,
             AttemptOutcome::Dead => OutcomeName::Dead,
+            AttemptOutcome::Expired => OutcomeName::Expired,
             _ => OutcomeName::Interrupted,
         }
     }
@@ -320,7 +327,7 @@ pub(crate) fn rfc3339(t: SystemTime) -> String {
 
 /// A payload as the API shows it: its bytes in base64, and the JSON value
 /// itself when it is JSON (as it was written).
-fn payload_views(payload: &[u8]) -> (String, Option<Box<RawValue>>) {
+pub(crate) fn payload_views(payload: &[u8]) -> (String, Option<Box<RawValue>>) {
     (
         base64::engine::general_purpose::STANDARD.encode(payload),
         serde_json::from_slice(payload).ok(),

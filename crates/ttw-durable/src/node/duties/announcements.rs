@@ -10,14 +10,21 @@ use crate::notify::{Heard, Listener};
 
 /// Hears until the listener closes: arms what falls due in `window`, and
 /// wakes the duties (and dispatch) what it heard concerns.
-pub(crate) async fn run(window: Arc<Window>, wakes: Arc<Wakes>, mut listener: Listener) {
+pub(crate) async fn run(
+    window: Arc<Window>,
+    wakes: Arc<Wakes>,
+    store: crate::Store,
+    mut listener: Listener,
+) {
     loop {
         match listener.next().await {
             Heard::Due(task) => window.arm_announced(&task).await,
             Heard::Missed => {
                 wakes.reload.notify_one();
                 wakes.recurring.notify_one();
+                store.pull_wakes().wake_all();
             }
+            Heard::Pull(queue) => store.pull_wakes().wake(&queue),
             Heard::Recurring => wakes.recurring.notify_one(),
             Heard::Room => wakes.room_left_elsewhere(),
             Heard::Closed => return,
@@ -45,7 +52,12 @@ mod tests {
             .store
             .notifier()
             .listen(Arc::new(AtomicBool::new(false)));
-        let task = tokio::spawn(run(parts.window.clone(), parts.wakes.clone(), listener));
+        let task = tokio::spawn(run(
+            parts.window.clone(),
+            parts.wakes.clone(),
+            parts.store.clone(),
+            listener,
+        ));
 
         parts
             .store

@@ -114,6 +114,7 @@ impl Duties {
             tokio::spawn(announcements::run(
                 node.window.clone(),
                 node.wakes.clone(),
+                node.store.clone(),
                 listener,
             )),
         ];

@@ -3,7 +3,8 @@
 //! shards taken from a node that died (their epoch is older than the
 //! lease's). It runs after a heartbeat, at once for shards just taken,
 //! every reclaim period while locks may run out unseen ([`LockWatch`]),
-//! and otherwise every [`QUIET`] as a safety net. Between those, a
+//! every heartbeat while it serves a pull queue (a worker's lease runs out
+//! unseen), and otherwise every [`QUIET`] as a safety net. Between those, a
 //! heartbeat writes nothing but its membership row.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,6 +42,9 @@ pub(crate) struct Rescuer {
     /// Whether locks may run out in the shards held: it runs every period
     /// while they may, and every [`QUIET`] after.
     locks: Arc<LockWatch>,
+    /// The node serves pull queues, whose workers' leases run out unseen:
+    /// it runs every heartbeat.
+    pulls: bool,
     /// A heartbeat happened.
     beat: Notify,
 }
@@ -59,11 +63,16 @@ impl Rescuer {
     /// The rescuer of a node whose reporter watches `locks`.
     pub(crate) fn new(config: &Config, locks: Arc<LockWatch>) -> Rescuer {
         Rescuer {
-            period: config.reclaim_period(),
+            period: if config.pull_queues.is_empty() {
+                config.reclaim_period()
+            } else {
+                config.heartbeat
+            },
             max_attempts: i64::from(config.max_attempts),
             last: Mutex::new(None),
             owed: AtomicBool::new(false),
             locks,
+            pulls: !config.pull_queues.is_empty(),
             beat: Notify::new(),
         }
     }
@@ -102,7 +111,7 @@ impl Rescuer {
     /// reclaim runs only every [`QUIET`], as a safety net.
     pub(crate) async fn reclaim_if_due(&self, with: &Reclaim) -> Result<(), Error> {
         let last = *self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let period = if self.locks.watching() {
+        let period = if self.pulls || self.locks.watching() {
             self.period
         } else {
             self.period.max(QUIET)

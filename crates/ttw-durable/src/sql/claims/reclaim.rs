@@ -1,6 +1,8 @@
 //! The reclaim of tasks whose delivery ended without an outcome (a dead
-//! node's, or one whose lock ran out), and the retention sweep.
+//! node's, or one whose lock ran out, or a worker's whose lease ran out),
+//! and the retention sweep.
 
+use super::pull::WORKER;
 use super::*;
 
 /// The ids of the reclaimed tasks that died (out of attempts).
@@ -19,8 +21,10 @@ impl Claims {
     /// again), and those whose lock ran out. A task whose claimer is only
     /// silent waits for its lock: that node may be alive and still running
     /// the handler, which its own `callback_timeout` ends before the lock
-    /// does. `now` is the node's clock: locks that ran out before it are
-    /// taken back.
+    /// does. A task a worker holds (see `pull.rs`) is taken back only once
+    /// its lease ran out, its attempt recorded as `expired`: the worker
+    /// may settle it through any node. `now` is the node's clock: locks
+    /// that ran out before it are taken back.
     pub(crate) async fn reclaim(
         &self,
         default_max: i64,
@@ -30,13 +34,20 @@ impl Claims {
             "ttw_tasks.state = 'running' \
              AND EXISTS (SELECT 1 FROM ttw_leases l WHERE {} AND l.owner_session = $4 \
              AND (ttw_tasks.locked_until < $2 \
-             OR ((ttw_tasks.lock_epoch IS NULL OR ttw_tasks.lock_epoch < l.epoch) \
+             OR ((ttw_tasks.lock_epoch IS NULL \
+             OR (ttw_tasks.lock_epoch <> {WORKER} AND ttw_tasks.lock_epoch < l.epoch)) \
              AND NOT EXISTS (SELECT 1 FROM ttw_nodes n WHERE n.session = ttw_tasks.locked_by))))",
             task_lane("$3")
         );
-        let why = "CASE WHEN ttw_tasks.locked_until < $2 \
+        let why = format!(
+            "CASE WHEN ttw_tasks.lock_epoch = {WORKER} \
+             THEN 'lease expired: worker ' || ttw_tasks.locked_by || ' did not settle its claim in time' \
+             WHEN ttw_tasks.locked_until < $2 \
              THEN 'lock expired: the node delivering it stopped or lost its shard' \
-             ELSE 'the node delivering it died; the shard''s new owner took it back' END";
+             ELSE 'the node delivering it died; the shard''s new owner took it back' END"
+        );
+        let outcome =
+            format!("CASE WHEN lock_epoch = {WORKER} THEN 'expired' ELSE 'interrupted' END");
         let set = format!(
             "{}, last_error = {why}, {UNLOCK}, updated_at = {}",
             retry_or_dead("$1", "$2", "$2", "0"),
@@ -60,7 +71,7 @@ impl Claims {
                      r AS (UPDATE ttw_tasks SET {set} FROM old WHERE ttw_tasks.id = old.old_id \
                      RETURNING ttw_tasks.*, old.old_by, old.old_start), \
                      a AS (INSERT INTO ttw_attempts ({ATTEMPT_COLUMNS}) \
-                     SELECT id, claims, attempts, old_by, old_start, $2, 'interrupted', NULL, last_error \
+                     SELECT id, claims, attempts, old_by, old_start, $2, {outcome}, NULL, last_error \
                      FROM r ON CONFLICT DO NOTHING) \
                      SELECT {DUE_COLUMNS}, state FROM r"
                 );
@@ -86,7 +97,7 @@ impl Claims {
             Db::Sqlite(pool, _) => {
                 let record = format!(
                     "INSERT INTO ttw_attempts ({ATTEMPT_COLUMNS}) \
-                     SELECT id, claims, attempts, locked_by, started_at, $2, 'interrupted', NULL, {why} \
+                     SELECT id, claims, attempts, locked_by, started_at, $2, {outcome}, NULL, {why} \
                      FROM ttw_tasks WHERE {taken_back} ON CONFLICT DO NOTHING"
                 );
                 let update = format!(

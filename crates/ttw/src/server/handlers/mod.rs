@@ -5,6 +5,7 @@
 
 pub(crate) mod cluster;
 pub(crate) mod health;
+pub(crate) mod pull;
 pub(crate) mod queues;
 pub(crate) mod recurring;
 pub(crate) mod tasks;

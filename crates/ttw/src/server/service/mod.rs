@@ -14,6 +14,7 @@ use super::refusal::{Answer, Code};
 pub(crate) mod bulk;
 pub(crate) mod counts;
 pub(crate) mod envelope;
+pub(crate) mod pull;
 pub(crate) mod queues;
 pub(crate) mod recurring;
 pub(crate) mod tasks;

@@ -271,7 +271,7 @@ pub(crate) enum Named {
 
 /// A task id as a path writes it: 400 `invalid_id` unless a positive
 /// integer.
-fn parse_id(text: &str) -> Answer<TaskId> {
+pub(crate) fn parse_id(text: &str) -> Answer<TaskId> {
     text.parse::<i64>()
         .ok()
         .filter(|&id| id > 0)

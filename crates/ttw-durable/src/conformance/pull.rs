@@ -1,0 +1,206 @@
+//! `claims::pull`: a pull queue's statements: the claim under a lease (due
+//! order, kinds, pause, concurrency, per-key concurrency), ack, nack and
+//! extend fenced on the claim, and the reclaim of a lease run out.
+
+use super::*;
+use crate::model::backoff::Backoff;
+use crate::model::flow::QueueLimits;
+use crate::sql::claims::pull::{self, Nacked, Nacking, Pulling, Settled};
+use crate::sql::queues;
+
+fn pulling<'a>(now: i64, max: i64, kinds: &'a [String]) -> Pulling<'a> {
+    Pulling {
+        queue: "default",
+        max,
+        now,
+        lease_until: now + 1_000,
+        worker: "w1",
+        kinds,
+    }
+}
+
+fn nacking(id: i64, claim: i64, now: i64) -> Nacking<'static> {
+    Nacking {
+        id,
+        claim,
+        now,
+        error: "no printer",
+        retry_in: Some(500),
+        dead: false,
+        backoff: Backoff::default(),
+        default_max: 3,
+    }
+}
+
+async fn state(store: &Store, id: i64) -> TaskState {
+    tasks::get(store.db(), Which::Id(id))
+        .await
+        .unwrap()
+        .unwrap()
+        .state
+}
+
+/// The claim hands out due tasks in due order, leased to the worker, each
+/// once; ack, nack and extend pass only under the current claim before the
+/// lease runs out; a nack is a retry recorded under the worker's name, or
+/// dead; a lease run out is taken back by the reclaim as `expired`; a
+/// queue's pause, concurrency and per-key concurrency bound the claim, and
+/// kinds filter it.
+async fn pull_case(store: &Store) {
+    let (db, names) = (store.db(), store.names());
+    let any = |_: &str| true;
+    let far = 4_000_000_000_000;
+    let mut typed = task(1_500, None, "default");
+    typed.kind = Some("receipt");
+    let rows = [
+        task(1_000, None, "default"),
+        typed,
+        task(2_000, None, "default"),
+        task(far, None, "default"),
+    ];
+    let ids: Vec<i64> = on_conn!(store, c => tasks::insert(c, names, &rows, 1).await.unwrap())
+        .iter()
+        .map(|i| i.task.id)
+        .collect();
+
+    // Of kind `receipt` only.
+    let kinds = ["receipt".to_string()];
+    let typed = pull::claim(db, pulling(3_000, 10, &kinds)).await.unwrap();
+    assert_eq!(typed.iter().map(|r| r.id).collect::<Vec<_>>(), [ids[1]]);
+    assert_eq!(typed[0].kind.as_deref(), Some("receipt"));
+
+    // The rest that is due, in due order, never the one due later.
+    let held = pull::claim(db, pulling(3_000, 10, &[])).await.unwrap();
+    assert_eq!(
+        held.iter()
+            .map(|r| (r.id, r.attempts, r.claims))
+            .collect::<Vec<_>>(),
+        [(ids[0], 1, 1), (ids[2], 1, 1)]
+    );
+    assert!(pull::claim(db, pulling(3_000, 10, &[]))
+        .await
+        .unwrap()
+        .is_empty());
+
+    // Ack: once, under the current claim, while the lease holds.
+    let ack = |id, claim, now| pull::ack(db, names, id, claim, now, Some("printed"), &any);
+    assert_eq!(ack(ids[0], 2, 3_100).await.unwrap().0, Settled::Stale);
+    assert_eq!(ack(ids[0], 1, 3_100).await.unwrap().0, Settled::Yes(()));
+    assert_eq!(ack(ids[0], 1, 3_100).await.unwrap().0, Settled::Stale);
+    assert_eq!(state(store, ids[0]).await, TaskState::Done);
+    // Not in a queue the caller may use: nothing changes.
+    let none = |_: &str| false;
+    let refused = pull::ack(db, names, ids[1], 1, 3_100, None, &none).await;
+    assert_eq!(
+        refused.unwrap().0,
+        Settled::NotAllowed("default".to_string())
+    );
+    assert_eq!(state(store, ids[1]).await, TaskState::Running);
+
+    // Extend: moves the lease, and is stale once it ran out.
+    assert_eq!(
+        pull::extend(db, ids[2], 1, 3_500, 9_000, &any)
+            .await
+            .unwrap(),
+        Settled::Yes(())
+    );
+    assert_eq!(
+        pull::extend(db, ids[1], 1, 4_500, 9_000, &any)
+            .await
+            .unwrap(),
+        Settled::Stale,
+        "the typed task's lease ended at 4,000"
+    );
+
+    // Nack: a retry after `retry_in`, its attempt under the worker's name.
+    let (nacked, _, moved) = pull::nack(db, names, nacking(ids[2], 1, 5_000), &any)
+        .await
+        .unwrap();
+    assert_eq!(nacked, Settled::Yes(Nacked::Retry(5_500)));
+    assert_eq!(moved.map(|m| m.run_at), Some(5_500));
+    assert_eq!(state(store, ids[2]).await, TaskState::Scheduled);
+    let again = pull::claim(db, pulling(6_000, 10, &[])).await.unwrap();
+    assert_eq!(
+        again
+            .iter()
+            .map(|r| (r.id, r.attempts, r.claims))
+            .collect::<Vec<_>>(),
+        [(ids[2], 2, 2)]
+    );
+    // The first claim is stale now; a nack that gives up is dead.
+    let (stale, _, _) = pull::nack(db, names, nacking(ids[2], 1, 6_100), &any)
+        .await
+        .unwrap();
+    assert_eq!(stale, Settled::Stale);
+    let mut give_up = nacking(ids[2], 2, 6_200);
+    give_up.dead = true;
+    let (dead, _, moved) = pull::nack(db, names, give_up, &any).await.unwrap();
+    assert_eq!((dead, moved), (Settled::Yes(Nacked::Dead), None));
+    assert_eq!(state(store, ids[2]).await, TaskState::Dead);
+    let attempts = crate::sql::attempts::of_task(db, ids[2]).await.unwrap();
+    assert_eq!(
+        attempts
+            .iter()
+            .map(|a| (a.attempt, a.outcome.as_str(), a.node.as_deref()))
+            .collect::<Vec<_>>(),
+        [(1, "failed", Some("w1")), (2, "dead", Some("w1"))]
+    );
+
+    // The typed task's lease ran out at 4,000: the reclaim takes it back
+    // (a node holding its shard), as `expired`, and not before.
+    let claims = super::claims::holding_every_shard(store, "n1").await;
+    assert!(claims.reclaim(5, 3_900).await.unwrap().is_empty());
+    let reclaimed = claims.reclaim(5, 7_000).await.unwrap();
+    assert_eq!(reclaimed.len(), 1);
+    assert_eq!(reclaimed[0].due.map(|d| d.id), Some(ids[1]));
+    let attempts = crate::sql::attempts::of_task(db, ids[1]).await.unwrap();
+    assert_eq!(attempts[0].outcome.as_str(), "expired");
+    assert!(attempts[0]
+        .detail
+        .as_deref()
+        .is_some_and(|d| d.starts_with("lease expired: worker w1")));
+
+    // Flow control: paused, nothing; a concurrency of 1 counts what runs.
+    let more = [task(1_000, None, "default"), task(1_000, None, "default")];
+    on_conn!(store, c => tasks::insert(c, names, &more, 1).await.unwrap());
+    queues::set_paused(db, "default", true).await.unwrap();
+    assert!(pull::claim(db, pulling(8_000, 10, &[]))
+        .await
+        .unwrap()
+        .is_empty());
+    queues::set_paused(db, "default", false).await.unwrap();
+    queues::set_limits(db, "default", &QueueLimits::new().concurrency(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        pull::claim(db, pulling(8_000, 10, &[]))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(pull::claim(db, pulling(8_000, 10, &[]))
+        .await
+        .unwrap()
+        .is_empty());
+
+    // Per key: one of each key at a time.
+    queues::set_limits(db, "default", &QueueLimits::new().per_key_concurrency(1))
+        .await
+        .unwrap();
+    let mut keyed = Vec::new();
+    for key in ["a", "a", "b"] {
+        let mut row = task(1_000, None, "default");
+        row.partition_key = Some(key);
+        keyed.push(row);
+    }
+    on_conn!(store, c => tasks::insert(c, names, &keyed, 1).await.unwrap());
+    let by_key = pull::claim(db, pulling(9_000, 10, &[])).await.unwrap();
+    let mut keys: Vec<_> = by_key
+        .iter()
+        .filter_map(|r| r.partition_key.clone())
+        .collect();
+    keys.sort();
+    assert_eq!(keys, ["a", "b"], "one of key a waits for the other");
+}
+conformance!(pull_statements, pull_case);

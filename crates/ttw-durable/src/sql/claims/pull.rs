@@ -1,0 +1,476 @@
+//! The statements of a pull queue: the claim of due tasks for a worker,
+//! under a lease, and the settling of a claim (ack, nack, extend), each
+//! fenced on the claim.
+//!
+//! A task a worker holds is `running` with `lock_epoch` [`WORKER`] (no
+//! node's lease epoch is negative), `locked_by` the worker's name and
+//! `locked_until` its lease. A node's outcome cannot pass its fence (not
+//! its session, not its epoch); the reclaim takes it back only once its
+//! lease has run out, never because the node that handed it out died
+//! (`reclaim.rs`), and records that attempt as `expired`.
+
+use super::*;
+use crate::model::backoff::Backoff;
+use crate::notify::Made;
+use crate::sql::announce::{AnnouncedRow, ANNOUNCED};
+use crate::sql::names::Names;
+
+/// The `lock_epoch` of a task a worker holds under a lease.
+pub(crate) const WORKER: i64 = -1;
+
+/// A claim's parameters: up to `max` due tasks of `queue` (of `kinds`, if
+/// any are named), leased to `worker` until `lease_until`, at `now`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pulling<'a> {
+    pub(crate) queue: &'a str,
+    pub(crate) max: i64,
+    pub(crate) now: i64,
+    pub(crate) lease_until: i64,
+    pub(crate) worker: &'a str,
+    pub(crate) kinds: &'a [String],
+}
+
+/// A task a claim handed out, as the statement returned it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct PulledRow {
+    pub(crate) id: i64,
+    pub(crate) run_at: i64,
+    pub(crate) attempts: i64,
+    pub(crate) claims: i64,
+    pub(crate) priority: i64,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) idempotency_key: Option<String>,
+    pub(crate) envelope: Option<String>,
+    pub(crate) kind: Option<String>,
+    pub(crate) partition_key: Option<String>,
+}
+
+/// A queue's flow control, as a claim reads it.
+#[derive(Debug, sqlx::FromRow)]
+struct Control {
+    paused: i64,
+    concurrency: Option<i64>,
+    rate_count: Option<i64>,
+    key_concurrency: Option<i64>,
+}
+
+/// The held task a settle found under its fence.
+#[derive(Debug, sqlx::FromRow)]
+struct HeldRow {
+    queue: String,
+    attempts: i64,
+    locked_by: Option<String>,
+    started_at: Option<i64>,
+}
+
+/// What a settle did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Settled<T> {
+    /// Done; what it answers.
+    Yes(T),
+    /// The claim is not the task's current one, or its lease ran out.
+    Stale,
+    /// The task is in a queue the caller may not use.
+    NotAllowed(String),
+}
+
+/// The fence of a settle: task `$1` held under claim `$2` by a worker
+/// whose lease has not run out at `$3`.
+fn held() -> String {
+    checked(&format!(
+        "id = $1 AND claims = $2 AND state = 'running' AND lock_epoch = {WORKER} \
+         AND locked_until >= $3"
+    ))
+}
+
+/// The task `$id` held under `$claim` at `$now` (see [`held`]), read (and
+/// on PostgreSQL locked) in transaction `$tx` of `$db`.
+macro_rules! find_held {
+    ($tx:expr, $db:expr, $id:expr, $claim:expr, $now:expr) => {{
+        let sql = format!(
+            "SELECT queue, attempts, locked_by, started_at FROM ttw_tasks WHERE {}{}",
+            held(),
+            if $db.is_sqlite() { "" } else { " FOR UPDATE" }
+        );
+        let row: Option<HeldRow> = sqlx::query_as(&sql)
+            .bind($id)
+            .bind($claim)
+            .bind($now)
+            .fetch_optional(&mut *$tx)
+            .await?;
+        row
+    }};
+}
+
+/// Claims up to `pull.max` due tasks of `pull.queue` for `pull.worker`, in
+/// one transaction, under the queue's flow control: nothing while it is
+/// paused; no more than its concurrency counting every task of the queue
+/// running now (held by a worker or a node, lease or lock not run out);
+/// no more than its per-key concurrency of one partition key. On
+/// PostgreSQL the queue's settings row is locked first, so that the
+/// limited claims of every instance go one at a time, and the tasks are
+/// taken with `SKIP LOCKED`; on SQLite the one writer does both. A queue
+/// with a rate is refused ([`Error::is_config`]): a pull claim does not
+/// pay from its bucket yet.
+pub(crate) async fn claim(db: &Db, pull: Pulling<'_>) -> Result<Vec<PulledRow>, Error> {
+    let postgres = !db.is_sqlite();
+    let lock = if postgres { " FOR UPDATE" } else { "" };
+    let control_sql = format!(
+        "SELECT paused, concurrency, rate_count, key_concurrency FROM ttw_queues \
+         WHERE queue = $1{lock}"
+    );
+    let running_sql = "SELECT COUNT(*) FROM ttw_tasks WHERE queue = $1 AND state = 'running' \
+                       AND locked_until >= $2";
+    let kinds = if pull.kinds.is_empty() {
+        String::new()
+    } else {
+        format!(" AND kind IN ({})", placeholders(7, pull.kinds.len()))
+    };
+    let due = format!("queue = $1 AND state = 'scheduled' AND run_at <= $2{kinds}");
+    let order = "ORDER BY priority, run_at, id";
+    let turn = db.write_turn(Urgency::Urgent).await;
+    let rows: Vec<PulledRow> = with_pool!(db, pool => {
+        let mut tx = pool.begin().await?;
+        let control: Option<Control> = sqlx::query_as(&control_sql)
+            .bind(pull.queue)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let mut room = pull.max;
+        let mut key_cap = None;
+        if let Some(control) = &control {
+            if control.rate_count.is_some() {
+                return Err(Error::config(format!(
+                    "queue '{}' has a rate limit, which pull claims do not honour yet",
+                    pull.queue
+                )));
+            }
+            if control.paused != 0 {
+                room = 0;
+            }
+            if let Some(limit) = control.concurrency {
+                let running: i64 = sqlx::query_scalar(running_sql)
+                    .bind(pull.queue)
+                    .bind(pull.now)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                room = room.min(limit - running);
+            }
+            key_cap = control.key_concurrency;
+        }
+        if room <= 0 {
+            tx.rollback().await?;
+            Vec::new()
+        } else {
+            let candidates = match key_cap {
+                // Under the settings row's lock (or SQLite's one writer):
+                // each key's due tasks numbered in due order, and taken
+                // while its running ones and those before stay under its
+                // cap.
+                Some(_) => format!(
+                    "SELECT c.id FROM (SELECT id, priority, run_at, partition_key, \
+                     ROW_NUMBER() OVER (PARTITION BY partition_key {order}) AS nth \
+                     FROM ttw_tasks WHERE {due}) AS c \
+                     WHERE c.partition_key IS NULL OR c.nth + (SELECT COUNT(*) FROM ttw_tasks r \
+                     WHERE r.queue = $1 AND r.partition_key = c.partition_key \
+                     AND r.state = 'running' AND r.locked_until >= $2) <= $6 \
+                     ORDER BY c.priority, c.run_at, c.id LIMIT $3"
+                ),
+                None => format!(
+                    // `$6` (the key cap) is named, unused, so that one
+                    // list of parameters binds both statements.
+                    "SELECT id FROM ttw_tasks WHERE {due} AND $6 >= 0 {order} LIMIT $3{}",
+                    if postgres { " FOR UPDATE SKIP LOCKED" } else { "" }
+                ),
+            };
+            let set = format!(
+                "SET state = 'running', attempts = attempts + 1, \
+                 claims = claims + 1, locked_by = $4, lock_epoch = {WORKER}, locked_until = $5, \
+                 started_at = $2, updated_at = {}",
+                db.clock_sql()
+            );
+            let returning = "RETURNING ttw_tasks.id, run_at, attempts, claims, priority, payload, \
+                             idempotency_key, envelope, kind, partition_key";
+            // On PostgreSQL the candidates are read once, materialized:
+            // `IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)` may run its
+            // subquery again for rows of the update and take more than n.
+            let sql = if postgres {
+                format!(
+                    "WITH picked AS MATERIALIZED ({candidates}) UPDATE ttw_tasks {set} \
+                     FROM picked WHERE ttw_tasks.id = picked.id AND state = 'scheduled' {returning}"
+                )
+            } else {
+                format!(
+                    "UPDATE ttw_tasks {set} WHERE id IN ({candidates}) AND state = 'scheduled' \
+                     {returning}"
+                )
+            };
+            let mut query = sqlx::query_as::<_, PulledRow>(&sql)
+                .bind(pull.queue)
+                .bind(pull.now)
+                .bind(room)
+                .bind(pull.worker)
+                .bind(pull.lease_until)
+                .bind(key_cap.unwrap_or(0));
+            for kind in pull.kinds {
+                query = query.bind(kind);
+            }
+            let rows = query.fetch_all(&mut *tx).await?;
+            tx.commit().await?;
+            rows
+        }
+    });
+    drop(turn);
+    let mut rows = rows;
+    rows.sort_unstable_by_key(|r| (r.priority, r.run_at, r.id));
+    Ok(rows)
+}
+
+/// Marks task `id` done under `claim` (see [`held`]), with `answer` kept
+/// as its attempt's, and moves it to the history, with its callback, in
+/// one transaction. `allowed` says whether the caller may use the task's
+/// queue.
+pub(crate) async fn ack(
+    db: &Db,
+    names: &Names,
+    id: i64,
+    claim: i64,
+    now: i64,
+    answer: Option<&str>,
+    allowed: &(dyn Fn(&str) -> bool + Sync),
+) -> Result<(Settled<()>, Vec<Announced>), Error> {
+    let into = into_history("done", &db.clock_sql(), "$3");
+    let turn = db.write_turn(Urgency::Ordinary).await;
+    let answer = answer.map(bounded_str);
+    let done = with_pool!(db, pool => {
+        let mut tx = pool.begin().await?;
+        match find_held!(tx, db, id, claim, now) {
+            None => (Settled::Stale, Vec::new()),
+            Some(row) if !allowed(&row.queue) => (Settled::NotAllowed(row.queue), Vec::new()),
+            Some(_) => {
+                let copy = format!(
+                    "INSERT INTO ttw_history ({HISTORY_COLUMNS}, answer_status, answer) \
+                     SELECT {into}, NULL, $4 FROM ttw_tasks WHERE {}",
+                    held()
+                );
+                sqlx::query(&copy)
+                    .bind(id)
+                    .bind(claim)
+                    .bind(now)
+                    .bind(answer)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query("DELETE FROM ttw_tasks WHERE id = $1")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                let told = callbacks::tell(
+                    Conn::from(&mut *tx),
+                    &db.clock_sql(),
+                    names.channel.as_deref(),
+                    Told::Done,
+                    &[id],
+                    now,
+                )
+                .await?;
+                tx.commit().await?;
+                (Settled::Yes(()), told)
+            }
+        }
+    });
+    drop(turn);
+    Ok(done)
+}
+
+/// What a nack asks.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Nacking<'a> {
+    pub(crate) id: i64,
+    pub(crate) claim: i64,
+    pub(crate) now: i64,
+    pub(crate) error: &'a str,
+    /// Retry this many ms from now, not after the backoff.
+    pub(crate) retry_in: Option<i64>,
+    /// Give up: dead now, whatever attempts are left.
+    pub(crate) dead: bool,
+    /// The backoff when neither `retry_in` nor the queue's own applies.
+    pub(crate) backoff: Backoff,
+    /// The attempt limit of a task with none of its own or its queue's.
+    pub(crate) default_max: i64,
+}
+
+/// What a nack did: the task scheduled again at this time (ms), or dead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Nacked {
+    Retry(i64),
+    Dead,
+}
+
+/// Records a failed attempt of the task a worker holds (see [`held`]): a
+/// retry after `retry_in`, else the queue's backoff, else `backoff`; dead
+/// when out of attempts or when asked; its row in `ttw_attempts` naming
+/// the worker; a dead task's failure callback; in one transaction, the
+/// retry announced to the schedulers.
+pub(crate) async fn nack(
+    db: &Db,
+    names: &Names,
+    nack: Nacking<'_>,
+    allowed: &(dyn Fn(&str) -> bool + Sync),
+) -> Result<(Settled<Nacked>, Vec<Announced>, Option<Announced>), Error> {
+    let update = names.announcing(&format!(
+        "UPDATE ttw_tasks SET {}, last_error = $5, {UNLOCK}, updated_at = {} \
+         WHERE {} RETURNING {ANNOUNCED}, state",
+        retry_or_dead("$6", "$4", "$3", "$7"),
+        db.clock_sql(),
+        held()
+    ));
+    let record = format!(
+        "INSERT INTO ttw_attempts ({ATTEMPT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL, $8) \
+         ON CONFLICT DO NOTHING"
+    );
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        #[sqlx(flatten)]
+        announced: AnnouncedRow,
+        state: String,
+    }
+    let turn = db.write_turn(Urgency::Ordinary).await;
+    let done = with_pool!(db, pool => {
+        let mut tx = pool.begin().await?;
+        match find_held!(tx, db, nack.id, nack.claim, nack.now) {
+            None => (Settled::Stale, Vec::new(), None),
+            Some(row) if !allowed(&row.queue) => {
+                (Settled::NotAllowed(row.queue), Vec::new(), None)
+            }
+            Some(row) => {
+                let delay = match nack.retry_in {
+                    Some(ms) => ms,
+                    None => {
+                        let own = crate::sql::queues::queue_backoff(db, &row.queue).await?;
+                        let attempt = u32::try_from(row.attempts).unwrap_or(u32::MAX);
+                        crate::model::time::ms(
+                            own.unwrap_or(nack.backoff).delay(attempt, nack.id as u64),
+                        )
+                    }
+                };
+                let changed: Row = sqlx::query_as(&update)
+                    .bind(nack.id)
+                    .bind(nack.claim)
+                    .bind(nack.now)
+                    .bind(nack.now.saturating_add(delay))
+                    .bind(bounded_str(nack.error))
+                    .bind(nack.default_max)
+                    .bind(i64::from(nack.dead))
+                    .fetch_one(&mut *tx)
+                    .await?;
+                let dead = changed.state == "dead";
+                sqlx::query(&record)
+                    .bind(nack.id)
+                    .bind(nack.claim)
+                    .bind(row.attempts)
+                    .bind(row.locked_by.as_deref())
+                    .bind(row.started_at)
+                    .bind(nack.now)
+                    .bind(if dead { "dead" } else { "failed" })
+                    .bind(bounded_str(nack.error))
+                    .execute(&mut *tx)
+                    .await?;
+                let mut told = Vec::new();
+                if dead {
+                    told = callbacks::tell(
+                        Conn::from(&mut *tx),
+                        &db.clock_sql(),
+                        names.channel.as_deref(),
+                        Told::Dead,
+                        &[nack.id],
+                        nack.now,
+                    )
+                    .await?;
+                }
+                tx.commit().await?;
+                let announced = Announced::from(changed.announced);
+                if dead {
+                    (Settled::Yes(Nacked::Dead), told, None)
+                } else {
+                    let at = announced.run_at;
+                    (Settled::Yes(Nacked::Retry(at)), told, Some(announced))
+                }
+            }
+        }
+    });
+    drop(turn);
+    Ok(done)
+}
+
+/// Moves the lease of the task a worker holds (see [`held`]) to end at
+/// `until`. Answers the queue's name with it, for the caller's check.
+pub(crate) async fn extend(
+    db: &Db,
+    id: i64,
+    claim: i64,
+    now: i64,
+    until: i64,
+    allowed: &(dyn Fn(&str) -> bool + Sync),
+) -> Result<Settled<()>, Error> {
+    let sql = format!("UPDATE ttw_tasks SET locked_until = $4 WHERE {}", held());
+    let turn = db.write_turn(Urgency::Ordinary).await;
+    let done = with_pool!(db, pool => {
+        let mut tx = pool.begin().await?;
+        match find_held!(tx, db, id, claim, now) {
+            None => Settled::Stale,
+            Some(row) if !allowed(&row.queue) => Settled::NotAllowed(row.queue),
+            Some(_) => {
+                sqlx::query(&sql)
+                    .bind(id)
+                    .bind(claim)
+                    .bind(now)
+                    .bind(until)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Settled::Yes(())
+            }
+        }
+    });
+    drop(turn);
+    Ok(done)
+}
+
+/// Tells this process's schedulers of what a settle made due once it has
+/// committed: the callback tasks it wrote (`told`) and the retry it moved.
+pub(crate) fn hand_over(store: &crate::Store, told: Vec<Announced>, moved: Option<Announced>) {
+    if !told.is_empty() {
+        store.notifier().committed(told, Made::Created);
+    }
+    if let Some(task) = moved {
+        store.notifier().committed([task], Made::Moved);
+    }
+}
+
+impl Claims {
+    /// On PostgreSQL, tells the processes listening on the store's channel
+    /// that tasks of the pull queues `queues` fell due (`pull:<queue>`):
+    /// their waiting claims look again. Nothing on SQLite, whose one
+    /// process heard it in-process.
+    pub(crate) async fn announce_pulls(&self, queues: &[Arc<str>]) -> Result<(), Error> {
+        let Some(channel) = &self.channel else {
+            return Ok(());
+        };
+        let payloads: Vec<String> = queues.iter().map(|q| format!("{PULL}{q}")).collect();
+        match &self.db {
+            #[cfg(feature = "postgres")]
+            Db::Postgres(pool) => {
+                sqlx::query("SELECT pg_notify($1, p) FROM UNNEST(CAST($2 AS TEXT[])) AS p")
+                    .bind(channel)
+                    .bind(&payloads)
+                    .execute(pool)
+                    .await?;
+            }
+            #[cfg(feature = "sqlite")]
+            Db::Sqlite(..) => {}
+        }
+        Ok(())
+    }
+}
+
+/// The `NOTIFY` payload's prefix that says a pull queue's tasks fell due.
+pub(crate) const PULL: &str = "pull:";
