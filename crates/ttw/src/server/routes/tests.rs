@@ -122,7 +122,7 @@ fn described(doc: &Value, method: &str, path: &str, status: StatusCode) -> Optio
 async fn the_router_serves_every_route_the_document_names() {
     let (router, dir) = router("routes").await;
     let routes = documented();
-    assert_eq!(routes.len(), 31, "{routes:?}");
+    assert_eq!(routes.len(), 35, "{routes:?}");
     for (method, path) in &routes {
         let uri = path
             .replace("{id}", "1")
@@ -193,12 +193,12 @@ fn cases_at_bounds(doc: &Value, schema: &str) -> Vec<(String, Value, bool)> {
 /// most 255 characters; the server took 1,024. The document is generated
 /// now, and this holds it to the server: a request at every bound the
 /// document states for a task (`NewTask`), a batch (`NewBatch`), a page
-/// (`limit`) and a queue's limits (`NewLimits`, `NewRate`) is taken, one
-/// just past it refused with 400; and each refusal's code is named in the
-/// document under its route and status.
+/// (`limit`), a queue's limits (`NewLimits`, `NewRate`) and a pull queue's
+/// claim (`ClaimRequest`) is taken, one just past it refused with 400; and
+/// each refusal's code is named in the document under its route and status.
 #[tokio::test]
 async fn every_bound_and_code_the_document_states_is_the_servers() {
-    let (router, dir) = router("bounds").await;
+    let (router, dir) = router_with("bounds", "[[queues]]\nname = \"p\"\npull = true\n", "").await;
     let doc = doc();
     let mut checked = 0;
     let mut check = async |method: &str,
@@ -311,10 +311,24 @@ async fn every_bound_and_code_the_document_states_is_the_servers() {
         )
         .await;
     }
+    for (name, value, taken) in cases_at_bounds(&doc, "ClaimRequest") {
+        let mut claim = json!({"worker": "w"});
+        claim[name.as_str()] = value.clone();
+        let what = format!("claim {name} = {value}");
+        check(
+            "POST",
+            "/v1/queues/{name}/claim",
+            "/v1/queues/p/claim",
+            Some(claim),
+            taken,
+            &what,
+        )
+        .await;
+    }
     // Each task bound twice (single and batch), the batch's size, the
-    // page's limit, the limits' and the rate's.
+    // page's limit, the limits', the rate's and the claim's.
     assert!(
-        checked >= 28 + 2 + 4 + 8 + 8,
+        checked >= 28 + 2 + 4 + 8 + 8 + 8,
         "only {checked} requests at bounds"
     );
     std::fs::remove_dir_all(&dir).ok();
@@ -329,7 +343,7 @@ type Refused<'a> = (&'a str, &'a str, &'a str, Option<&'a str>, bool, Code);
 /// code, each checked against the document.
 #[tokio::test]
 async fn every_refusal_is_documented_under_its_route() {
-    let (router, dir) = router("codes").await;
+    let (router, dir) = router_with("codes", "[[queues]]\nname = \"p\"\npull = true\n", "").await;
     let doc = doc();
     let (_, made) = call(
         &router,
@@ -629,6 +643,86 @@ async fn every_refusal_is_documented_under_its_route() {
             Some(r#"{"max_attempts": 0}"#),
             true,
             Code::InvalidLimit,
+        ),
+        (
+            "POST",
+            "/v1/queues/{name}/claim",
+            "/v1/queues/q/claim",
+            Some(r#"{"worker": "w"}"#),
+            true,
+            Code::NotAPullQueue,
+        ),
+        (
+            "POST",
+            "/v1/queues/{name}/claim",
+            "/v1/queues/p/claim",
+            Some(r#"{"worker": "w", "lease": "0s"}"#),
+            true,
+            Code::InvalidLease,
+        ),
+        (
+            "POST",
+            "/v1/queues/{name}/claim",
+            "/v1/queues/p/claim",
+            Some(r#"{"worker": "w", "wait": "61s"}"#),
+            true,
+            Code::InvalidWait,
+        ),
+        (
+            "POST",
+            "/v1/queues/{name}/claim",
+            "/v1/queues/p/claim",
+            Some(r#"{"worker": ""}"#),
+            true,
+            Code::InvalidRequest,
+        ),
+        (
+            "POST",
+            "/v1/queues/{name}/claim",
+            "/v1/queues/none/claim",
+            Some(r#"{"worker": "w"}"#),
+            true,
+            Code::NotFound,
+        ),
+        (
+            "POST",
+            "/v1/tasks/{id}/ack",
+            "/v1/tasks/1/ack",
+            Some(r#"{"claim": "1"}"#),
+            true,
+            Code::StaleClaim,
+        ),
+        (
+            "POST",
+            "/v1/tasks/{id}/nack",
+            "/v1/tasks/1/nack",
+            Some(r#"{"claim": "not-a-claim", "error": "e"}"#),
+            true,
+            Code::StaleClaim,
+        ),
+        (
+            "POST",
+            "/v1/tasks/{id}/nack",
+            "/v1/tasks/1/nack",
+            Some(r#"{"claim": "1", "error": "e", "retry_in": "soon"}"#),
+            true,
+            Code::InvalidDelay,
+        ),
+        (
+            "POST",
+            "/v1/tasks/{id}/extend",
+            "/v1/tasks/1/extend",
+            Some(r#"{"claim": "1", "lease": "13h"}"#),
+            true,
+            Code::InvalidLease,
+        ),
+        (
+            "POST",
+            "/v1/tasks/{id}/extend",
+            "/v1/tasks/x/extend",
+            Some(r#"{"claim": "1", "lease": "1m"}"#),
+            true,
+            Code::InvalidId,
         ),
     ];
     for &(method, path, uri, body, token, code) in cases {
