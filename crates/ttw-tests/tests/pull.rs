@@ -1,0 +1,346 @@
+//! Pull queues from outside, on SQLite and PostgreSQL: a real `ttw server`
+//! whose queue `jobs` has `pull = true`, and workers that are plain HTTP
+//! requests. A long poll is answered the moment its task falls due, never
+//! before; a claim is fenced (a stale ack, nack or extend is 409 and
+//! changes nothing); a lease that runs out makes the task due again as the
+//! next attempt, recorded as `expired`; a client that hangs up mid-poll
+//! takes nothing with it; SIGTERM answers the waiting polls empty; an
+//! instance SIGKILLed while it holds polls loses no task.
+
+#[path = "support/backends.rs"]
+#[macro_use]
+mod backends;
+#[path = "support/ttw_server.rs"]
+mod ttw_server;
+
+use std::time::{Duration, Instant};
+
+use backends::{Backend, Db};
+use serde_json::{json, Value};
+
+const TOKEN: &str = "worker-token-0123456789";
+const SCHEDULE_ONLY: &str = "other-token-0123456789";
+
+/// A client of one `ttw server`.
+#[derive(Clone)]
+struct Api {
+    http: reqwest::Client,
+    addr: String,
+}
+
+impl Api {
+    /// `POST path` of `body` with `token`: the status and the answer.
+    async fn post_as(&self, token: &str, path: &str, body: Value) -> (u16, Value) {
+        let answer = self
+            .http
+            .post(format!("http://{}{path}", self.addr))
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        let status = answer.status().as_u16();
+        let text = answer.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.post_as(TOKEN, path, body).await
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        let answer = self
+            .http
+            .get(format!("http://{}{path}", self.addr))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status().as_u16(), 200, "GET {path}");
+        serde_json::from_str(&answer.text().await.unwrap()).unwrap()
+    }
+
+    /// A claim of queue `jobs` by `worker`: the tasks handed out.
+    async fn claim(&self, worker: &str, wait: &str, lease: &str) -> Vec<Value> {
+        let body = json!({"worker": worker, "wait": wait, "lease": lease, "max": 10});
+        let (status, answer) = self.post("/v1/queues/jobs/claim", body).await;
+        assert_eq!(status, 200, "claim: {answer}");
+        answer["tasks"].as_array().unwrap().clone()
+    }
+
+    /// Schedules `payload` in `jobs` after `delay`: its id.
+    async fn schedule(&self, delay: &str, payload: Value) -> i64 {
+        let body = json!({"queue": "jobs", "delay": delay, "payload": payload, "kind": "resize"});
+        let (status, made) = self.post("/v1/tasks", body).await;
+        assert_eq!(status, 201, "{made}");
+        made["id"].as_i64().unwrap()
+    }
+
+    /// A settle (`ack`, `nack`, `extend`) of task `id`.
+    async fn settle(&self, id: i64, what: &str, body: Value) -> (u16, Value) {
+        self.post(&format!("/v1/tasks/{id}/{what}"), body).await
+    }
+
+    /// The outcomes of task `id`'s attempts, oldest first.
+    async fn outcomes(&self, id: i64) -> Vec<String> {
+        let page = self.get(&format!("/v1/tasks/{id}/attempts")).await;
+        page["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["outcome"].as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+/// The configuration of a server with the pull queue `jobs` (3 attempts),
+/// the push queue `hooks` (no target), a `consume` token and one without
+/// it, and a heartbeat of 500 ms (the rescuer's turn, which takes back a
+/// lease run out).
+fn config(db: &Db, name: &str) -> std::path::PathBuf {
+    let backend = if db.postgres_parts().is_some() {
+        "pg"
+    } else {
+        "lite"
+    };
+    let dir =
+        std::env::temp_dir().join(format!("ttw_pull_{name}_{}_{backend}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    ttw_server::write_config(
+        &dir,
+        &db.toml(),
+        r#"[scheduler]
+heartbeat = "500ms"
+
+[[queues]]
+name = "jobs"
+pull = true
+
+[[queues]]
+name = "hooks"
+
+[[tokens]]
+name = "worker"
+secret_env = "TTW_TOKEN_WORKER"
+scopes = ["consume", "schedule", "read"]
+
+[[tokens]]
+name = "other"
+secret_env = "TTW_TOKEN_OTHER"
+scopes = ["schedule", "read"]
+"#,
+    )
+}
+
+const ENV: &[(&str, &str)] = &[
+    ("TTW_TOKEN_WORKER", TOKEN),
+    ("TTW_TOKEN_OTHER", SCHEDULE_ONLY),
+];
+
+on_both! {
+    /// A worker's life with a pull queue: a long poll answered when its
+    /// task falls due (never early, within 500 ms); the task as the
+    /// worker sees it; an ack under a wrong or settled claim is 409
+    /// `stale_claim` and the right one is done; a nack retries after
+    /// `retry_in` with the same message id and a new claim, a nack `dead`
+    /// gives up; a lease that runs out redelivers as the next attempt,
+    /// `expired` in the history, and the old claim is stale; an extend
+    /// keeps the task past its first lease; a token without `consume`
+    /// cannot claim, and a push queue is not a pull queue.
+    async fn a_worker_pulls_on_time_and_settles_under_its_claim(db: Db) {
+        let config = config(&db, "life");
+        let (_server, addr) = ttw_server::start(&config, ENV).await;
+        let api = Api { http: reqwest::Client::new(), addr };
+
+        // A long poll, then the task that answers it.
+        let poller = tokio::spawn({
+            let api = api.clone();
+            async move {
+                let tasks = api.claim("w1", "20s", "30s").await;
+                (tasks, Instant::now())
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let scheduled = Instant::now();
+        let id = api.schedule("1s", json!({"image": 7})).await;
+        let (tasks, answered) = poller.await.unwrap();
+        let after = answered - scheduled;
+        assert!(after >= Duration::from_millis(1000), "early: {after:?}");
+        assert!(after < Duration::from_millis(1500), "late: {after:?}");
+        assert_eq!(tasks.len(), 1, "{tasks:?}");
+        let task = &tasks[0];
+        assert_eq!((task["id"].as_i64(), task["attempt"].as_u64()), (Some(id), Some(1)), "{task}");
+        assert_eq!((&task["payload"], &task["kind"], &task["queue"]), (&json!({"image": 7}), &json!("resize"), &json!("jobs")));
+        let claim = task["claim"].as_str().unwrap().to_string();
+        let message_id = task["message_id"].as_str().unwrap().to_string();
+        assert!(task["lease_until"].is_string() && task["run_at"].is_string(), "{task}");
+        let shown = api.get(&format!("/v1/tasks/{id}")).await;
+        assert_eq!(shown["state"], "running", "{shown}");
+
+        // Fenced settles.
+        let (status, refused) = api.settle(id, "ack", json!({"claim": "999"})).await;
+        assert_eq!((status, &refused["error"]["code"]), (409, &json!("stale_claim")), "{refused}");
+        let (status, done) = api.settle(id, "ack", json!({"claim": claim, "answer": "resized"})).await;
+        assert_eq!((status, &done["outcome"]), (200, &json!("done")), "{done}");
+        let (status, again) = api.settle(id, "ack", json!({"claim": claim})).await;
+        assert_eq!((status, &again["error"]["code"]), (409, &json!("stale_claim")), "{again}");
+        let (status, late) = api.settle(id, "nack", json!({"claim": claim, "error": "x"})).await;
+        assert_eq!((status, &late["error"]["code"]), (409, &json!("stale_claim")), "{late}");
+        let shown = api.get(&format!("/v1/tasks/{id}")).await;
+        assert_eq!(shown["state"], "done", "{shown}");
+        assert_eq!(api.outcomes(id).await, ["done"]);
+
+        // A nack with retry_in, then a nack that gives up.
+        let id = api.schedule("0s", json!("n")).await;
+        let first = api.claim("w1", "10s", "30s").await;
+        assert_eq!(first[0]["id"].as_i64(), Some(id), "{first:?}");
+        let (status, retry) = api
+            .settle(id, "nack", json!({"claim": first[0]["claim"], "error": "boom", "retry_in": "1s"}))
+            .await;
+        assert_eq!((status, &retry["outcome"]), (200, &json!("retry")), "{retry}");
+        let nacked = Instant::now();
+        let second = api.claim("w2", "10s", "30s").await;
+        assert!(nacked.elapsed() >= Duration::from_millis(900), "retried early: {:?}", nacked.elapsed());
+        assert_eq!((second[0]["id"].as_i64(), second[0]["attempt"].as_u64()), (Some(id), Some(2)), "{second:?}");
+        assert_eq!(second[0]["message_id"], first[0]["message_id"]);
+        assert_ne!(second[0]["claim"], first[0]["claim"]);
+        let (status, dead) = api
+            .settle(id, "nack", json!({"claim": second[0]["claim"], "error": "bad image", "dead": true}))
+            .await;
+        assert_eq!((status, &dead["outcome"]), (200, &json!("dead")), "{dead}");
+        let shown = api.get(&format!("/v1/tasks/{id}")).await;
+        assert_eq!((&shown["state"], &shown["last_error"]), (&json!("dead"), &json!("bad image")), "{shown}");
+        assert_eq!(api.outcomes(id).await, ["failed", "dead"]);
+
+        // A lease that runs out: the next attempt, after the lease.
+        let id = api.schedule("0s", json!("lease")).await;
+        let held = api.claim("w1", "10s", "1s").await;
+        let claimed = Instant::now();
+        assert_eq!(held[0]["id"].as_i64(), Some(id));
+        let again = api.claim("w2", "15s", "30s").await;
+        assert!(claimed.elapsed() >= Duration::from_millis(1000), "taken back early: {:?}", claimed.elapsed());
+        assert_eq!((again[0]["id"].as_i64(), again[0]["attempt"].as_u64()), (Some(id), Some(2)), "{again:?}");
+        let (status, stale) = api.settle(id, "ack", json!({"claim": held[0]["claim"]})).await;
+        assert_eq!((status, &stale["error"]["code"]), (409, &json!("stale_claim")), "{stale}");
+        let (status, stale) = api.settle(id, "extend", json!({"claim": held[0]["claim"], "lease": "1m"})).await;
+        assert_eq!((status, &stale["error"]["code"]), (409, &json!("stale_claim")), "{stale}");
+        assert_eq!(api.outcomes(id).await, ["expired", "running"]);
+        let (status, _) = api.settle(id, "ack", json!({"claim": again[0]["claim"]})).await;
+        assert_eq!(status, 200);
+
+        // An extend holds the task past its first lease.
+        let id = api.schedule("0s", json!("long")).await;
+        let held = api.claim("w1", "10s", "1s").await;
+        let (status, extended) = api.settle(id, "extend", json!({"claim": held[0]["claim"], "lease": "30s"})).await;
+        assert_eq!((status, &extended["outcome"]), (200, &json!("extended")), "{extended}");
+        assert!(extended["lease_until"].as_str().unwrap() > held[0]["lease_until"].as_str().unwrap(), "{extended}");
+        let nothing = api.claim("w2", "2s", "30s").await;
+        assert!(nothing.is_empty(), "an extended task was handed out again: {nothing:?}");
+        let (status, _) = api.settle(id, "ack", json!({"claim": held[0]["claim"]})).await;
+        assert_eq!(status, 200, "the extended claim still holds");
+        assert_eq!(api.outcomes(id).await, ["done"]);
+        assert!(!message_id.is_empty());
+
+        // Who may claim what.
+        let body = json!({"worker": "w"});
+        let (status, refused) = api.post_as(SCHEDULE_ONLY, "/v1/queues/jobs/claim", body.clone()).await;
+        assert_eq!((status, &refused["error"]["code"]), (403, &json!("forbidden")), "{refused}");
+        let (status, refused) = api.post("/v1/queues/hooks/claim", body).await;
+        assert_eq!((status, &refused["error"]["code"]), (400, &json!("not_a_pull_queue")), "{refused}");
+        let _ = std::fs::remove_dir_all(config.parent().unwrap());
+    }
+}
+
+on_both! {
+    /// A client that hangs up mid-poll takes no task with it: the task
+    /// that falls due afterwards goes to the next claim at once. SIGTERM
+    /// answers a waiting poll empty at once rather than at its `wait`.
+    async fn a_hang_up_takes_nothing_and_sigterm_answers_the_polls(db: Db) {
+        let config = config(&db, "hangup");
+        let (mut server, addr) = ttw_server::start(&config, ENV).await;
+        let api = Api { http: reqwest::Client::new(), addr: addr.clone() };
+        let hasty = reqwest::Client::builder().timeout(Duration::from_millis(300)).build().unwrap();
+        let gone = hasty
+            .post(format!("http://{addr}/v1/queues/jobs/claim"))
+            .bearer_auth(TOKEN)
+            .header("content-type", "application/json")
+            .body(json!({"worker": "gone", "wait": "30s"}).to_string())
+            .send()
+            .await;
+        assert!(gone.is_err(), "the hasty client hung up: {gone:?}");
+        let id = api.schedule("500ms", json!(1)).await;
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let started = Instant::now();
+        let tasks = api.claim("next", "10s", "30s").await;
+        assert_eq!(tasks.len(), 1, "{tasks:?}");
+        assert_eq!(tasks[0]["id"].as_i64(), Some(id));
+        assert!(started.elapsed() < Duration::from_secs(2), "it waited: {:?}", started.elapsed());
+
+        let waiting = tokio::spawn({
+            let api = api.clone();
+            async move {
+                let tasks = api.claim("w", "60s", "30s").await;
+                (tasks, Instant::now())
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let pid = server.id().unwrap().to_string();
+        let termed = Instant::now();
+        let kill = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(kill.success());
+        let (tasks, answered) = tokio::time::timeout(Duration::from_secs(30), waiting)
+            .await
+            .expect("the poll was answered")
+            .unwrap();
+        assert!(tasks.is_empty(), "{tasks:?}");
+        assert!(answered - termed < Duration::from_secs(10), "answered after {:?}", answered - termed);
+        let status = tokio::time::timeout(Duration::from_secs(60), server.wait()).await.unwrap().unwrap();
+        assert!(status.success(), "{status:?}");
+        let _ = std::fs::remove_dir_all(config.parent().unwrap());
+    }
+}
+
+on_both! {
+    /// Two instances on one database; the one holding the shards is
+    /// SIGKILLed while a worker's poll waits on it. The worker's poll
+    /// fails, it claims on the other instance, and the task that fell due
+    /// meanwhile is handed out once, to it.
+    async fn an_instance_killed_while_it_holds_polls_loses_nothing(db: Db) {
+        let config = config(&db, "killed");
+        let (mut first, first_addr) = ttw_server::start(&config, ENV).await;
+        let (_second, second_addr) = ttw_server::start(&config, ENV).await;
+        let on_first = Api { http: reqwest::Client::new(), addr: first_addr };
+        let on_second = Api { http: reqwest::Client::new(), addr: second_addr };
+        let waiting = tokio::spawn({
+            let api = on_first.clone();
+            async move {
+                let body = json!({"worker": "w", "wait": "30s"});
+                api.http
+                    .post(format!("http://{}/v1/queues/jobs/claim", api.addr))
+                    .bearer_auth(TOKEN)
+                    .header("content-type", "application/json")
+                    .body(body.to_string())
+                    .send()
+                    .await
+            }
+        });
+        let id = on_second.schedule("1s", json!("survivor")).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        first.start_kill().unwrap();
+        first.wait().await.unwrap();
+        let failed = waiting.await.unwrap();
+        assert!(failed.is_err() || failed.unwrap().status().as_u16() != 200 , "the killed instance answered");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut got = Vec::new();
+        while got.is_empty() && Instant::now() < deadline {
+            got = on_second.claim("w", "5s", "30s").await;
+        }
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!((got[0]["id"].as_i64(), got[0]["attempt"].as_u64()), (Some(id), Some(1)), "{got:?}");
+        let (status, _) = on_second.settle(id, "ack", json!({"claim": got[0]["claim"]})).await;
+        assert_eq!(status, 200);
+        assert_eq!(on_second.outcomes(id).await, ["done"]);
+        let _ = std::fs::remove_dir_all(config.parent().unwrap());
+    }
+}
