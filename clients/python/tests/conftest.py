@@ -1,7 +1,7 @@
 """A real `ttw server` for the client's tests: the binary the workspace
 built (or `TTW_BIN`), on a fresh SQLite file, with a webhook queue whose
-deliveries a receiver in this process checks, and a queue with no target
-(its tasks stay scheduled)."""
+deliveries a receiver in this process checks, a queue with no target
+(its tasks stay scheduled), and a pull queue (`work`) for the workers."""
 
 import json
 import os
@@ -100,10 +100,14 @@ webhook = {{ url = "{receiver.url}", secret_env = "TTW_HOOK_SECRET" }}
 [[queues]]
 name = "later"
 
+[[queues]]
+name = "work"
+pull = true
+
 [[tokens]]
 name = "app"
 secret_env = "TTW_TOKEN_APP"
-scopes = ["schedule", "read", "admin"]
+scopes = ["schedule", "read", "admin", "consume"]
 destinations = ["{receiver.base}/dest/"]
 '''
         )

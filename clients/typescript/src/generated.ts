@@ -26,11 +26,23 @@ export const CODES = [
   "invalid_destination",
   "destination_not_allowed",
   "invalid_trace_context",
+  "stale_claim",
+  "not_a_pull_queue",
+  "invalid_lease",
+  "invalid_wait",
   "unavailable",
 ] as const;
 
 /** A stable error code. */
 export type Code = (typeof CODES)[number];
+
+/** An ack: the attempt succeeded. */
+export interface AckRequest {
+  /** The claim the task was handed out with. */
+  claim: string;
+  /** Kept as the attempt's answer (its first 1,024 bytes). */
+  answer?: string | null;
+}
 
 /** A task's attempts, oldest first (the latest 1,000 at most). */
 export interface AttemptsView {
@@ -124,6 +136,50 @@ export interface CancelRequest {
 /** Occurrences missed while no node ran. */
 export type CatchUpName = "skip" | "last" | "all";
 
+/** The tasks a claim handed out (none when nothing fell due in `wait`). */
+export interface ClaimedList {
+  tasks: ClaimedTask[];
+}
+
+/** A task a worker holds. */
+export interface ClaimedTask {
+  id: number;
+  /** Which attempt this is, from 1. */
+  attempt: number;
+  /** What the ack, nack or extend of this attempt names. */
+  claim: string;
+  /** When the lease runs out unless extended. */
+  lease_until: string;
+  /** The same on every delivery of the task (as a webhook's */
+  message_id: string;
+  queue: string;
+  kind?: string | null;
+  /** When it was due. */
+  run_at: string;
+  priority: number;
+  payload_base64: string;
+  /** The payload, when it is JSON, as it was written. */
+  payload?: unknown;
+  partition_key?: string | null;
+  idempotency_key?: string | null;
+  traceparent?: string | null;
+  tracestate?: string | null;
+}
+
+/** A claim: up to `max` due tasks of the queue, each leased to `worker`. */
+export interface ClaimRequest {
+  /** Who claims: named in the attempt history and the console. */
+  worker: string;
+  /** At most this many tasks (default 1). */
+  max?: number | null;
+  /** How long to wait for a task to fall due when none is (default */
+  wait?: string | null;
+  /** How long each task is held (default `30s`), `1s` to `12h`: unless */
+  lease?: string | null;
+  /** Only tasks of these kinds (typed jobs this worker knows). */
+  kinds?: string[] | null;
+}
+
 /** Tasks of one queue, per state. */
 export interface CountsView {
   scheduled: number;
@@ -150,9 +206,27 @@ export interface ErrorDetail {
   message: string;
 }
 
+/** An extend: the work goes on; hold the task longer. */
+export interface ExtendRequest {
+  claim: string;
+  /** The lease from now, `1s` to `12h`. */
+  lease: string;
+}
+
 /** The process (`ok`) or the database (`ready`) answers. */
 export interface Health {
   status: string;
+}
+
+/** A nack: the attempt failed. */
+export interface NackRequest {
+  claim: string;
+  /** Why, kept as the attempt's error. */
+  error: string;
+  /** Retry after this long (`30s`, `5m`), not the queue's backoff. */
+  retry_in?: string | null;
+  /** Give up: the task is dead now, whatever attempts are left. */
+  dead?: boolean | null;
 }
 
 /** `base` after the first failure, doubling up to `max` (durations). */
@@ -285,7 +359,7 @@ export interface NodeView {
 export type Outcome = "created" | "existing" | "replaced";
 
 /** How an attempt ended. */
-export type OutcomeName = "running" | "done" | "failed" | "dead" | "interrupted";
+export type OutcomeName = "running" | "done" | "failed" | "dead" | "interrupted" | "expired";
 
 /** A page of tasks, in id order. */
 export interface PageView {
@@ -429,6 +503,19 @@ export interface ScheduledView {
   id: number;
   outcome: Outcome;
 }
+
+/** A settled claim. */
+export interface SettledView {
+  id: number;
+  outcome: SettleOutcome;
+  /** A retry's due time. */
+  run_at?: string | null;
+  /** An extended lease's end. */
+  lease_until?: string | null;
+}
+
+/** What a settle did. */
+export type SettleOutcome = "done" | "retry" | "dead" | "extended";
 
 /** Where a task is in its life. */
 export type StateName = "scheduled" | "running" | "done" | "dead" | "cancelled";

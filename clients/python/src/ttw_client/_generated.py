@@ -28,6 +28,10 @@ CODES = (
     "invalid_destination",
     "destination_not_allowed",
     "invalid_trace_context",
+    "stale_claim",
+    "not_a_pull_queue",
+    "invalid_lease",
+    "invalid_wait",
     "unavailable",
 )
 
@@ -38,14 +42,24 @@ CATCHUPNAME = ("skip", "last", "all")
 OUTCOME = ("created", "existing", "replaced")
 
 # How an attempt ended.
-OUTCOMENAME = ("running", "done", "failed", "dead", "interrupted")
+OUTCOMENAME = ("running", "done", "failed", "dead", "interrupted", "expired")
 
 # What `PUT /v1/recurring/{name}` did.
 RECURRINGOUTCOME = ("created", "updated", "unchanged")
 
+# What a settle did.
+SETTLEOUTCOME = ("done", "retry", "dead", "extended")
+
 # Where a task is in its life.
 STATENAME = ("scheduled", "running", "done", "dead", "cancelled")
 
+
+
+class AckRequest(TypedDict, total=False):
+    """An ack: the attempt succeeded. Always present: claim."""
+
+    claim: str
+    answer: Optional[str]
 
 
 class AttemptView(TypedDict, total=False):
@@ -126,6 +140,42 @@ class CancelledView(TypedDict, total=False):
     cancelled: bool
 
 
+class ClaimRequest(TypedDict, total=False):
+    """A claim: up to `max` due tasks of the queue, each leased to `worker`. Always present: worker."""
+
+    worker: str
+    max: Optional[int]
+    wait: Optional[str]
+    lease: Optional[str]
+    kinds: Optional[List[str]]
+
+
+class ClaimedList(TypedDict, total=False):
+    """The tasks a claim handed out (none when nothing fell due in `wait`). Always present: tasks."""
+
+    tasks: List["ClaimedTask"]
+
+
+class ClaimedTask(TypedDict, total=False):
+    """A task a worker holds. Always present: attempt, claim, id, lease_until, message_id, payload_base64, priority, queue, run_at."""
+
+    id: int
+    attempt: int
+    claim: str
+    lease_until: str
+    message_id: str
+    queue: str
+    kind: Optional[str]
+    run_at: str
+    priority: int
+    payload_base64: str
+    payload: Any
+    partition_key: Optional[str]
+    idempotency_key: Optional[str]
+    traceparent: Optional[str]
+    tracestate: Optional[str]
+
+
 class CountsView(TypedDict, total=False):
     """Tasks of one queue, per state. Always present: cancelled, dead, done, done_per_s, running, scheduled."""
 
@@ -152,10 +202,26 @@ class ErrorDetail(TypedDict, total=False):
     message: str
 
 
+class ExtendRequest(TypedDict, total=False):
+    """An extend: the work goes on; hold the task longer. Always present: claim, lease."""
+
+    claim: str
+    lease: str
+
+
 class Health(TypedDict, total=False):
     """The process (`ok`) or the database (`ready`) answers. Always present: status."""
 
     status: str
+
+
+class NackRequest(TypedDict, total=False):
+    """A nack: the attempt failed. Always present: claim, error."""
+
+    claim: str
+    error: str
+    retry_in: Optional[str]
+    dead: Optional[bool]
 
 
 class NewBackoff(TypedDict, total=False):
@@ -398,6 +464,15 @@ class ScheduledView(TypedDict, total=False):
 
     id: int
     outcome: "Outcome"
+
+
+class SettledView(TypedDict, total=False):
+    """A settled claim. Always present: id, outcome."""
+
+    id: int
+    outcome: "SettleOutcome"
+    run_at: Optional[str]
+    lease_until: Optional[str]
 
 
 class StatsView(TypedDict, total=False):

@@ -16,6 +16,7 @@ from ._generated import (
     BatchView,
     CancelledManyView,
     CancelledView,
+    ClaimedTask,
     NodesView,
     PageView,
     QueueCountsView,
@@ -27,6 +28,7 @@ from ._generated import (
     RedrivenView,
     RescheduledView,
     ScheduledView,
+    SettledView,
     StatsView,
     TaskView,
 )
@@ -47,6 +49,17 @@ def _delay(delay: Union[str, float, int]) -> str:
     if isinstance(delay, str):
         return delay
     return "%dms" % round(float(delay) * 1000)
+
+
+def _seconds(delay: Union[str, float, int]) -> float:
+    """A delay in seconds: a number, or text as the API takes it (``20s``,
+    ``500ms``, ``1m``)."""
+    if not isinstance(delay, str):
+        return float(delay)
+    for unit, scale in (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
+        if delay.endswith(unit) and delay[: -len(unit)].replace(".", "", 1).isdigit():
+            return float(delay[: -len(unit)]) * scale
+    return 60.0
 
 
 _FILTERS = ("state", "queue", "partition_key", "kind", "idempotency_key", "due_from", "due_before", "created_from", "created_before")
@@ -151,7 +164,15 @@ class Client:
 
     # The transport.
 
-    def _request(self, method: str, path: str, body: Any = None, query: Optional[Dict[str, Any]] = None, retry: bool = True) -> Any:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: Optional[Dict[str, Any]] = None,
+        retry: bool = True,
+        timeout: Optional[float] = None,
+    ) -> Any:
         url = self.base_url + path
         if query:
             url += "?" + urllib.parse.urlencode(_clean(query))
@@ -165,7 +186,7 @@ class Client:
             last = attempt == attempts - 1
             request = urllib.request.Request(url, data=data, method=method, headers=headers)
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+                with urllib.request.urlopen(request, timeout=timeout or self.timeout) as answer:
                     text = answer.read()
                     return json.loads(text) if text else None
             except urllib.error.HTTPError as refused:
@@ -294,6 +315,69 @@ class Client:
     def counts(self) -> QueueCountsView:
         """Tasks per queue and state: ``{"queues": {"emails": {"scheduled": 3, ...}}}``."""
         return cast(QueueCountsView, self._request("GET", "/v1/counts"))
+
+    # Pull queues (a token with the ``consume`` scope).
+
+    def claim(
+        self,
+        queue: str,
+        worker: str,
+        *,
+        max: int = 1,
+        wait: Union[str, float, int, None] = None,
+        lease: Union[str, float, int, None] = None,
+        kinds: Optional[List[str]] = None,
+    ) -> List[ClaimedTask]:
+        """Claims up to ``max`` (1–100) due tasks of pull queue ``queue``,
+        each leased to ``worker`` for ``lease`` (1 s to 12 h, 30 s by
+        default): at once if some are due, else the moment one falls due
+        within ``wait`` (at most 60 s; none: answer at once), else none.
+        ``kinds`` takes only tasks of those kinds. Each task carries its
+        ``claim``, which its :meth:`ack`, :meth:`nack` or :meth:`extend`
+        names. A claim whose answer is lost holds its tasks until their
+        lease ends; retried as the other calls are."""
+        body = _clean(
+            {
+                "worker": worker,
+                "max": max,
+                "wait": _delay(wait) if wait is not None else None,
+                "lease": _delay(lease) if lease is not None else None,
+                "kinds": kinds,
+            }
+        )
+        waits = _seconds(wait) if wait is not None else 0.0
+        path = "/v1/queues/%s/claim" % urllib.parse.quote(queue, safe="")
+        answer = self._request("POST", path, body, timeout=self.timeout + waits)
+        return cast(List[ClaimedTask], answer["tasks"])
+
+    def ack(self, task_id: int, claim: str, answer: Optional[str] = None) -> SettledView:
+        """The attempt of ``claim`` succeeded: the task is done (``answer``
+        kept as its attempt's answer). :class:`~ttw_client.errors.StaleClaim`
+        if the claim no longer holds the task (its lease ran out, or it was
+        settled); nothing changes then."""
+        body = _clean({"claim": claim, "answer": answer})
+        return cast(SettledView, self._request("POST", "/v1/tasks/%d/ack" % task_id, body))
+
+    def nack(
+        self,
+        task_id: int,
+        claim: str,
+        error: str,
+        *,
+        retry_in: Union[str, float, int, None] = None,
+        dead: bool = False,
+    ) -> SettledView:
+        """The attempt of ``claim`` failed with ``error``: due again after
+        the queue's backoff (or ``retry_in``), dead once out of attempts or
+        when ``dead``. :class:`~ttw_client.errors.StaleClaim` as for :meth:`ack`."""
+        body = _clean({"claim": claim, "error": error, "retry_in": _delay(retry_in) if retry_in is not None else None, "dead": dead or None})
+        return cast(SettledView, self._request("POST", "/v1/tasks/%d/nack" % task_id, body))
+
+    def extend(self, task_id: int, claim: str, lease: Union[str, float, int]) -> SettledView:
+        """Holds the task of ``claim`` for ``lease`` from now (a heartbeat
+        while its work runs): its new ``lease_until``."""
+        body = {"claim": claim, "lease": _delay(lease)}
+        return cast(SettledView, self._request("POST", "/v1/tasks/%d/extend" % task_id, body))
 
     # Recurring schedules.
 
