@@ -27,36 +27,20 @@ import {
   type NodesView,
   type RedrivenOneView,
   type StatsView,
+  type ClaimedTask,
+  type SettledView,
 } from "./generated.js";
 
+import { ApiError, ConnectionFailed, TtwError } from "./errors.js";
+import { type Delay, delayMs, delayText } from "./delays.js";
+
 export * from "./generated.js";
-
-/** Anything this client throws. */
-export class TtwError extends Error {}
-
-/** No answer from the service after every retry (refused, reset, timed out). */
-export class ConnectionFailed extends TtwError {}
-
-/** The service refused: its HTTP status, its stable code and a message. */
-export class ApiError extends TtwError {
-  constructor(
-    readonly status: number,
-    readonly code: Code | string,
-    message: string,
-  ) {
-    super(`${status} ${code}: ${message}`);
-  }
-
-  /** Whether the service answered with `code`. */
-  is(code: Code): boolean {
-    return this.code === code;
-  }
-}
+export { ApiError, ConnectionFailed, TtwError } from "./errors.js";
+export { type Delay, delayMs } from "./delays.js";
+export { GiveUp, Retry, Worker, type Handler, type PullClient, type WorkerOptions } from "./worker.js";
 
 /** A time: a `Date`, or RFC 3339 text with an offset. */
 export type When = Date | string;
-/** A delay: milliseconds, or text as the service reads it (`"15m"`, `"1h 30m"`). */
-export type Delay = number | string;
 
 /** One task to schedule: a JSON `payload` or raw `payloadBytes`, due after `delay` or at `runAt`. */
 export interface TaskInput {
@@ -95,7 +79,13 @@ export interface ClientOptions {
   fetch?: typeof fetch;
 }
 
-const delayText = (d: Delay): string => (typeof d === "number" ? `${Math.round(d)}ms` : d);
+/** What a claim asks for (see {@link Client.claim}). */
+export interface ClaimOptions {
+  max?: number;
+  wait?: Delay;
+  lease?: Delay;
+  kinds?: string[];
+}
 const timeText = (t: When): string => (t instanceof Date ? t.toISOString() : t);
 
 function base64(bytes: Uint8Array): string {
@@ -208,6 +198,7 @@ export class Client {
     body?: unknown,
     query?: Record<string, string | number | undefined>,
     retry = true,
+    timeoutMs = this.timeoutMs,
   ): Promise<T> {
     let url = this.base + path;
     if (query) {
@@ -228,7 +219,7 @@ export class Client {
           method,
           headers,
           body: body === undefined ? undefined : JSON.stringify(body),
-          signal: AbortSignal.timeout(this.timeoutMs),
+          signal: AbortSignal.timeout(timeoutMs),
         });
       } catch (lost) {
         if (last) throw new ConnectionFailed(`${method} ${url}: ${String(lost)}`);
@@ -370,6 +361,43 @@ export class Client {
   /** Tasks per queue and state. */
   counts(): Promise<QueueCountsView> {
     return this.request("GET", "/v1/counts");
+  }
+
+  /**
+   * Claims up to `max` (1–100) due tasks of pull queue `queue`, each leased
+   * to `worker` for `lease` (1 s to 12 h, 30 s by default): at once if some
+   * are due, else the moment one falls due within `wait` (at most 60 s;
+   * none: answer at once), else none. `kinds` takes only tasks of those
+   * kinds. A claim whose answer is lost holds its tasks until their lease
+   * ends. Needs a token with the `consume` scope.
+   */
+  async claim(queue: string, worker: string, options: ClaimOptions = {}): Promise<ClaimedTask[]> {
+    const body: Record<string, unknown> = { worker, max: options.max ?? 1 };
+    if (options.wait !== undefined) body.wait = delayText(options.wait);
+    if (options.lease !== undefined) body.lease = delayText(options.lease);
+    if (options.kinds !== undefined) body.kinds = options.kinds;
+    const waits = options.wait === undefined ? 0 : delayMs(options.wait);
+    const path = `/v1/queues/${encodeURIComponent(queue)}/claim`;
+    const answer = await this.request<{ tasks: ClaimedTask[] }>("POST", path, body, undefined, true, this.timeoutMs + waits);
+    return answer.tasks;
+  }
+
+  /** The attempt of `claim` succeeded: the task is done (`answer` kept as its attempt's answer). An `ApiError` `stale_claim` (409) if the claim no longer holds the task; nothing changes then. */
+  ack(id: number, claim: string, answer?: string): Promise<SettledView> {
+    return this.request("POST", `/v1/tasks/${id}/ack`, answer === undefined ? { claim } : { claim, answer });
+  }
+
+  /** The attempt of `claim` failed with `error`: due again after the queue's backoff (or `retryIn`), dead once out of attempts or when `dead`. */
+  nack(id: number, claim: string, error: string, options: { retryIn?: Delay; dead?: boolean } = {}): Promise<SettledView> {
+    const body: Record<string, unknown> = { claim, error };
+    if (options.retryIn !== undefined) body.retry_in = delayText(options.retryIn);
+    if (options.dead) body.dead = true;
+    return this.request("POST", `/v1/tasks/${id}/nack`, body);
+  }
+
+  /** Holds the task of `claim` for `lease` from now (a heartbeat while its work runs): its new `lease_until`. */
+  extend(id: number, claim: string, lease: Delay): Promise<SettledView> {
+    return this.request("POST", `/v1/tasks/${id}/extend`, { claim, lease: delayText(lease) });
   }
 
   /** Creates or updates a recurring schedule (`cron` with `time_zone`, or `every`). */

@@ -3,28 +3,20 @@
 // server, the signature of a real delivery, and its generated types held
 // equal to the server's document.
 import assert from "node:assert/strict";
-import { execFileSync, spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 
 import { ApiError, CODES, Client, ConnectionFailed, InvalidSignature, verifyWebhook } from "../dist/index.js";
+import { startServer, ttwBinary } from "./server.mjs";
 
 const here = fileURLToPath(new URL(".", import.meta.url));
 const TOKEN = "client-test-token-0123456789";
 const SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-
-function ttwBinary() {
-  if (process.env.TTW_BIN) return process.env.TTW_BIN;
-  const target = process.env.CARGO_TARGET_DIR ?? join(here, "..", "..", "..", "target");
-  const path = join(target, "debug", "ttw");
-  if (!existsSync(path)) throw new Error(`no ttw binary at ${path}: run \`cargo build -p ttw\` or set TTW_BIN`);
-  return path;
-}
 
 /** Waits until every thread of `pid` is stopped: a stop signal reaches
  * each thread of a process in its own time. */
@@ -91,22 +83,18 @@ webhook = { url = "http://127.0.0.1:${receiver.address().port}/hook", secret_env
 [[queues]]
 name = "later"
 
+[[queues]]
+name = "work"
+pull = true
+
 [[tokens]]
 name = "app"
 secret_env = "TTW_TOKEN_APP"
-scopes = ["schedule", "read", "admin"]
+scopes = ["schedule", "read", "admin", "consume"]
 destinations = ["http://127.0.0.1:${receiver.address().port}/dest/"]
 `,
   );
-  const env = { ...process.env, TTW_TOKEN_APP: TOKEN, TTW_HOOK_SECRET: SECRET };
-  delete env.DATABASE_URL;
-  server = spawn(ttwBinary(), ["server", "--config", config], { env, stdio: ["ignore", "pipe", "ignore"] });
-  const lines = createInterface({ input: server.stdout });
-  const first = await new Promise((resolve) => lines.once("line", resolve));
-  const prefix = "ttw server: listening on ";
-  assert.ok(first.startsWith(prefix), `unexpected first line: ${first}`);
-  server.url = first.slice(prefix.length).replace(/\/+$/, "");
-  lines.on("line", () => {});
+  server = await startServer(config, { TTW_TOKEN_APP: TOKEN, TTW_HOOK_SECRET: SECRET });
   client = new Client(server.url, TOKEN);
 });
 

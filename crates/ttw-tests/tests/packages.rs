@@ -2,7 +2,8 @@
 //! commands their READMEs give: the TypeScript client packed by `npm pack`
 //! and installed from its tarball into a fresh project, the Python client
 //! built as a wheel and installed into a fresh virtual environment; then
-//! each README's quick start, run as written against a real `ttw server`.
+//! each README's quick start and worker, run as written against a real
+//! `ttw server`.
 //!
 //! The report this answers: `npm pack` packed two files (`package.json`,
 //! `README.md`) and nothing built `dist/`, so `import "ttw-client"` in a
@@ -59,18 +60,24 @@ fn run(dir: &Path, program: &str, args: &[&str], env: &[(&str, &str)]) -> Output
 
 /// The block of `readme` marked as the quick start, as written.
 fn quick_start(readme: &Path) -> String {
+    marked(readme, "<!-- quick-start")
+}
+
+/// The block of `readme` after `mark`, as written.
+fn marked(readme: &Path, mark: &str) -> String {
     let text = std::fs::read_to_string(readme).unwrap();
     let (_, after) = text
-        .split_once("<!-- quick-start")
-        .expect("the README marks its quick start");
+        .split_once(mark)
+        .unwrap_or_else(|| panic!("the README marks {mark}"));
     let (_, block) = after.split_once("```").unwrap();
     let (_, body) = block.split_once('\n').unwrap();
     let (code, _) = body.split_once("```").unwrap();
     code.to_string()
 }
 
-/// A `ttw server` on a fresh SQLite file with the default queue and a
-/// token that may schedule and read: the process and its URL.
+/// A `ttw server` on a fresh SQLite file with the default queue, the pull
+/// queue `thumbnails` and a token that may schedule, read and consume: the
+/// process and its URL.
 async fn server(dir: &Path) -> (tokio::process::Child, String) {
     let database = format!("database = \"{}\"", dir.join("tasks.db").display());
     let config = ttw_server::write_config(
@@ -79,10 +86,14 @@ async fn server(dir: &Path) -> (tokio::process::Child, String) {
         r#"[[queues]]
 name = "default"
 
+[[queues]]
+name = "thumbnails"
+pull = true
+
 [[tokens]]
 name = "app"
 secret_env = "TTW_TOKEN_APP"
-scopes = ["schedule", "read"]
+scopes = ["schedule", "read", "consume"]
 "#,
     );
     let (child, addr) = ttw_server::start(&config, &[("TTW_TOKEN_APP", TOKEN)]).await;
@@ -97,6 +108,84 @@ fn said_what_the_quick_start_does(out: &Output) {
         "scheduled and read back:\n{text}"
     );
     assert!(text.contains(": cancelled"), "cancelled:\n{text}");
+}
+
+/// The README's worker, run as written (`program file` in `dir`): two
+/// images scheduled in `thumbnails`, one resized, one given up on; then
+/// SIGTERM, and the worker ends by itself.
+async fn the_worker_runs_as_written(dir: &Path, program: &str, file: &str, url: &str) {
+    let http = reqwest::Client::new();
+    let mut ids = Vec::new();
+    for image in [3, -1] {
+        let body = serde_json::json!({"queue": "thumbnails", "payload": {"image": image}});
+        let made: serde_json::Value = http
+            .post(format!("{url}/v1/tasks"))
+            .bearer_auth(TOKEN)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .map(|t| serde_json::from_str(&t).unwrap())
+            .unwrap();
+        ids.push(made["id"].as_i64().unwrap());
+    }
+    let mut worker = tokio::process::Command::new(program)
+        .arg(file)
+        .current_dir(dir)
+        .env("TTW_URL", url)
+        .env("TTW_TOKEN", TOKEN)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let get = |id: i64| {
+        let http = http.clone();
+        async move {
+            let task: serde_json::Value = http
+                .get(format!("{url}/v1/tasks/{id}"))
+                .bearer_auth(TOKEN)
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .map(|t| serde_json::from_str(&t).unwrap())
+                .unwrap();
+            task
+        }
+    };
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    let (done, dead) = loop {
+        let (done, dead) = (get(ids[0]).await, get(ids[1]).await);
+        if (done["state"] == "done" && dead["state"] == "dead")
+            || tokio::time::Instant::now() > deadline
+        {
+            break (done, dead);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(done["state"], "done", "{done}");
+    assert_eq!(
+        (&dead["state"], &dead["last_error"]),
+        (
+            &serde_json::json!("dead"),
+            &serde_json::json!("no such image")
+        ),
+        "{dead}"
+    );
+    let pid = worker.id().unwrap().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = tokio::time::timeout(std::time::Duration::from_secs(30), worker.wait())
+        .await
+        .expect("the worker stops at SIGTERM")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
 }
 
 #[tokio::test]
@@ -184,6 +273,12 @@ async fn the_typescript_client_installs_from_its_tarball_and_runs_its_quick_star
         &[("TTW_URL", &url), ("TTW_TOKEN", TOKEN)],
     );
     said_what_the_quick_start_does(&out);
+    std::fs::write(
+        project.join("worker.mjs"),
+        marked(&source.join("README.md"), "<!-- worker"),
+    )
+    .unwrap();
+    the_worker_runs_as_written(&project, "node", "worker.mjs", &url).await;
     child.kill().await.ok();
     for dir in [&project, &packed, &checkout] {
         std::fs::remove_dir_all(dir).ok();
@@ -261,6 +356,12 @@ async fn the_python_client_installs_as_a_wheel_and_runs_its_quick_start() {
         &[("TTW_URL", &url), ("TTW_TOKEN", TOKEN)],
     );
     said_what_the_quick_start_does(&out);
+    std::fs::write(
+        project.join("worker.py"),
+        marked(&source.join("README.md"), "<!-- worker"),
+    )
+    .unwrap();
+    the_worker_runs_as_written(&project, python, "worker.py", &url).await;
     child.kill().await.ok();
     for dir in [&project, &checkout] {
         std::fs::remove_dir_all(dir).ok();
