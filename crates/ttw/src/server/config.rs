@@ -32,6 +32,10 @@
 //! [[queues]]
 //! name = "reports"                  # no target: served by library users
 //!
+//! [[queues]]
+//! name = "thumbnails"
+//! pull = true                       # workers claim its due tasks (POST /v1/queues/thumbnails/claim)
+//!
 //! [console]                         # the operator's console at /console/ on this listener
 //!                                   # (and /metrics for Prometheus, with a `read` token)
 //! # enabled = true                  # (on by default; every action needs a token)
@@ -40,7 +44,7 @@
 //! [[tokens]]
 //! name = "checkout"
 //! secret_env = "TTW_TOKEN_CHECKOUT"
-//! scopes = ["schedule", "read"]
+//! scopes = ["schedule", "read"]    # or admin; consume to claim a pull queue's tasks
 //! queues = ["orders"]               # optional: only these queues
 //! # destinations = ["https://billing.internal/hooks/"]  # URL prefixes its tasks'
 //!                                   # own `target` may be under (none by default)
