@@ -452,13 +452,13 @@ impl Claims {
     /// their waiting claims look again. Nothing on SQLite, whose one
     /// process heard it in-process.
     pub(crate) async fn announce_pulls(&self, queues: &[Arc<str>]) -> Result<(), Error> {
-        let Some(channel) = &self.channel else {
-            return Ok(());
-        };
-        let payloads: Vec<String> = queues.iter().map(|q| format!("{PULL}{q}")).collect();
         match &self.db {
             #[cfg(feature = "postgres")]
             Db::Postgres(pool) => {
+                let Some(channel) = &self.channel else {
+                    return Ok(());
+                };
+                let payloads: Vec<String> = queues.iter().map(|q| format!("{PULL}{q}")).collect();
                 sqlx::query("SELECT pg_notify($1, p) FROM UNNEST(CAST($2 AS TEXT[])) AS p")
                     .bind(channel)
                     .bind(&payloads)
@@ -466,11 +466,14 @@ impl Claims {
                     .await?;
             }
             #[cfg(feature = "sqlite")]
-            Db::Sqlite(..) => {}
+            Db::Sqlite(..) => {
+                let _ = queues;
+            }
         }
         Ok(())
     }
 }
 
 /// The `NOTIFY` payload's prefix that says a pull queue's tasks fell due.
+#[cfg(feature = "postgres")]
 pub(crate) const PULL: &str = "pull:";
