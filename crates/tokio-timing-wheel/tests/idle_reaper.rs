@@ -171,6 +171,10 @@ async fn min_idle_keeps_warm_connections_instead_of_closing_them() {
     assert_eq!(pool.counters().reused.load(Ordering::SeqCst), 1);
 }
 
+/// Regression (a flake under load): the wait for the server to see both
+/// connections closed ran before it had accepted them, so it saw 0 open at
+/// once and the busy socket was tried before its lifetime ended. The test
+/// waits for both accepts first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_lifetime_closes_a_connection_even_while_busy() {
     let server = EchoServer::start().await.unwrap();
@@ -184,6 +188,7 @@ async fn max_lifetime_closes_a_connection_even_while_busy() {
     let mut busy = pool.checkout().await.unwrap();
     let idle = pool.checkout().await.unwrap();
     pool.checkin(idle).await;
+    assert_eq!(server.wait_accepted(2, Duration::from_secs(5)).await, 2);
     assert_eq!(server.wait_open_at_most(0, Duration::from_secs(5)).await, 0);
     assert!(
         busy.echo(b"x").await.is_err(),

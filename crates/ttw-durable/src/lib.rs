@@ -199,8 +199,8 @@ pub use client::counts::{BoundedCounts, Throughput, MAX_THROUGHPUT_READ};
 pub use client::export::PendingTask;
 pub use client::grouped::{Grouped, MAX_GROUP};
 pub use client::pull::{
-    Claim, ClaimRequest, Leased, Nack, NackOutcome, Pulls, MAX_CLAIM, MAX_CLAIM_WAIT, MAX_LEASE,
-    MAX_WORKER_NAME, MIN_LEASE,
+    Claim, ClaimRequest, Leased, Nack, NackOutcome, Pulls, WorkerInfo, MAX_CLAIM, MAX_CLAIM_WAIT,
+    MAX_LEASE, MAX_WORKER_NAME, MIN_LEASE,
 };
 pub use client::schedule::{Schedule, Scheduled};
 pub use client::store::{Store, StoreBuilder};

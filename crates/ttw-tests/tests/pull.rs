@@ -61,6 +61,20 @@ impl Api {
         serde_json::from_str(&answer.text().await.unwrap()).unwrap()
     }
 
+    /// `PUT path` of `body`: the status.
+    async fn put(&self, path: &str, body: Value) -> u16 {
+        let answer = self
+            .http
+            .put(format!("http://{}{path}", self.addr))
+            .bearer_auth(TOKEN)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        answer.status().as_u16()
+    }
+
     /// A claim of queue `jobs` by `worker`: the tasks handed out.
     async fn claim(&self, worker: &str, wait: &str, lease: &str) -> Vec<Value> {
         let body = json!({"worker": worker, "wait": wait, "lease": lease, "max": 10});
@@ -94,9 +108,9 @@ impl Api {
     }
 }
 
-/// The configuration of a server with the pull queue `jobs` (3 attempts),
-/// the push queue `hooks` (no target), a `consume` token and one without
-/// it, and a heartbeat of 500 ms (the rescuer's turn, which takes back a
+/// The configuration of a server with the pull queue `jobs`, the push
+/// queue `hooks` (no target), a `consume` (and `admin`) token and one
+/// without it, and a heartbeat of 500 ms (the rescuer's turn, which takes back a
 /// lease run out).
 fn config(db: &Db, name: &str) -> std::path::PathBuf {
     let backend = if db.postgres_parts().is_some() {
@@ -123,7 +137,7 @@ name = "hooks"
 [[tokens]]
 name = "worker"
 secret_env = "TTW_TOKEN_WORKER"
-scopes = ["consume", "schedule", "read"]
+scopes = ["consume", "schedule", "read", "admin"]
 
 [[tokens]]
 name = "other"
@@ -341,6 +355,55 @@ on_both! {
         let (status, _) = on_second.settle(id, "ack", json!({"claim": got[0]["claim"]})).await;
         assert_eq!(status, 200);
         assert_eq!(on_second.outcomes(id).await, ["done"]);
+        let _ = std::fs::remove_dir_all(config.parent().unwrap());
+    }
+}
+
+on_both! {
+    /// The queue's limits count claimed tasks: under a concurrency of 1 a
+    /// second worker's claim waits, and is answered as soon as the first
+    /// acks; under a rate of 2 a second (a burst of 2) a claim takes the
+    /// burst, and the next waits for the next token.
+    async fn limits_count_claims_and_an_ack_makes_room(db: Db) {
+        let config = config(&db, "limits");
+        let (_server, addr) = ttw_server::start(&config, ENV).await;
+        let api = Api { http: reqwest::Client::new(), addr };
+        assert_eq!(api.put("/v1/queues/jobs/limits", json!({"concurrency": 1})).await, 200);
+        let first = api.schedule("0s", json!(1)).await;
+        let second = api.schedule("0s", json!(2)).await;
+        let held = api.claim("a", "5s", "30s").await;
+        assert_eq!(held.iter().map(|t| t["id"].as_i64().unwrap()).collect::<Vec<_>>(), [first]);
+        let waiting = tokio::spawn({
+            let api = api.clone();
+            async move {
+                let tasks = api.claim("b", "20s", "30s").await;
+                (tasks, Instant::now())
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(!waiting.is_finished(), "the queue is full");
+        let acked = Instant::now();
+        let (status, _) = api.settle(first, "ack", json!({"claim": held[0]["claim"]})).await;
+        assert_eq!(status, 200);
+        let (tasks, answered) = waiting.await.unwrap();
+        assert_eq!(tasks.iter().map(|t| t["id"].as_i64().unwrap()).collect::<Vec<_>>(), [second]);
+        assert!(answered - acked < Duration::from_secs(1), "answered {:?} after the ack", answered - acked);
+        let (status, _) = api.settle(second, "ack", json!({"claim": tasks[0]["claim"]})).await;
+        assert_eq!(status, 200);
+
+        let rate = json!({"rate": {"count": 2, "per": "1s", "burst": 2}});
+        assert_eq!(api.put("/v1/queues/jobs/limits", rate).await, 200);
+        for n in 0..4 {
+            api.schedule("0s", json!(n)).await;
+        }
+        let burst = api.claim("a", "0s", "30s").await;
+        assert_eq!(burst.len(), 2, "the burst: {burst:?}");
+        let started = Instant::now();
+        let next = api.claim("a", "10s", "30s").await;
+        let took = started.elapsed();
+        assert_eq!(next.len(), 1, "one token: {next:?}");
+        assert!(took >= Duration::from_millis(300), "a token came early: {took:?}");
+        assert!(took < Duration::from_secs(3), "the claim waited {took:?}");
         let _ = std::fs::remove_dir_all(config.parent().unwrap());
     }
 }

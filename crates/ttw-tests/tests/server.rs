@@ -1001,7 +1001,7 @@ async fn pages_redrive_recurring_schedules_and_the_openapi_routes() {
             routes += 1;
         }
     }
-    assert_eq!(routes, 31, "the routes the document names");
+    assert_eq!(routes, 36, "the routes the document names");
 
     // HTTP/2 (cleartext, with prior knowledge) from curl: the same API on
     // the same port.

@@ -254,6 +254,11 @@ pub(crate) async fn show(store: &Store, target: Target, json: bool) -> Result<()
         ],
         vec!["payload".into(), format!("{} bytes", task.payload.len())],
     ];
+    let mut rows = rows;
+    if let (Some(worker), Some(until)) = (&task.worker, task.lease_until) {
+        rows.push(vec!["worker".into(), worker.clone()]);
+        rows.push(vec!["lease until".into(), output::time(until)]);
+    }
     print!("{}", table(&["FIELD", "VALUE"], &rows));
     println!("{}", output::payload_text(&task.payload));
     if !attempts.is_empty() {

@@ -282,6 +282,22 @@ pub enum NackOutcome {
     Dead,
 }
 
+/// A worker that claimed from a pull queue in the last day, from
+/// [`Pulls::workers`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerInfo {
+    /// The pull queue.
+    pub queue: String,
+    /// The worker's name, as its claims gave it.
+    pub worker: String,
+    /// When it last claimed (a long poll counts when it began, and again
+    /// each time it looked).
+    pub last_seen: SystemTime,
+    /// The tasks it holds now (their leases not run out).
+    pub held: u64,
+}
+
 type Allowed = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// Workers that pull, on a store: claim due tasks of a pull queue under a
@@ -320,6 +336,10 @@ type Allowed = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 /// // The same claim again is stale: the task is done.
 /// let again = pulls.ack(held[0].task().id(), held[0].claim(), None).await;
 /// assert!(again.unwrap_err().is_stale_claim());
+///
+/// // The worker was seen; it holds nothing now.
+/// let workers = pulls.workers(Some("jobs")).await?;
+/// assert_eq!((workers[0].worker.as_str(), workers[0].held), ("worker-1", 0));
 /// # Ok(())
 /// # }
 /// ```
@@ -387,8 +407,7 @@ impl Pulls {
     /// # Errors
     ///
     /// [`Error::is_invalid_task`] for a request out of bounds (its field in
-    /// [`Error::invalid_field`]), [`Error::is_config`] for a queue with a
-    /// rate limit, [`Error::is_database`].
+    /// [`Error::invalid_field`]), [`Error::is_database`].
     pub async fn claim(&self, queue: &str, request: ClaimRequest) -> Result<Vec<Leased>, Error> {
         request.check()?;
         let wakes = self.store.pull_wakes();
@@ -403,7 +422,7 @@ impl Pulls {
             notified.as_mut().enable();
             let now = self.store.clock().now_ms();
             let lease_until = now.saturating_add(ms(request.lease));
-            let rows = pull::claim(
+            let pulled = pull::claim(
                 self.store.db(),
                 Pulling {
                     queue,
@@ -415,8 +434,9 @@ impl Pulls {
                 },
             )
             .await?;
-            if !rows.is_empty() {
-                return Ok(rows
+            if !pulled.rows.is_empty() {
+                return Ok(pulled
+                    .rows
                     .into_iter()
                     .map(|row| Leased::from_row(row, &name, lease_until))
                     .collect());
@@ -424,12 +444,45 @@ impl Pulls {
             if *closing.borrow_and_update() || tokio::time::Instant::now() >= deadline {
                 return Ok(Vec::new());
             }
+            // Held back by the queue's flow control: look again when its
+            // next token comes, or soon (room can free on another
+            // instance without a wake here), never past the deadline.
+            let again = pulled.again_in.map_or(deadline, |in_ms| {
+                let at = tokio::time::Instant::now() + Duration::from_millis(in_ms.max(1) as u64);
+                at.min(deadline)
+            });
             tokio::select! {
                 _ = &mut notified => {}
                 _ = closing.changed() => {}
-                _ = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
+                _ = tokio::time::sleep_until(again) => {
+                    if again >= deadline {
+                        return Ok(Vec::new());
+                    }
+                }
             }
         }
+    }
+
+    /// The workers that claimed from `queue` (every queue: `None`) in the
+    /// last day, by queue and name, each with the tasks it holds now; at
+    /// most 1,000. Every claim records its worker in its own transaction,
+    /// so this is every instance's view.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::is_database`].
+    pub async fn workers(&self, queue: Option<&str>) -> Result<Vec<WorkerInfo>, Error> {
+        let now = self.store.clock().now_ms();
+        let rows = pull::workers(self.store.db(), queue, now).await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| WorkerInfo {
+                queue: row.queue,
+                worker: row.worker,
+                last_seen: from_ms(row.last_seen),
+                held: u64::try_from(row.held).unwrap_or(0),
+            })
+            .collect())
     }
 
     /// Answers every waiting claim of this store empty, now and from now
@@ -467,7 +520,9 @@ impl Pulls {
                 )
                 .await?;
                 pull::hand_over(&store, told, None);
-                settled(done)
+                let queue = settled(done)?;
+                store.pull_wakes().wake(&queue);
+                Ok(())
             })
             .await
     }
@@ -505,10 +560,12 @@ impl Pulls {
                 let (done, told, moved) =
                     pull::nack(store.db(), store.names(), nacking, &*allowed).await?;
                 pull::hand_over(&store, told, moved);
-                Ok(match settled(done)? {
-                    Nacked::Retry(at) => NackOutcome::Retry(from_ms(at)),
-                    Nacked::Dead => NackOutcome::Dead,
-                })
+                let (outcome, queue) = match settled(done)? {
+                    Nacked::Retry(at, queue) => (NackOutcome::Retry(from_ms(at)), queue),
+                    Nacked::Dead(queue) => (NackOutcome::Dead, queue),
+                };
+                store.pull_wakes().wake(&queue);
+                Ok(outcome)
             })
             .await
     }

@@ -4,7 +4,8 @@
 
 use super::*;
 use crate::model::backoff::Backoff;
-use crate::model::flow::QueueLimits;
+use crate::model::flow::{QueueLimits, Rate};
+use std::time::Duration;
 use crate::sql::claims::pull::{self, Nacked, Nacking, Pulling, Settled};
 use crate::sql::queues;
 
@@ -65,12 +66,12 @@ async fn pull_case(store: &Store) {
 
     // Of kind `receipt` only.
     let kinds = ["receipt".to_string()];
-    let typed = pull::claim(db, pulling(3_000, 10, &kinds)).await.unwrap();
+    let typed = pull::claim(db, pulling(3_000, 10, &kinds)).await.unwrap().rows;
     assert_eq!(typed.iter().map(|r| r.id).collect::<Vec<_>>(), [ids[1]]);
     assert_eq!(typed[0].kind.as_deref(), Some("receipt"));
 
     // The rest that is due, in due order, never the one due later.
-    let held = pull::claim(db, pulling(3_000, 10, &[])).await.unwrap();
+    let held = pull::claim(db, pulling(3_000, 10, &[])).await.unwrap().rows;
     assert_eq!(
         held.iter()
             .map(|r| (r.id, r.attempts, r.claims))
@@ -79,13 +80,16 @@ async fn pull_case(store: &Store) {
     );
     assert!(pull::claim(db, pulling(3_000, 10, &[]))
         .await
-        .unwrap()
+        .unwrap().rows
         .is_empty());
 
     // Ack: once, under the current claim, while the lease holds.
     let ack = |id, claim, now| pull::ack(db, names, id, claim, now, Some("printed"), &any);
     assert_eq!(ack(ids[0], 2, 3_100).await.unwrap().0, Settled::Stale);
-    assert_eq!(ack(ids[0], 1, 3_100).await.unwrap().0, Settled::Yes(()));
+    assert_eq!(
+        ack(ids[0], 1, 3_100).await.unwrap().0,
+        Settled::Yes("default".to_string())
+    );
     assert_eq!(ack(ids[0], 1, 3_100).await.unwrap().0, Settled::Stale);
     assert_eq!(state(store, ids[0]).await, TaskState::Done);
     // Not in a queue the caller may use: nothing changes.
@@ -116,10 +120,10 @@ async fn pull_case(store: &Store) {
     let (nacked, _, moved) = pull::nack(db, names, nacking(ids[2], 1, 5_000), &any)
         .await
         .unwrap();
-    assert_eq!(nacked, Settled::Yes(Nacked::Retry(5_500)));
+    assert_eq!(nacked, Settled::Yes(Nacked::Retry(5_500, "default".into())));
     assert_eq!(moved.map(|m| m.run_at), Some(5_500));
     assert_eq!(state(store, ids[2]).await, TaskState::Scheduled);
-    let again = pull::claim(db, pulling(6_000, 10, &[])).await.unwrap();
+    let again = pull::claim(db, pulling(6_000, 10, &[])).await.unwrap().rows;
     assert_eq!(
         again
             .iter()
@@ -135,7 +139,7 @@ async fn pull_case(store: &Store) {
     let mut give_up = nacking(ids[2], 2, 6_200);
     give_up.dead = true;
     let (dead, _, moved) = pull::nack(db, names, give_up, &any).await.unwrap();
-    assert_eq!((dead, moved), (Settled::Yes(Nacked::Dead), None));
+    assert_eq!((dead, moved), (Settled::Yes(Nacked::Dead("default".into())), None));
     assert_eq!(state(store, ids[2]).await, TaskState::Dead);
     let attempts = crate::sql::attempts::of_task(db, ids[2]).await.unwrap();
     assert_eq!(
@@ -166,7 +170,7 @@ async fn pull_case(store: &Store) {
     queues::set_paused(db, "default", true).await.unwrap();
     assert!(pull::claim(db, pulling(8_000, 10, &[]))
         .await
-        .unwrap()
+        .unwrap().rows
         .is_empty());
     queues::set_paused(db, "default", false).await.unwrap();
     queues::set_limits(db, "default", &QueueLimits::new().concurrency(1))
@@ -175,13 +179,13 @@ async fn pull_case(store: &Store) {
     assert_eq!(
         pull::claim(db, pulling(8_000, 10, &[]))
             .await
-            .unwrap()
+            .unwrap().rows
             .len(),
         1
     );
     assert!(pull::claim(db, pulling(8_000, 10, &[]))
         .await
-        .unwrap()
+        .unwrap().rows
         .is_empty());
 
     // Per key: one of each key at a time.
@@ -195,12 +199,52 @@ async fn pull_case(store: &Store) {
         keyed.push(row);
     }
     on_conn!(store, c => tasks::insert(c, names, &keyed, 1).await.unwrap());
-    let by_key = pull::claim(db, pulling(9_000, 10, &[])).await.unwrap();
+    let by_key = pull::claim(db, pulling(9_000, 10, &[])).await.unwrap().rows;
     let mut keys: Vec<_> = by_key
         .iter()
         .filter_map(|r| r.partition_key.clone())
         .collect();
     keys.sort();
     assert_eq!(keys, ["a", "b"], "one of key a waits for the other");
+    let held_back = pull::claim(db, pulling(9_000, 10, &[])).await.unwrap();
+    assert!(held_back.rows.is_empty());
+    assert_eq!(held_back.again_in, Some(pull::HELD_BACK_LOOK_MS), "a key's place can free elsewhere");
+
+    // A rate: the claims pay from the queue's bucket (a burst of 2, then
+    // one a second), and say when its next token comes.
+    let rated = Rate::new(1, Duration::from_secs(1)).burst(2);
+    queues::set_limits(db, "default", &QueueLimits::new().rate(rated))
+        .await
+        .unwrap();
+    let lots: Vec<_> = (0..5).map(|_| task(1_000, None, "default")).collect();
+    on_conn!(store, c => tasks::insert(c, names, &lots, 1).await.unwrap());
+    let first = pull::claim(db, pulling(9_000, 10, &[])).await.unwrap();
+    assert_eq!(first.rows.len(), 2, "the burst");
+    let second = pull::claim(db, pulling(9_000, 10, &[])).await.unwrap();
+    assert!(second.rows.is_empty(), "{:?}", second.rows);
+    let next = second.again_in.expect("when the next token comes");
+    assert!((1..=1_000).contains(&next), "{next}");
+    // Nothing was left behind by a claim that took all it asked for.
+    let unlimited = QueueLimits::new();
+    queues::set_limits(db, "default", &unlimited).await.unwrap();
+    let one = pull::claim(db, pulling(9_000, 1, &[])).await.unwrap();
+    assert_eq!((one.rows.len(), one.again_in), (1, None));
+
+    // Every claim recorded its worker; a day unseen, it is forgotten.
+    let seen = pull::workers(db, Some("default"), 9_000).await.unwrap();
+    assert_eq!(
+        seen.iter()
+            .map(|w| (w.worker.as_str(), w.last_seen))
+            .collect::<Vec<_>>(),
+        [("w1", 9_000)]
+    );
+    assert!(seen[0].held >= 5, "{seen:?}");
+    assert!(pull::workers(db, Some("other"), 9_000).await.unwrap().is_empty());
+    let later = 9_000 + pull::WORKER_FORGOTTEN_MS + 1;
+    assert!(pull::workers(db, None, later).await.unwrap().is_empty());
+    assert!(
+        pull::workers(db, None, 9_000).await.unwrap().is_empty(),
+        "deleted"
+    );
 }
 conformance!(pull_statements, pull_case);

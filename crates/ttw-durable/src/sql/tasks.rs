@@ -279,7 +279,7 @@ macro_rules! bind_which {
 pub(crate) const TASK_INFO_COLUMNS: &str =
     "id, state, run_at, attempts, max_attempts, last_error, \
      idempotency_key, payload, queue, priority, partition_key, envelope, kind, \
-     created_at, updated_at, finished_at";
+     created_at, updated_at, finished_at, locked_by, lock_epoch, locked_until";
 
 /// A row of [`TASK_INFO_COLUMNS`].
 #[derive(Debug, sqlx::FromRow)]
@@ -300,6 +300,9 @@ pub(crate) struct TaskInfoRow {
     created_at: i64,
     updated_at: i64,
     finished_at: Option<i64>,
+    locked_by: Option<String>,
+    lock_epoch: Option<i64>,
+    locked_until: Option<i64>,
 }
 
 impl TryFrom<TaskInfoRow> for TaskInfo {
@@ -307,6 +310,8 @@ impl TryFrom<TaskInfoRow> for TaskInfo {
 
     /// A state this build does not know is an error ([`TaskState::from_sql`]).
     fn try_from(row: TaskInfoRow) -> Result<TaskInfo, Error> {
+        let by_worker = row.state == "running"
+            && row.lock_epoch == Some(crate::sql::claims::pull::WORKER);
         Ok(TaskInfo {
             id: crate::model::task::TaskId(row.id),
             state: TaskState::from_sql(&row.state)?,
@@ -328,6 +333,11 @@ impl TryFrom<TaskInfoRow> for TaskInfo {
             created_at: crate::model::time::from_ms(row.created_at),
             updated_at: crate::model::time::from_ms(row.updated_at),
             finished_at: row.finished_at.map(crate::model::time::from_ms),
+            worker: row.locked_by.filter(|_| by_worker),
+            lease_until: row
+                .locked_until
+                .filter(|_| by_worker)
+                .map(crate::model::time::from_ms),
         })
     }
 }

@@ -75,6 +75,7 @@ fn table() -> OpenApiRouter<Shared> {
         .routes(routes!(pull::ack))
         .routes(routes!(pull::nack))
         .routes(routes!(pull::extend))
+        .routes(routes!(pull::workers))
         .routes(routes!(cluster::nodes))
         .routes(routes!(cluster::stats))
         .routes(routes!(cluster::whoami))

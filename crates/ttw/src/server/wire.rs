@@ -388,6 +388,13 @@ pub(crate) struct TaskView {
     /// On a task that tells a callback of another's outcome, that task.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) outcome_of: Option<i64>,
+    /// While a worker holds it (a pull queue's claim): the worker.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) worker: Option<String>,
+    /// While a worker holds it: when its lease runs out unless extended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(format = DateTime)]
+    pub(crate) lease_until: Option<String>,
 }
 
 impl From<&TaskInfo> for TaskView {
@@ -423,6 +430,8 @@ impl From<&TaskInfo> for TaskView {
             callback: text(envelope.and_then(|e| e.get_callback())),
             failure_callback: text(envelope.and_then(|e| e.get_failure_callback())),
             outcome_of: envelope.and_then(|e| e.outcome_of()).map(|id| id.get()),
+            worker: info.worker.clone(),
+            lease_until: info.lease_until.map(rfc3339),
         }
     }
 }
@@ -736,6 +745,8 @@ pub(crate) struct QueueView {
     pub(crate) max_attempts: Option<u32>,
     pub(crate) backoff: Option<BackoffView>,
     pub(crate) rate: Option<RateView>,
+    /// A pull queue: its due tasks wait for workers to claim them.
+    pub(crate) pull: bool,
 }
 
 /// A backoff, in milliseconds.
@@ -770,6 +781,7 @@ impl From<&QueueSettings> for QueueView {
                 period_ms: r.period().as_millis() as u64,
                 burst: r.burst_size(),
             }),
+            pull: false,
         }
     }
 }

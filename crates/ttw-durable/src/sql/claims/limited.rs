@@ -53,16 +53,54 @@ pub(crate) struct LimitedClaim {
 
 /// A queue's settings and bucket, as the refill returned them.
 #[derive(Debug, sqlx::FromRow)]
-struct Bucket {
-    paused: i64,
-    concurrency: Option<i64>,
-    rate_count: Option<i64>,
-    rate_period: Option<i64>,
-    key_concurrency: Option<i64>,
-    tokens: f64,
+pub(super) struct Bucket {
+    pub(super) paused: i64,
+    pub(super) concurrency: Option<i64>,
+    pub(super) rate_count: Option<i64>,
+    pub(super) rate_period: Option<i64>,
+    pub(super) key_concurrency: Option<i64>,
+    pub(super) tokens: f64,
 }
 
+/// The statement that refills queue `$1`'s bucket to now and answers its
+/// settings and tokens (a [`Bucket`]); on PostgreSQL its update locks the
+/// settings row until the transaction ends, so that the limited claims of
+/// every node and worker go one at a time.
+pub(super) fn refill_sql(db: &Db) -> String {
+    let (least, greatest) = (least(db), greatest(db));
+    format!(
+        "WITH c AS (SELECT {} AS now) UPDATE ttw_queues SET \
+         tokens = CASE WHEN rate_count IS NULL THEN tokens ELSE {least}(\
+         CAST(rate_burst AS DOUBLE PRECISION), tokens + CAST({greatest}(0, c.now - refilled_at) \
+         AS DOUBLE PRECISION) * rate_count / rate_period) END, \
+         refilled_at = {greatest}(refilled_at, c.now) \
+         FROM c WHERE queue = $1 \
+         RETURNING paused, concurrency, rate_count, rate_period, key_concurrency, tokens",
+        db.clock_sql()
+    )
+}
+
+/// What pays `$2` tokens from queue `$1`'s bucket.
+pub(super) const PAY: &str = "UPDATE ttw_queues SET tokens = tokens - $2 WHERE queue = $1";
+
 impl Bucket {
+    /// The whole tokens in the bucket and, when that is fewer than `want`,
+    /// the ms until the next one; `None` without a rate.
+    pub(super) fn rate_room(&self, want: usize) -> Option<(usize, Option<i64>)> {
+        let (Some(count), Some(period)) = (self.rate_count, self.rate_period) else {
+            return None;
+        };
+        // Whole tokens; a tiny float error never pays one that is not
+        // there.
+        let whole = (self.tokens + 1e-9).floor().max(0.0) as usize;
+        if whole >= want {
+            return Some((whole, None));
+        }
+        let short = 1.0 - (self.tokens - whole as f64).clamp(0.0, 1.0);
+        let after = (short * period as f64 / count as f64).ceil() as i64;
+        Some((whole, Some(after.max(1))))
+    }
+
     fn controlled(&self) -> bool {
         self.paused != 0
             || self.concurrency.is_some()
@@ -154,17 +192,7 @@ impl Claims {
             now,
             locked_until,
         } = claim;
-        let (least, greatest) = (least(&self.db), greatest(&self.db));
-        let refill = format!(
-            "WITH c AS (SELECT {} AS now) UPDATE ttw_queues SET \
-             tokens = CASE WHEN rate_count IS NULL THEN tokens ELSE {least}(\
-             CAST(rate_burst AS DOUBLE PRECISION), tokens + CAST({greatest}(0, c.now - refilled_at) \
-             AS DOUBLE PRECISION) * rate_count / rate_period) END, \
-             refilled_at = {greatest}(refilled_at, c.now) \
-             FROM c WHERE queue = $1 \
-             RETURNING paused, concurrency, rate_count, rate_period, key_concurrency, tokens",
-            self.db.clock_sql()
-        );
+        let refill = refill_sql(&self.db);
         let running = "SELECT COUNT(*) FROM ttw_tasks \
                        WHERE queue = $1 AND state = 'running' AND locked_until > $2";
         let per_key = "SELECT COALESCE(partition_key, ''), COUNT(*) FROM ttw_tasks \
@@ -185,7 +213,6 @@ impl Claims {
                 in_held_shard("$1", "$2")
             ))
         );
-        let pay = "UPDATE ttw_queues SET tokens = tokens - $2 WHERE queue = $1";
         let outcome = write_with_pool!(&self.db, Urgency::Urgent, pool => {
             let mut tx = pool.begin().await?;
             let bucket: Option<Bucket> = sqlx::query_as(&refill)
@@ -219,15 +246,8 @@ impl Claims {
                             (room, wait) = (free, Wait::Full);
                         }
                     }
-                    if let (Some(count), Some(period)) = (b.rate_count, b.rate_period) {
-                        // Whole tokens; a tiny float error never pays one
-                        // that is not there.
-                        let whole = (b.tokens + 1e-9).floor().max(0.0) as usize;
-                        if whole < room {
-                            let short = 1.0 - (b.tokens - whole as f64).clamp(0.0, 1.0);
-                            let after = (short * period as f64 / count as f64).ceil() as i64;
-                            (room, wait) = (whole, Wait::Rate(after.max(1)));
-                        }
+                    if let Some((whole, Some(after))) = b.rate_room(room) {
+                        (room, wait) = (whole, Wait::Rate(after));
                     }
                     (room, wait)
                 }
@@ -350,7 +370,7 @@ impl Claims {
                 claimed(rows, &take)
             };
             if bucket.as_ref().is_some_and(|b| b.rate_count.is_some()) && !claimed.is_empty() {
-                sqlx::query(pay)
+                sqlx::query(PAY)
                     .bind(queue)
                     .bind(claimed.len() as f64)
                     .execute(&mut *tx)

@@ -45,14 +45,21 @@ pub(crate) struct PulledRow {
     pub(crate) partition_key: Option<String>,
 }
 
-/// A queue's flow control, as a claim reads it.
-#[derive(Debug, sqlx::FromRow)]
-struct Control {
-    paused: i64,
-    concurrency: Option<i64>,
-    rate_count: Option<i64>,
-    key_concurrency: Option<i64>,
+/// What a claim took, and when to look again if the queue's flow control
+/// held it back.
+#[derive(Debug, Default)]
+pub(crate) struct Pulled {
+    pub(crate) rows: Vec<PulledRow>,
+    /// Set when the queue's pause, concurrency, per-key concurrency or
+    /// rate may have left due tasks behind: look again in this many ms
+    /// (the next token of its rate, else [`HELD_BACK_LOOK_MS`]), since
+    /// room can free on another instance without a wake here.
+    pub(crate) again_in: Option<i64>,
 }
+
+/// How soon a claim held back by a queue's pause, concurrency or per-key
+/// concurrency looks again while it waits.
+pub(crate) const HELD_BACK_LOOK_MS: i64 = 250;
 
 /// The held task a settle found under its fence.
 #[derive(Debug, sqlx::FromRow)]
@@ -106,19 +113,15 @@ macro_rules! find_held {
 /// one transaction, under the queue's flow control: nothing while it is
 /// paused; no more than its concurrency counting every task of the queue
 /// running now (held by a worker or a node, lease or lock not run out);
-/// no more than its per-key concurrency of one partition key. On
-/// PostgreSQL the queue's settings row is locked first, so that the
-/// limited claims of every instance go one at a time, and the tasks are
-/// taken with `SKIP LOCKED`; on SQLite the one writer does both. A queue
-/// with a rate is refused ([`Error::is_config`]): a pull claim does not
-/// pay from its bucket yet.
-pub(crate) async fn claim(db: &Db, pull: Pulling<'_>) -> Result<Vec<PulledRow>, Error> {
+/// no more than its per-key concurrency of one partition key; no more than
+/// the whole tokens of its rate's bucket, which pays one per task taken,
+/// the same bucket the nodes' limited claims pay from. On PostgreSQL the
+/// queue's settings row is locked first (by the bucket's refill), so that
+/// the limited claims of every node and instance go one at a time, and the
+/// tasks are taken with `SKIP LOCKED`; on SQLite the one writer does both.
+pub(crate) async fn claim(db: &Db, pull: Pulling<'_>) -> Result<Pulled, Error> {
     let postgres = !db.is_sqlite();
-    let lock = if postgres { " FOR UPDATE" } else { "" };
-    let control_sql = format!(
-        "SELECT paused, concurrency, rate_count, key_concurrency FROM ttw_queues \
-         WHERE queue = $1{lock}"
-    );
+    let refill = super::limited::refill_sql(db);
     let running_sql = "SELECT COUNT(*) FROM ttw_tasks WHERE queue = $1 AND state = 'running' \
                        AND locked_until >= $2";
     let kinds = if pull.kinds.is_empty() {
@@ -129,23 +132,22 @@ pub(crate) async fn claim(db: &Db, pull: Pulling<'_>) -> Result<Vec<PulledRow>, 
     let due = format!("queue = $1 AND state = 'scheduled' AND run_at <= $2{kinds}");
     let order = "ORDER BY priority, run_at, id";
     let turn = db.write_turn(Urgency::Urgent).await;
-    let rows: Vec<PulledRow> = with_pool!(db, pool => {
+    let seen = "INSERT INTO ttw_workers (queue, worker, last_seen) VALUES ($1, $2, $3) \
+                ON CONFLICT (queue, worker) DO UPDATE SET last_seen = excluded.last_seen";
+    let pulled: Pulled = with_pool!(db, pool => {
         let mut tx = pool.begin().await?;
-        let control: Option<Control> = sqlx::query_as(&control_sql)
+        let control: Option<super::limited::Bucket> = sqlx::query_as(&refill)
             .bind(pull.queue)
             .fetch_optional(&mut *tx)
             .await?;
         let mut room = pull.max;
         let mut key_cap = None;
+        let mut again_in = None;
+        let mut rated = false;
         if let Some(control) = &control {
-            if control.rate_count.is_some() {
-                return Err(Error::config(format!(
-                    "queue '{}' has a rate limit, which pull claims do not honour yet",
-                    pull.queue
-                )));
-            }
             if control.paused != 0 {
                 room = 0;
+                again_in = Some(HELD_BACK_LOOK_MS);
             }
             if let Some(limit) = control.concurrency {
                 let running: i64 = sqlx::query_scalar(running_sql)
@@ -153,13 +155,34 @@ pub(crate) async fn claim(db: &Db, pull: Pulling<'_>) -> Result<Vec<PulledRow>, 
                     .bind(pull.now)
                     .fetch_one(&mut *tx)
                     .await?;
-                room = room.min(limit - running);
+                if limit - running < room {
+                    room = limit - running;
+                    again_in = Some(HELD_BACK_LOOK_MS);
+                }
+            }
+            if let Some((whole, next)) = control.rate_room(usize::try_from(room.max(0)).unwrap_or(0)) {
+                rated = true;
+                if let Some(after) = next {
+                    room = room.min(i64::try_from(whole).unwrap_or(i64::MAX));
+                    again_in = Some(again_in.map_or(after, |a: i64| a.min(after)));
+                }
             }
             key_cap = control.key_concurrency;
+            if key_cap.is_some() {
+                again_in = again_in.or(Some(HELD_BACK_LOOK_MS));
+            }
         }
+        // The worker was seen (after the settings row's lock, the order
+        // every claim takes them in).
+        sqlx::query(seen)
+            .bind(pull.queue)
+            .bind(pull.worker)
+            .bind(pull.now)
+            .execute(&mut *tx)
+            .await?;
         if room <= 0 {
-            tx.rollback().await?;
-            Vec::new()
+            tx.commit().await?;
+            Pulled { rows: Vec::new(), again_in }
         } else {
             let candidates = match key_cap {
                 // Under the settings row's lock (or SQLite's one writer):
@@ -215,20 +238,74 @@ pub(crate) async fn claim(db: &Db, pull: Pulling<'_>) -> Result<Vec<PulledRow>, 
                 query = query.bind(kind);
             }
             let rows = query.fetch_all(&mut *tx).await?;
+            if rated && !rows.is_empty() {
+                sqlx::query(super::limited::PAY)
+                    .bind(pull.queue)
+                    .bind(rows.len() as f64)
+                    .execute(&mut *tx)
+                    .await?;
+            }
             tx.commit().await?;
-            rows
+            // A full page was taken: whatever is left is for the next claim.
+            let again_in = if rows.len() as i64 == pull.max { None } else { again_in };
+            Pulled { rows, again_in }
         }
     });
     drop(turn);
-    let mut rows = rows;
-    rows.sort_unstable_by_key(|r| (r.priority, r.run_at, r.id));
+    let mut pulled = pulled;
+    pulled.rows.sort_unstable_by_key(|r| (r.priority, r.run_at, r.id));
+    Ok(pulled)
+}
+
+/// A worker of a pull queue, as [`workers`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub(crate) struct WorkerRow {
+    pub(crate) queue: String,
+    pub(crate) worker: String,
+    pub(crate) last_seen: i64,
+    /// The tasks it holds now (leases not run out).
+    pub(crate) held: i64,
+}
+
+/// How long a worker not seen stays in [`workers`]: a day.
+pub(crate) const WORKER_FORGOTTEN_MS: i64 = 86_400_000;
+
+/// The workers that claimed from `queue` (every pull queue: `None`) in the
+/// last day, at `now`, by queue and name, with the tasks each holds; those
+/// not seen for longer are deleted. At most 1,000.
+pub(crate) async fn workers(
+    db: &Db,
+    queue: Option<&str>,
+    now: i64,
+) -> Result<Vec<WorkerRow>, Error> {
+    let forget = "DELETE FROM ttw_workers WHERE last_seen < $1";
+    let sql = format!(
+        "SELECT w.queue, w.worker, w.last_seen, \
+         (SELECT COUNT(*) FROM ttw_tasks t WHERE t.queue = w.queue AND t.locked_by = w.worker \
+          AND t.state = 'running' AND t.lock_epoch = {WORKER} AND t.locked_until >= $2) AS held \
+         FROM ttw_workers w WHERE w.last_seen >= $1 AND (CAST($3 AS TEXT) IS NULL OR w.queue = $3) \
+         ORDER BY w.queue, w.worker LIMIT 1000"
+    );
+    let since = now.saturating_sub(WORKER_FORGOTTEN_MS);
+    let turn = db.write_turn(Urgency::Ordinary).await;
+    let rows = with_pool!(db, pool => {
+        let rows: Vec<WorkerRow> = sqlx::query_as(&sql)
+            .bind(since)
+            .bind(now)
+            .bind(queue)
+            .fetch_all(pool)
+            .await?;
+        sqlx::query(forget).bind(since).execute(pool).await?;
+        rows
+    });
+    drop(turn);
     Ok(rows)
 }
 
 /// Marks task `id` done under `claim` (see [`held`]), with `answer` kept
 /// as its attempt's, and moves it to the history, with its callback, in
 /// one transaction. `allowed` says whether the caller may use the task's
-/// queue.
+/// queue. Answers the queue, whose held-back claims may have room now.
 pub(crate) async fn ack(
     db: &Db,
     names: &Names,
@@ -237,7 +314,7 @@ pub(crate) async fn ack(
     now: i64,
     answer: Option<&str>,
     allowed: &(dyn Fn(&str) -> bool + Sync),
-) -> Result<(Settled<()>, Vec<Announced>), Error> {
+) -> Result<(Settled<String>, Vec<Announced>), Error> {
     let into = into_history("done", &db.clock_sql(), "$3");
     let turn = db.write_turn(Urgency::Ordinary).await;
     let answer = answer.map(bounded_str);
@@ -246,7 +323,7 @@ pub(crate) async fn ack(
         match find_held!(tx, db, id, claim, now) {
             None => (Settled::Stale, Vec::new()),
             Some(row) if !allowed(&row.queue) => (Settled::NotAllowed(row.queue), Vec::new()),
-            Some(_) => {
+            Some(row) => {
                 let copy = format!(
                     "INSERT INTO ttw_history ({HISTORY_COLUMNS}, answer_status, answer) \
                      SELECT {into}, NULL, $4 FROM ttw_tasks WHERE {}",
@@ -273,7 +350,7 @@ pub(crate) async fn ack(
                 )
                 .await?;
                 tx.commit().await?;
-                (Settled::Yes(()), told)
+                (Settled::Yes(row.queue), told)
             }
         }
     });
@@ -298,11 +375,12 @@ pub(crate) struct Nacking<'a> {
     pub(crate) default_max: i64,
 }
 
-/// What a nack did: the task scheduled again at this time (ms), or dead.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a nack did: the task scheduled again at this time (ms), or dead;
+/// with its queue, whose held-back claims may have room now.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Nacked {
-    Retry(i64),
-    Dead,
+    Retry(i64, String),
+    Dead(String),
 }
 
 /// Records a failed attempt of the task a worker holds (see [`held`]): a
@@ -389,10 +467,10 @@ pub(crate) async fn nack(
                 tx.commit().await?;
                 let announced = Announced::from(changed.announced);
                 if dead {
-                    (Settled::Yes(Nacked::Dead), told, None)
+                    (Settled::Yes(Nacked::Dead(row.queue)), told, None)
                 } else {
                     let at = announced.run_at;
-                    (Settled::Yes(Nacked::Retry(at)), told, Some(announced))
+                    (Settled::Yes(Nacked::Retry(at, row.queue)), told, Some(announced))
                 }
             }
         }

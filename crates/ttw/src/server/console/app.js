@@ -254,7 +254,8 @@ async function taskPage(id) {
   }
   const fields = el("dl", { class: "fields", id: "task" });
   const shown = ["id", "state", "queue", "kind", "run_at", "created_at", "updated_at", "finished_at", "attempts", "max_attempts",
-    "priority", "partition_key", "idempotency_key", "last_error", "traceparent", "callback", "failure_callback", "outcome_of"];
+    "priority", "partition_key", "idempotency_key", "last_error", "traceparent", "callback", "failure_callback", "outcome_of",
+    "worker", "lease_until"];
   for (const name of shown) {
     fields.append(el("dt", { text: name.replace(/_/g, " ") }), el("dd", { id: "f-" + name, class: name === "state" ? "state-" + task.state : null, text: task[name] ?? "-" }));
   }
@@ -320,7 +321,24 @@ async function queuesPage() {
       : Object.values(counts.queues).some((c) => (c.estimated || []).length)
         ? el("p", { id: "counted-at", text: "A large store: figures marked + are at least that many; the full count is running." })
         : null,
-    el("p", { text: "Throughput and lateness over time: see Charts." }));
+    el("p", { text: "Throughput and lateness over time: see Charts." }),
+    ...(await Promise.all(list.queues.filter((q) => q.pull).map(workersOf))));
+}
+
+// The workers that claimed from a pull queue in the last day, and what
+// each holds now.
+async function workersOf(q) {
+  let workers = [];
+  try {
+    workers = (await api("GET", "/v1/queues/" + encodeURIComponent(q.queue) + "/workers")).workers;
+  } catch (e) {
+    say("workers of " + q.queue + ": " + e.message, false);
+  }
+  const rows = workers.map((w) => el("tr", { "data-worker": w.worker }, cell(w.worker), cell(w.last_seen, "due"), cell(String(w.held), "n")));
+  const section = el("section", { class: "workers", "data-queue": q.queue },
+    el("h3", { text: "Workers of " + q.queue + " (a pull queue)" }),
+    rows.length ? table("workers-" + q.queue, ["worker", "last seen", "holds"], rows) : el("p", { text: "No worker has claimed from it in the last day." }));
+  return section;
 }
 
 // The limits of a queue, edited in place: an empty field clears its limit.

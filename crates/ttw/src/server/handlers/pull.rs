@@ -6,12 +6,12 @@
 use axum::extract::{Path, State};
 use axum::Json;
 
-use super::super::extract::{Auth, Body, Consume};
+use super::super::extract::{Auth, Body, Consume, Read};
 use super::super::refusal::{Answer, ErrorBody};
 use super::super::service::pull;
 use super::super::service::Shared;
 use super::super::wire::{
-    AckRequest, ClaimRequest, ClaimedList, ExtendRequest, NackRequest, SettledView,
+    AckRequest, ClaimRequest, ClaimedList, ExtendRequest, NackRequest, SettledView, WorkerList,
 };
 
 /// Claim due tasks of a pull queue, each leased to the worker: answered at
@@ -33,6 +33,23 @@ pub(crate) async fn claim(
     Body(request): Body<ClaimRequest>,
 ) -> Answer<Json<ClaimedList>> {
     Ok(Json(pull::claim(&api, &token, &name, request).await?))
+}
+
+/// The workers that claimed from a pull queue in the last day, with the
+/// tasks each holds now (every instance's claims are recorded).
+#[utoipa::path(get, path = "/v1/queues/{name}/workers", tag = "pull",
+    params(("name" = String, Path, description = "A pull queue of the configuration")),
+    responses(
+        (status = 200, description = "Its workers, by name", body = WorkerList),
+        (status = 400, description = "`not_a_pull_queue`", body = ErrorBody),
+        (status = 404, description = "`not_found`: no such queue in the configuration", body = ErrorBody),
+    ))]
+pub(crate) async fn workers(
+    State(api): State<Shared>,
+    Auth(token, ..): Auth<Read>,
+    Path(name): Path<String>,
+) -> Answer<Json<WorkerList>> {
+    Ok(Json(pull::workers(&api, &token, &name).await?))
 }
 
 /// Ack: the attempt succeeded and the task is done.

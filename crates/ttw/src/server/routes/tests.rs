@@ -122,7 +122,7 @@ fn described(doc: &Value, method: &str, path: &str, status: StatusCode) -> Optio
 async fn the_router_serves_every_route_the_document_names() {
     let (router, dir) = router("routes").await;
     let routes = documented();
-    assert_eq!(routes.len(), 35, "{routes:?}");
+    assert_eq!(routes.len(), 36, "{routes:?}");
     for (method, path) in &routes {
         let uri = path
             .replace("{id}", "1")

@@ -12,7 +12,7 @@ use super::super::config::{TargetSettings, Token};
 use super::super::refusal::{Answer, Code};
 use super::super::wire::{
     rfc3339, AckRequest, ClaimRequest, ClaimedList, ClaimedTask, ExtendRequest, NackRequest,
-    SettleOutcome, SettledView,
+    SettleOutcome, SettledView, WorkerList, WorkerView,
 };
 use super::tasks::parse_id;
 use super::{allow_queue, duration, Api};
@@ -28,15 +28,10 @@ fn pulls(api: &Api, token: &Arc<Token>) -> Pulls {
         .only(move |queue| allow_queue(&token, queue).is_ok())
 }
 
-/// The claim of `request` on `queue`: 404 `not_found` for a queue not in
-/// the configuration, 400 `not_a_pull_queue` for one that is pushed, 403
-/// for one the token may not use; the request's bounds.
-pub(crate) async fn claim(
-    api: &Api,
-    token: &Arc<Token>,
-    queue: &str,
-    request: ClaimRequest,
-) -> Answer<ClaimedList> {
+/// `queue` as a pull queue `token` may use: 404 `not_found` for a queue
+/// not in the configuration, 400 `not_a_pull_queue` for one that is
+/// pushed, 403 for one the token may not use.
+fn pull_queue(api: &Api, token: &Token, queue: &str) -> Answer<()> {
     let Some(configured) = api.settings.queues.iter().find(|q| q.name == queue) else {
         return Err(
             Code::NotFound.refuse(format!("no queue {queue:?} in this server's configuration"))
@@ -47,7 +42,27 @@ pub(crate) async fn claim(
             "queue {queue:?} is not a pull queue (its [[queues]] entry has no pull = true)"
         )));
     }
-    allow_queue(token, queue)?;
+    allow_queue(token, queue)
+}
+
+/// The workers that claimed from pull queue `queue` in the last day.
+pub(crate) async fn workers(api: &Api, token: &Arc<Token>, queue: &str) -> Answer<WorkerList> {
+    pull_queue(api, token, queue)?;
+    let workers = api.store.pulls().workers(Some(queue)).await?;
+    Ok(WorkerList {
+        workers: workers.iter().map(WorkerView::from).collect(),
+    })
+}
+
+/// The claim of `request` on `queue` (see [`pull_queue`]), within the
+/// request's bounds.
+pub(crate) async fn claim(
+    api: &Api,
+    token: &Arc<Token>,
+    queue: &str,
+    request: ClaimRequest,
+) -> Answer<ClaimedList> {
+    pull_queue(api, token, queue)?;
     let max = request.max.unwrap_or(1);
     if max == 0 || max as usize > MAX_CLAIM {
         return Err(Code::InvalidRequest.refuse(format!("max: must be 1 to {MAX_CLAIM}")));
@@ -72,13 +87,7 @@ pub(crate) async fn claim(
     if let Some(kinds) = request.kinds {
         claim = claim.kinds(kinds);
     }
-    let held = pulls(api, token).claim(queue, claim).await.map_err(|err| {
-        if err.is_config() {
-            Code::InvalidRequest.refuse(err.to_string())
-        } else {
-            err.into()
-        }
-    })?;
+    let held = pulls(api, token).claim(queue, claim).await?;
     Ok(ClaimedList {
         tasks: held.iter().map(ClaimedTask::from).collect(),
     })

@@ -20,7 +20,11 @@ fn configured(api: &Api, name: &str) -> Answer<()> {
 
 /// The queue's settings now.
 async fn view(api: &Api, name: &str) -> Answer<QueueView> {
-    Ok(QueueView::from(&api.store.queue_settings(name).await?))
+    let mut view = QueueView::from(&api.store.queue_settings(name).await?);
+    view.pull = api.settings.queues.iter().any(|q| {
+        q.name == name && matches!(q.target, Some(super::super::config::TargetSettings::Pull))
+    });
+    Ok(view)
 }
 
 /// Every configured queue the token may see, with its settings.

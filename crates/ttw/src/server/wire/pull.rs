@@ -107,6 +107,34 @@ impl From<&Leased> for ClaimedTask {
     }
 }
 
+/// The workers that claimed from a pull queue in the last day.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct WorkerList {
+    pub(crate) workers: Vec<WorkerView>,
+}
+
+/// A worker of a pull queue.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct WorkerView {
+    /// Its name, as its claims gave it.
+    pub(crate) worker: String,
+    /// When it last claimed (a long poll: when it began, or last looked).
+    #[schema(format = DateTime)]
+    pub(crate) last_seen: String,
+    /// The tasks it holds now.
+    pub(crate) held: u64,
+}
+
+impl From<&ttw_durable::WorkerInfo> for WorkerView {
+    fn from(w: &ttw_durable::WorkerInfo) -> WorkerView {
+        WorkerView {
+            worker: w.worker.clone(),
+            last_seen: rfc3339(w.last_seen),
+            held: w.held,
+        }
+    }
+}
+
 /// An ack: the attempt succeeded.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
