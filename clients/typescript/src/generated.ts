@@ -404,6 +404,8 @@ export interface QueueView {
   max_attempts?: number | null;
   backoff?: BackoffView | null;
   rate?: RateView | null;
+  /** A pull queue: its due tasks wait for workers to claim them. */
+  pull: boolean;
 }
 
 /** A rate: `count` starts every `period_ms`, bursts of `burst`. */
@@ -579,6 +581,10 @@ export interface TaskView {
   failure_callback?: string | null;
   /** On a task that tells a callback of another's outcome, that task. */
   outcome_of?: number | null;
+  /** While a worker holds it (a pull queue's claim): the worker. */
+  worker?: string | null;
+  /** While a worker holds it: when its lease runs out unless extended. */
+  lease_until?: string | null;
 }
 
 /** A node's counters since it started. */
@@ -601,4 +607,19 @@ export interface WhoamiView {
   scopes: string[];
   /** The queues it is limited to; absent: every queue. */
   queues?: string[] | null;
+}
+
+/** The workers that claimed from a pull queue in the last day. */
+export interface WorkerList {
+  workers: WorkerView[];
+}
+
+/** A worker of a pull queue. */
+export interface WorkerView {
+  /** Its name, as its claims gave it. */
+  worker: string;
+  /** When it last claimed (a long poll: when it began, or last looked). */
+  last_seen: string;
+  /** The tasks it holds now. */
+  held: number;
 }

@@ -11,6 +11,7 @@
 //!   confirmation saying how many;
 //! - pause a queue and see a due task wait, resume it and see it delivered;
 //! - change a queue's rate in place;
+//! - see a pull queue's workers, and a held task's worker and lease;
 //! - a recurring schedule's next occurrences, and its pause;
 //! - the nodes, and the charts of throughput and lateness.
 //!
@@ -148,6 +149,10 @@ stats_every = "1s"
 [[queues]]
 name = "orders"
 webhook = {{ url = "{hook}", secret_env = "TTW_SECRET" }}
+
+[[queues]]
+name = "thumbs"
+pull = true
 
 [[tokens]]
 name = "ops"
@@ -419,6 +424,35 @@ scopes = ["read"]
         .unwrap()
         .starts_with("5 per 1 s"));
     keep(&b, "queues");
+
+    // A pull queue: its workers, with what each holds; a held task shows
+    // its worker and lease.
+    let new = json!({"queue": "thumbs", "delay": "0s", "payload": {"image": 1}});
+    let (_, made) = call(&rt, "POST", &format!("{base}/v1/tasks"), OPS, Some(new));
+    let held_id = made["id"].as_i64().unwrap();
+    let claim = json!({"worker": "w-1", "wait": "10s", "lease": "5m"});
+    let url = format!("{base}/v1/queues/thumbs/claim");
+    let (status, claimed) = call(&rt, "POST", &url, OPS, Some(claim));
+    let held = &claimed["tasks"][0];
+    assert_eq!(
+        (status, held["id"].as_i64()),
+        (200, Some(held_id)),
+        "{claimed}"
+    );
+    then_page(&b, "queues", || {
+        b.go(&format!("{base}/console/#/queues?workers"))
+    });
+    let holds = "section.workers[data-queue=thumbs] tr[data-worker=w-1] td:nth-child(3)";
+    assert_eq!(text(&b, holds).as_deref(), Some("1"));
+    keep(&b, "workers");
+    then_page(&b, "task", || {
+        b.go(&format!("{base}/console/#/task/{held_id}"))
+    });
+    assert_eq!(text(&b, "#f-worker").as_deref(), Some("w-1"));
+    assert_eq!(
+        text(&b, "#f-lease_until").as_deref(),
+        held["lease_until"].as_str()
+    );
 
     // Recurring: its next occurrences; pause it.
     then_page(&b, "recurring", || {

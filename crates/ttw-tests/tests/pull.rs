@@ -5,7 +5,9 @@
 //! changes nothing); a lease that runs out makes the task due again as the
 //! next attempt, recorded as `expired`; a client that hangs up mid-poll
 //! takes nothing with it; SIGTERM answers the waiting polls empty; an
-//! instance SIGKILLed while it holds polls loses no task.
+//! instance SIGKILLed while it holds polls loses no task; the queue's
+//! limits count claims; a held task shows its worker and lease, and the
+//! queue its workers.
 
 #[path = "support/backends.rs"]
 #[macro_use]
@@ -190,7 +192,22 @@ on_both! {
         let message_id = task["message_id"].as_str().unwrap().to_string();
         assert!(task["lease_until"].is_string() && task["run_at"].is_string(), "{task}");
         let shown = api.get(&format!("/v1/tasks/{id}")).await;
-        assert_eq!(shown["state"], "running", "{shown}");
+        assert_eq!((&shown["state"], &shown["worker"]), (&json!("running"), &json!("w1")), "{shown}");
+        assert_eq!(shown["lease_until"], task["lease_until"], "{shown}");
+        let workers = api.get("/v1/queues/jobs/workers").await;
+        assert_eq!(workers["workers"][0]["worker"], "w1", "{workers}");
+        assert_eq!(workers["workers"][0]["held"], 1, "{workers}");
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_ttw-under-test"))
+            .args(db.cli_args())
+            .args(["show", &id.to_string()])
+            .env_remove("DATABASE_URL")
+            .output()
+            .await
+            .unwrap();
+        let printed = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(printed.lines().any(|l| l.starts_with("worker") && l.ends_with("w1")), "{printed}");
+        assert!(printed.contains("lease until"), "{printed}");
 
         // Fenced settles.
         let (status, refused) = api.settle(id, "ack", json!({"claim": "999"})).await;
@@ -203,7 +220,10 @@ on_both! {
         assert_eq!((status, &late["error"]["code"]), (409, &json!("stale_claim")), "{late}");
         let shown = api.get(&format!("/v1/tasks/{id}")).await;
         assert_eq!(shown["state"], "done", "{shown}");
+        assert!(shown.get("worker").is_none(), "a done task is held by no one: {shown}");
         assert_eq!(api.outcomes(id).await, ["done"]);
+        let workers = api.get("/v1/queues/jobs/workers").await;
+        assert_eq!(workers["workers"][0]["held"], 0, "{workers}");
 
         // A nack with retry_in, then a nack that gives up.
         let id = api.schedule("0s", json!("n")).await;

@@ -282,7 +282,7 @@ async fn queues_are_paused_limited_and_debounced_over_http() {
         set,
         json!({"queue": "hooks", "paused": false, "concurrency": 4, "per_key_concurrency": 2,
                            "rate": {"count": 50, "period_ms": 1000, "burst": 5},
-                           "max_attempts": null, "backoff": null})
+                           "max_attempts": null, "backoff": null, "pull": false})
     );
     let (status, listed) = call("GET", "/v1/queues", &app, None).await;
     assert_eq!(status, 200);

@@ -360,7 +360,7 @@ class QueueList(TypedDict, total=False):
 
 
 class QueueView(TypedDict, total=False):
-    """A queue's settings, as every node obeys them. Always present: paused, queue."""
+    """A queue's settings, as every node obeys them. Always present: paused, pull, queue."""
 
     queue: str
     paused: bool
@@ -369,6 +369,7 @@ class QueueView(TypedDict, total=False):
     max_attempts: Optional[int]
     backoff: Optional["BackoffView"]
     rate: Optional["RateView"]
+    pull: bool
 
 
 class RateView(TypedDict, total=False):
@@ -517,6 +518,8 @@ class TaskView(TypedDict, total=False):
     callback: Optional[str]
     failure_callback: Optional[str]
     outcome_of: Optional[int]
+    worker: Optional[str]
+    lease_until: Optional[str]
 
 
 class TotalsView(TypedDict, total=False):
@@ -539,4 +542,18 @@ class WhoamiView(TypedDict, total=False):
     name: str
     scopes: List[str]
     queues: Optional[List[str]]
+
+
+class WorkerList(TypedDict, total=False):
+    """The workers that claimed from a pull queue in the last day. Always present: workers."""
+
+    workers: List["WorkerView"]
+
+
+class WorkerView(TypedDict, total=False):
+    """A worker of a pull queue. Always present: held, last_seen, worker."""
+
+    worker: str
+    last_seen: str
+    held: int
 

@@ -5,9 +5,9 @@
 use super::*;
 use crate::model::backoff::Backoff;
 use crate::model::flow::{QueueLimits, Rate};
-use std::time::Duration;
 use crate::sql::claims::pull::{self, Nacked, Nacking, Pulling, Settled};
 use crate::sql::queues;
+use std::time::Duration;
 
 fn pulling<'a>(now: i64, max: i64, kinds: &'a [String]) -> Pulling<'a> {
     Pulling {
@@ -66,7 +66,10 @@ async fn pull_case(store: &Store) {
 
     // Of kind `receipt` only.
     let kinds = ["receipt".to_string()];
-    let typed = pull::claim(db, pulling(3_000, 10, &kinds)).await.unwrap().rows;
+    let typed = pull::claim(db, pulling(3_000, 10, &kinds))
+        .await
+        .unwrap()
+        .rows;
     assert_eq!(typed.iter().map(|r| r.id).collect::<Vec<_>>(), [ids[1]]);
     assert_eq!(typed[0].kind.as_deref(), Some("receipt"));
 
@@ -80,7 +83,8 @@ async fn pull_case(store: &Store) {
     );
     assert!(pull::claim(db, pulling(3_000, 10, &[]))
         .await
-        .unwrap().rows
+        .unwrap()
+        .rows
         .is_empty());
 
     // Ack: once, under the current claim, while the lease holds.
@@ -139,7 +143,10 @@ async fn pull_case(store: &Store) {
     let mut give_up = nacking(ids[2], 2, 6_200);
     give_up.dead = true;
     let (dead, _, moved) = pull::nack(db, names, give_up, &any).await.unwrap();
-    assert_eq!((dead, moved), (Settled::Yes(Nacked::Dead("default".into())), None));
+    assert_eq!(
+        (dead, moved),
+        (Settled::Yes(Nacked::Dead("default".into())), None)
+    );
     assert_eq!(state(store, ids[2]).await, TaskState::Dead);
     let attempts = crate::sql::attempts::of_task(db, ids[2]).await.unwrap();
     assert_eq!(
@@ -170,7 +177,8 @@ async fn pull_case(store: &Store) {
     queues::set_paused(db, "default", true).await.unwrap();
     assert!(pull::claim(db, pulling(8_000, 10, &[]))
         .await
-        .unwrap().rows
+        .unwrap()
+        .rows
         .is_empty());
     queues::set_paused(db, "default", false).await.unwrap();
     queues::set_limits(db, "default", &QueueLimits::new().concurrency(1))
@@ -179,13 +187,15 @@ async fn pull_case(store: &Store) {
     assert_eq!(
         pull::claim(db, pulling(8_000, 10, &[]))
             .await
-            .unwrap().rows
+            .unwrap()
+            .rows
             .len(),
         1
     );
     assert!(pull::claim(db, pulling(8_000, 10, &[]))
         .await
-        .unwrap().rows
+        .unwrap()
+        .rows
         .is_empty());
 
     // Per key: one of each key at a time.
@@ -208,7 +218,11 @@ async fn pull_case(store: &Store) {
     assert_eq!(keys, ["a", "b"], "one of key a waits for the other");
     let held_back = pull::claim(db, pulling(9_000, 10, &[])).await.unwrap();
     assert!(held_back.rows.is_empty());
-    assert_eq!(held_back.again_in, Some(pull::HELD_BACK_LOOK_MS), "a key's place can free elsewhere");
+    assert_eq!(
+        held_back.again_in,
+        Some(pull::HELD_BACK_LOOK_MS),
+        "a key's place can free elsewhere"
+    );
 
     // A rate: the claims pay from the queue's bucket (a burst of 2, then
     // one a second), and say when its next token comes.
@@ -239,7 +253,10 @@ async fn pull_case(store: &Store) {
         [("w1", 9_000)]
     );
     assert!(seen[0].held >= 5, "{seen:?}");
-    assert!(pull::workers(db, Some("other"), 9_000).await.unwrap().is_empty());
+    assert!(pull::workers(db, Some("other"), 9_000)
+        .await
+        .unwrap()
+        .is_empty());
     let later = 9_000 + pull::WORKER_FORGOTTEN_MS + 1;
     assert!(pull::workers(db, None, later).await.unwrap().is_empty());
     assert!(

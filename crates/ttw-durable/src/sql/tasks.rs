@@ -310,8 +310,8 @@ impl TryFrom<TaskInfoRow> for TaskInfo {
 
     /// A state this build does not know is an error ([`TaskState::from_sql`]).
     fn try_from(row: TaskInfoRow) -> Result<TaskInfo, Error> {
-        let by_worker = row.state == "running"
-            && row.lock_epoch == Some(crate::sql::claims::pull::WORKER);
+        let by_worker =
+            row.state == "running" && row.lock_epoch == Some(crate::sql::claims::pull::WORKER);
         Ok(TaskInfo {
             id: crate::model::task::TaskId(row.id),
             state: TaskState::from_sql(&row.state)?,

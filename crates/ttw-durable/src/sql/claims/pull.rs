@@ -253,7 +253,9 @@ pub(crate) async fn claim(db: &Db, pull: Pulling<'_>) -> Result<Pulled, Error> {
     });
     drop(turn);
     let mut pulled = pulled;
-    pulled.rows.sort_unstable_by_key(|r| (r.priority, r.run_at, r.id));
+    pulled
+        .rows
+        .sort_unstable_by_key(|r| (r.priority, r.run_at, r.id));
     Ok(pulled)
 }
 
