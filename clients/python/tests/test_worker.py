@@ -84,6 +84,8 @@ def test_a_worker_runs_acks_and_nacks_with_the_handler_s_error(work):
     assert work.get(ids[2])["last_error"] == "no such image"
     assert sorted(seen) == [(0, 1), (1, 1), (1, 2), (2, 1), (3, 1)]
     assert (worker.acked, worker.nacked, worker.lost) == (3, 2, 0)
+    seen = {w["worker"]: w for w in work.workers("work")["workers"]}
+    assert seen["py-worker"]["held"] == 0
 
 
 def test_a_long_task_is_kept_by_extending_its_lease(work):

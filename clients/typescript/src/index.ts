@@ -29,6 +29,7 @@ import {
   type StatsView,
   type ClaimedTask,
   type SettledView,
+  type WorkerView,
 } from "./generated.js";
 
 import { ApiError, ConnectionFailed, TtwError } from "./errors.js";
@@ -398,6 +399,11 @@ export class Client {
   /** Holds the task of `claim` for `lease` from now (a heartbeat while its work runs): its new `lease_until`. */
   extend(id: number, claim: string, lease: Delay): Promise<SettledView> {
     return this.request("POST", `/v1/tasks/${id}/extend`, { claim, lease: delayText(lease) });
+  }
+
+  /** The workers that claimed from pull queue `queue` in the last day: each one's `worker`, `last_seen` and the tasks it `held`. */
+  async workers(queue: string): Promise<WorkerView[]> {
+    return (await this.request<{ workers: WorkerView[] }>("GET", `/v1/queues/${encodeURIComponent(queue)}/workers`)).workers;
   }
 
   /** Creates or updates a recurring schedule (`cron` with `time_zone`, or `every`). */

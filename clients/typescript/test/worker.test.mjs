@@ -91,6 +91,8 @@ test("a worker runs, acks and nacks with the handler's error", async () => {
   assert.equal((await client.get(ids[2])).last_error, "no such image");
   assert.deepEqual(seen.sort(), [[0, 1], [1, 1], [1, 2], [2, 1], [3, 1]]);
   assert.deepEqual([worker.acked, worker.nacked, worker.lost], [3, 2, 0]);
+  const me = (await client.workers("work")).find((w) => w.worker === "ts-worker");
+  assert.equal(me.held, 0);
 });
 
 test("a long task is kept by extending its lease", async () => {

@@ -31,6 +31,7 @@ from ._generated import (
     SettledView,
     StatsView,
     TaskView,
+    WorkerList,
 )
 from .errors import ApiError, ConnectionFailed, error_for
 
@@ -378,6 +379,11 @@ class Client:
         while its work runs): its new ``lease_until``."""
         body = {"claim": claim, "lease": _delay(lease)}
         return cast(SettledView, self._request("POST", "/v1/tasks/%d/extend" % task_id, body))
+
+    def workers(self, queue: str) -> WorkerList:
+        """The workers that claimed from pull queue ``queue`` in the last
+        day: each one's ``worker``, ``last_seen`` and the tasks it ``held``."""
+        return cast(WorkerList, self._request("GET", "/v1/queues/%s/workers" % urllib.parse.quote(queue, safe="")))
 
     # Recurring schedules.
 
