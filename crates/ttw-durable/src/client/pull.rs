@@ -51,6 +51,9 @@ impl Default for PullWakes {
     }
 }
 
+/// The most waiting claims one wake looks again.
+const MAX_WAKES: usize = 1_024;
+
 impl PullWakes {
     fn of(&self, queue: &str) -> Arc<Notify> {
         let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
@@ -62,11 +65,16 @@ impl PullWakes {
         notify
     }
 
-    /// A task of `queue` fell due: its waiting claims look again.
-    pub(crate) fn wake(&self, queue: &str) {
+    /// `n` tasks of `queue` fell due (or made room): as many of its
+    /// waiting claims look again, the longest waiting first, not every one
+    /// (a thousand idle polls do not all query for one task). A claim
+    /// dropped once woken passes its wake on to the next.
+    pub(crate) fn wake(&self, queue: &str, n: usize) {
         let queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(notify) = queues.get(queue) {
-            notify.notify_waiters();
+            for _ in 0..n.min(MAX_WAKES) {
+                notify.notify_one();
+            }
         }
     }
 
@@ -521,7 +529,7 @@ impl Pulls {
                 .await?;
                 pull::hand_over(&store, told, None);
                 let queue = settled(done)?;
-                store.pull_wakes().wake(&queue);
+                store.pull_wakes().wake(&queue, 1);
                 Ok(())
             })
             .await
@@ -564,7 +572,7 @@ impl Pulls {
                     Nacked::Retry(at, queue) => (NackOutcome::Retry(from_ms(at)), queue),
                     Nacked::Dead(queue) => (NackOutcome::Dead, queue),
                 };
-                store.pull_wakes().wake(&queue);
+                store.pull_wakes().wake(&queue, 1);
                 Ok(outcome)
             })
             .await
@@ -605,5 +613,36 @@ fn settled<T>(done: Settled<T>) -> Result<T, Error> {
         Settled::Yes(value) => Ok(value),
         Settled::Stale => Err(Error::stale_claim()),
         Settled::NotAllowed(queue) => Err(Error::queue_not_allowed(queue)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+
+    use super::PullWakes;
+
+    /// Regression: every task that fell due woke every claim waiting on
+    /// its queue (`notify_waiters`), so a thousand idle long polls ran a
+    /// thousand claims for one task. A wake for `n` tasks wakes `n`.
+    #[test]
+    fn a_wake_for_one_task_wakes_one_waiting_claim() {
+        let wakes = PullWakes::default();
+        let notify = wakes.of("q");
+        let mut waiting: Vec<_> = (0..3).map(|_| Box::pin(notify.notified())).collect();
+        for claim in &mut waiting {
+            claim.as_mut().enable();
+        }
+        // The claims a wake answered leave the list.
+        let woken = |waiting: &mut Vec<std::pin::Pin<Box<tokio::sync::futures::Notified<'_>>>>| {
+            let before = waiting.len();
+            waiting.retain_mut(|claim| claim.as_mut().now_or_never().is_none());
+            before - waiting.len()
+        };
+        wakes.wake("q", 1);
+        assert_eq!(woken(&mut waiting), 1);
+        wakes.wake("q", 5);
+        assert_eq!(woken(&mut waiting), 2, "the other two");
+        wakes.wake("other", 1);
     }
 }

@@ -148,13 +148,21 @@ impl Dispatcher {
     /// claims it.
     fn wake_pulls(&self, mut queues: Vec<usize>) {
         queues.sort_unstable();
-        queues.dedup();
-        let names: Vec<Arc<str>> = queues
+        // Each queue once, with how many of its tasks fell due: as many
+        // waiting claims wake, not all of them.
+        let mut counted: Vec<(usize, usize)> = Vec::new();
+        for i in queues {
+            match counted.last_mut() {
+                Some((last, n)) if *last == i => *n += 1,
+                _ => counted.push((i, 1)),
+            }
+        }
+        let names: Vec<(Arc<str>, usize)> = counted
             .into_iter()
-            .map(|i| self.node.window.lanes.queues()[i].clone())
+            .map(|(i, n)| (self.node.window.lanes.queues()[i].clone(), n))
             .collect();
-        for queue in &names {
-            self.node.store.pull_wakes().wake(queue);
+        for (queue, n) in &names {
+            self.node.store.pull_wakes().wake(queue, *n);
         }
         let claims = self.node.claims.clone();
         tokio::spawn(async move {

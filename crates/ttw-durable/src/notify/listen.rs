@@ -44,10 +44,10 @@ pub(crate) enum Heard {
     /// Another node's limited claim left a place to a key waiting here.
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     Room,
-    /// Tasks of this pull queue fell due on another node: the claims
-    /// waiting on it here look again.
+    /// This many tasks of this pull queue fell due on another node: as many
+    /// of the claims waiting on it here look again.
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-    Pull(String),
+    Pull(String, usize),
     /// The store is gone: nothing more will be heard.
     Closed,
 }
@@ -160,8 +160,12 @@ impl Listener {
                         if notification.payload() == ROOM {
                             return Heard::Room;
                         }
-                        if let Some(queue) = notification.payload().strip_prefix(PULL) {
-                            return Heard::Pull(queue.to_string());
+                        if let Some((n, queue)) = notification
+                            .payload()
+                            .strip_prefix(PULL)
+                            .and_then(|rest| rest.split_once(':'))
+                        {
+                            return Heard::Pull(queue.to_string(), n.parse().unwrap_or(1));
                         }
                     }
                     // The connection was lost, and with it what was sent

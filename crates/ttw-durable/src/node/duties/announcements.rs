@@ -24,7 +24,7 @@ pub(crate) async fn run(
                 wakes.recurring.notify_one();
                 store.pull_wakes().wake_all();
             }
-            Heard::Pull(queue) => store.pull_wakes().wake(&queue),
+            Heard::Pull(queue, n) => store.pull_wakes().wake(&queue, n),
             Heard::Recurring => wakes.recurring.notify_one(),
             Heard::Room => wakes.room_left_elsewhere(),
             Heard::Closed => return,

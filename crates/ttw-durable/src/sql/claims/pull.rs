@@ -528,17 +528,20 @@ pub(crate) fn hand_over(store: &crate::Store, told: Vec<Announced>, moved: Optio
 
 impl Claims {
     /// On PostgreSQL, tells the processes listening on the store's channel
-    /// that tasks of the pull queues `queues` fell due (`pull:<queue>`):
-    /// their waiting claims look again. Nothing on SQLite, whose one
+    /// that `n` tasks of each pull queue of `queues` fell due
+    /// (`pull:<n>:<queue>`): as many of their waiting claims look again. Nothing on SQLite, whose one
     /// process heard it in-process.
-    pub(crate) async fn announce_pulls(&self, queues: &[Arc<str>]) -> Result<(), Error> {
+    pub(crate) async fn announce_pulls(&self, queues: &[(Arc<str>, usize)]) -> Result<(), Error> {
         match &self.db {
             #[cfg(feature = "postgres")]
             Db::Postgres(pool) => {
                 let Some(channel) = &self.channel else {
                     return Ok(());
                 };
-                let payloads: Vec<String> = queues.iter().map(|q| format!("{PULL}{q}")).collect();
+                let payloads: Vec<String> = queues
+                    .iter()
+                    .map(|(q, n)| format!("{PULL}{n}:{q}"))
+                    .collect();
                 sqlx::query("SELECT pg_notify($1, p) FROM UNNEST(CAST($2 AS TEXT[])) AS p")
                     .bind(channel)
                     .bind(&payloads)
