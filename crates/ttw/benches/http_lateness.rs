@@ -25,18 +25,6 @@ fn setting(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// The CPU time (user and system) process `pid` has used, from /proc.
-fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name, which is in parentheses.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
-        + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
-    // Linux reports in USER_HZ, 100 a second on every platform it runs on.
-    Duration::from_millis(ticks * 10)
-}
-
 fn main() {
     let rate = setting("TTW_LATENESS_RATE", 1000);
     let seconds = setting("TTW_LATENESS_SECONDS", 20);
@@ -79,9 +67,9 @@ fn main() {
 
     // Idle: the server with its node, nothing scheduled.
     std::thread::sleep(Duration::from_secs(2));
-    let before = cpu_time(pid);
+    let before = support::cpu_time(pid);
     std::thread::sleep(Duration::from_secs(idle_seconds));
-    let idle = cpu_time(pid) - before;
+    let idle = support::cpu_time(pid) - before;
     println!(
         "http_lateness {backend}: idle {:.1} ms of CPU a second over {idle_seconds} s",
         idle.as_secs_f64() * 1000.0 / idle_seconds as f64

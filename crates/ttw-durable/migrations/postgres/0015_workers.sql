@@ -1,5 +1,5 @@
--- The workers that claim from pull queues: each claim records its worker's
--- name and when, in the claim's own transaction, so that an operator sees
+-- The workers that claim from pull queues: a claim records its worker's
+-- name and when (at most once a second per process), so that an operator sees
 -- who polls each queue and when it was last seen. One row a (queue,
 -- worker); the read leaves out (and deletes) those not seen for a day.
 CREATE TABLE ttw_workers (

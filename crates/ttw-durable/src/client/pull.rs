@@ -38,6 +38,8 @@ pub const MAX_WORKER_NAME: usize = 128;
 #[derive(Debug)]
 pub(crate) struct PullWakes {
     queues: Mutex<HashMap<String, Arc<Notify>>>,
+    /// When this process last recorded each (queue, worker) as seen.
+    seen: Mutex<HashMap<(String, String), i64>>,
     /// True once waiting claims are to answer at once (a graceful stop).
     closing: watch::Sender<bool>,
 }
@@ -46,10 +48,14 @@ impl Default for PullWakes {
     fn default() -> Self {
         PullWakes {
             queues: Mutex::default(),
+            seen: Mutex::default(),
             closing: watch::Sender::new(false),
         }
     }
 }
+
+/// How often one process records a worker as seen.
+const SEEN_EVERY_MS: i64 = 1_000;
 
 /// The most waiting claims one wake looks again.
 const MAX_WAKES: usize = 1_024;
@@ -74,6 +80,23 @@ impl PullWakes {
         if let Some(notify) = queues.get(queue) {
             for _ in 0..n.min(MAX_WAKES) {
                 notify.notify_one();
+            }
+        }
+    }
+
+    /// Whether `worker`'s claim on `queue` at `now` is to be recorded as
+    /// seen: once a second per process, not at each claim.
+    fn record_seen(&self, queue: &str, worker: &str, now: i64) -> bool {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.len() > 10_000 {
+            seen.clear();
+        }
+        let key = (queue.to_string(), worker.to_string());
+        match seen.get(&key) {
+            Some(&at) if now.saturating_sub(at) < SEEN_EVERY_MS => false,
+            _ => {
+                seen.insert(key, now);
+                true
             }
         }
     }
@@ -424,6 +447,10 @@ impl Pulls {
         let deadline = tokio::time::Instant::now() + request.wait;
         let name: Arc<str> = Arc::from(queue);
         let max = request.max as i64;
+        let now = self.store.clock().now_ms();
+        if wakes.record_seen(queue, &request.worker, now) {
+            pull::seen(self.store.db(), queue, &request.worker, now).await?;
+        }
         loop {
             let notified = notify.notified();
             tokio::pin!(notified);
@@ -473,8 +500,8 @@ impl Pulls {
 
     /// The workers that claimed from `queue` (every queue: `None`) in the
     /// last day, by queue and name, each with the tasks it holds now; at
-    /// most 1,000. Every claim records its worker in its own transaction,
-    /// so this is every instance's view.
+    /// most 1,000. Each process records a worker it answers a claim of (once
+    /// a second), in the store: this is every instance's view.
     ///
     /// # Errors
     ///
@@ -512,21 +539,21 @@ impl Pulls {
     /// [`Error::is_stale_claim`], [`Error::is_queue_not_allowed`],
     /// [`Error::is_database`].
     pub async fn ack(&self, id: TaskId, claim: Claim, answer: Option<&str>) -> Result<(), Error> {
-        let allowed = self.allowed();
-        let answer = answer.map(str::to_string);
+        let item = AckItem {
+            id: id.0,
+            claim: claim.0,
+            now: self.store.clock().now_ms(),
+            answer: answer.map(str::to_string),
+            allowed: self.allowed(),
+        };
         self.store
             .to_completion(move |store| async move {
-                let now = store.clock().now_ms();
-                let (done, told) = pull::ack(
-                    store.db(),
-                    store.names(),
-                    id.0,
-                    claim.0,
-                    now,
-                    answer.as_deref(),
-                    &*allowed,
-                )
-                .await?;
+                let writer = store.ack_writer().clone();
+                let (done, told) = writer.write(item).await.unwrap_or_else(|| {
+                    Err(Error::internal(
+                        "the acks' writer is gone: the ack's outcome is unknown",
+                    ))
+                })?;
                 pull::hand_over(&store, told, None);
                 let queue = settled(done)?;
                 store.pull_wakes().wake(&queue, 1);
@@ -604,6 +631,82 @@ impl Pulls {
                 Ok(from_ms(until))
             })
             .await
+    }
+}
+
+/// One ack handed to the store's acks' writer.
+pub(crate) struct AckItem {
+    id: i64,
+    claim: i64,
+    now: i64,
+    answer: Option<String>,
+    allowed: Allowed,
+}
+
+/// The most acks one group writes.
+const MAX_ACK_GROUP: usize = 512;
+
+/// How a group of acks is written: one transaction, one commit for many
+/// workers' acks (see [`group`](crate::group)).
+pub(crate) struct Acks {
+    db: crate::sql::db::Db,
+    names: crate::sql::names::Names,
+}
+
+type AckAnswer = Result<(Settled<String>, Vec<crate::sql::announce::Announced>), Error>;
+
+impl crate::group::WriteGroup for Acks {
+    type Item = AckItem;
+    type Answer = AckAnswer;
+
+    /// The group at the latest of its items' times (a lease that ran out
+    /// while an ack waited is stale). The callback tasks it wrote go with
+    /// the first answer. On a failure the commit may have happened with
+    /// its answer lost: every ack of the group hears of it.
+    async fn write(&self, group: Vec<AckItem>) -> Vec<AckAnswer> {
+        let now = group.iter().map(|a| a.now).max().unwrap_or(0);
+        let acks: Vec<pull::Acking<'_>> = group
+            .iter()
+            .map(|a| pull::Acking {
+                id: a.id,
+                claim: a.claim,
+                answer: a.answer.as_deref(),
+                allowed: &*a.allowed,
+            })
+            .collect();
+        match pull::ack(&self.db, &self.names, &acks, now).await {
+            Ok((settled, told)) => {
+                let mut told = Some(told);
+                settled
+                    .into_iter()
+                    .map(|s| Ok((s, told.take().unwrap_or_default())))
+                    .collect()
+            }
+            Err(err) => {
+                let said = err.to_string();
+                let mut answers = Vec::with_capacity(group.len());
+                answers.push(Err(err));
+                answers.extend((1..group.len()).map(|_| Err(Error::group_failed(&said))));
+                answers
+            }
+        }
+    }
+}
+
+impl Store {
+    /// The writer of this store's acks, started at its first ack.
+    pub(crate) fn ack_writer(&self) -> &crate::group::GroupWriter<Acks> {
+        self.acks_cell().get_or_init(|| {
+            let writers = if self.is_postgres() { 2 } else { 1 };
+            crate::group::GroupWriter::start(
+                Acks {
+                    db: self.db().clone(),
+                    names: self.names().clone(),
+                },
+                writers,
+                MAX_ACK_GROUP,
+            )
+        })
     }
 }
 

@@ -87,6 +87,8 @@ struct StoreInner {
     published_queues: Mutex<BTreeSet<String>>,
     /// What wakes the claims waiting on its pull queues.
     pull_wakes: crate::client::pull::PullWakes,
+    /// The writer of its pull queues' acks, started at the first.
+    acks: std::sync::OnceLock<crate::group::GroupWriter<crate::client::pull::Acks>>,
     /// For an in-memory store, the connection outside the pool that keeps
     /// the database alive (see [`PoolSettings::sqlite_in_memory`]).
     _memory_keeper: Option<Mutex<MemoryKeeper>>,
@@ -351,6 +353,7 @@ impl StoreBuilder {
                 clock: self.clock,
                 published_queues: Mutex::default(),
                 pull_wakes: Default::default(),
+                acks: std::sync::OnceLock::new(),
                 _memory_keeper: memory_keeper.map(Mutex::new),
                 _follower: follower,
             }),
@@ -497,6 +500,13 @@ impl Store {
     /// What wakes the claims waiting on its pull queues.
     pub(crate) fn pull_wakes(&self) -> &crate::client::pull::PullWakes {
         &self.inner.pull_wakes
+    }
+
+    /// Where its acks' writer is kept (see [`Store::ack_writer`]).
+    pub(crate) fn acks_cell(
+        &self,
+    ) -> &std::sync::OnceLock<crate::group::GroupWriter<crate::client::pull::Acks>> {
+        &self.inner.acks
     }
 
     /// Cancels a task that is still scheduled. Returns whether it was: `false`

@@ -88,7 +88,17 @@ async fn pull_case(store: &Store) {
         .is_empty());
 
     // Ack: once, under the current claim, while the lease holds.
-    let ack = |id, claim, now| pull::ack(db, names, id, claim, now, Some("printed"), &any);
+    let ack = |id, claim, now| async move {
+        let one = [pull::Acking {
+            id,
+            claim,
+            answer: Some("printed"),
+            allowed: &any,
+        }];
+        pull::ack(db, names, &one, now)
+            .await
+            .map(|(mut settled, told)| (settled.remove(0), told))
+    };
     assert_eq!(ack(ids[0], 2, 3_100).await.unwrap().0, Settled::Stale);
     assert_eq!(
         ack(ids[0], 1, 3_100).await.unwrap().0,
@@ -98,10 +108,25 @@ async fn pull_case(store: &Store) {
     assert_eq!(state(store, ids[0]).await, TaskState::Done);
     // Not in a queue the caller may use: nothing changes.
     let none = |_: &str| false;
-    let refused = pull::ack(db, names, ids[1], 1, 3_100, None, &none).await;
+    let two = [
+        pull::Acking {
+            id: ids[1],
+            claim: 1,
+            answer: None,
+            allowed: &none,
+        },
+        pull::Acking {
+            id: ids[0],
+            claim: 1,
+            answer: None,
+            allowed: &any,
+        },
+    ];
+    let (refused, _) = pull::ack(db, names, &two, 3_100).await.unwrap();
     assert_eq!(
-        refused.unwrap().0,
-        Settled::NotAllowed("default".to_string())
+        refused,
+        [Settled::NotAllowed("default".to_string()), Settled::Stale],
+        "a group answers each ack"
     );
     assert_eq!(state(store, ids[1]).await, TaskState::Running);
 
@@ -244,7 +269,9 @@ async fn pull_case(store: &Store) {
     let one = pull::claim(db, pulling(9_000, 1, &[])).await.unwrap();
     assert_eq!((one.rows.len(), one.again_in), (1, None));
 
-    // Every claim recorded its worker; a day unseen, it is forgotten.
+    // A worker seen (as the claims record it); a day unseen, it is
+    // forgotten.
+    pull::seen(db, "default", "w1", 9_000).await.unwrap();
     let seen = pull::workers(db, Some("default"), 9_000).await.unwrap();
     assert_eq!(
         seen.iter()

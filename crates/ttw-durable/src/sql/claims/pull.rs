@@ -132,8 +132,6 @@ pub(crate) async fn claim(db: &Db, pull: Pulling<'_>) -> Result<Pulled, Error> {
     let due = format!("queue = $1 AND state = 'scheduled' AND run_at <= $2{kinds}");
     let order = "ORDER BY priority, run_at, id";
     let turn = db.write_turn(Urgency::Urgent).await;
-    let seen = "INSERT INTO ttw_workers (queue, worker, last_seen) VALUES ($1, $2, $3) \
-                ON CONFLICT (queue, worker) DO UPDATE SET last_seen = excluded.last_seen";
     let pulled: Pulled = with_pool!(db, pool => {
         let mut tx = pool.begin().await?;
         let control: Option<super::limited::Bucket> = sqlx::query_as(&refill)
@@ -172,16 +170,8 @@ pub(crate) async fn claim(db: &Db, pull: Pulling<'_>) -> Result<Pulled, Error> {
                 again_in = again_in.or(Some(HELD_BACK_LOOK_MS));
             }
         }
-        // The worker was seen (after the settings row's lock, the order
-        // every claim takes them in).
-        sqlx::query(seen)
-            .bind(pull.queue)
-            .bind(pull.worker)
-            .bind(pull.now)
-            .execute(&mut *tx)
-            .await?;
         if room <= 0 {
-            tx.commit().await?;
+            tx.rollback().await?;
             Pulled { rows: Vec::new(), again_in }
         } else {
             let candidates = match key_cap {
@@ -269,6 +259,25 @@ pub(crate) struct WorkerRow {
     pub(crate) held: i64,
 }
 
+/// Records that `worker` claimed from `queue` at `now`, in a statement of
+/// its own (not in the claim's transaction: many claims under one name
+/// would wait on its row).
+pub(crate) async fn seen(db: &Db, queue: &str, worker: &str, now: i64) -> Result<(), Error> {
+    let sql = "INSERT INTO ttw_workers (queue, worker, last_seen) VALUES ($1, $2, $3) \
+               ON CONFLICT (queue, worker) DO UPDATE SET last_seen = excluded.last_seen";
+    let turn = db.write_turn(Urgency::Ordinary).await;
+    with_pool!(db, pool => {
+        sqlx::query(sql)
+            .bind(queue)
+            .bind(worker)
+            .bind(now)
+            .execute(pool)
+            .await?;
+    });
+    drop(turn);
+    Ok(())
+}
+
 /// How long a worker not seen stays in [`workers`]: a day.
 pub(crate) const WORKER_FORGOTTEN_MS: i64 = 86_400_000;
 
@@ -304,57 +313,75 @@ pub(crate) async fn workers(
     Ok(rows)
 }
 
-/// Marks task `id` done under `claim` (see [`held`]), with `answer` kept
-/// as its attempt's, and moves it to the history, with its callback, in
-/// one transaction. `allowed` says whether the caller may use the task's
-/// queue. Answers the queue, whose held-back claims may have room now.
+/// One ack of a group: task `id` under `claim`, `answer` kept as its
+/// attempt's; `allowed` says whether the caller may use the task's queue.
+pub(crate) struct Acking<'a> {
+    pub(crate) id: i64,
+    pub(crate) claim: i64,
+    pub(crate) answer: Option<&'a str>,
+    pub(crate) allowed: &'a (dyn Fn(&str) -> bool + Sync),
+}
+
+/// Marks each task of `acks` done under its claim (see [`held`]) at `now`,
+/// moved to the history with its callback, all in one transaction (one
+/// commit for many workers' acks). Answers each ack in order (its queue,
+/// whose held-back claims may have room now), and the callback tasks the
+/// group wrote.
 pub(crate) async fn ack(
     db: &Db,
     names: &Names,
-    id: i64,
-    claim: i64,
+    acks: &[Acking<'_>],
     now: i64,
-    answer: Option<&str>,
-    allowed: &(dyn Fn(&str) -> bool + Sync),
-) -> Result<(Settled<String>, Vec<Announced>), Error> {
+) -> Result<(Vec<Settled<String>>, Vec<Announced>), Error> {
     let into = into_history("done", &db.clock_sql(), "$3");
+    let copy = format!(
+        "INSERT INTO ttw_history ({HISTORY_COLUMNS}, answer_status, answer) \
+         SELECT {into}, NULL, $4 FROM ttw_tasks WHERE {}",
+        held()
+    );
     let turn = db.write_turn(Urgency::Ordinary).await;
-    let answer = answer.map(bounded_str);
     let done = with_pool!(db, pool => {
         let mut tx = pool.begin().await?;
-        match find_held!(tx, db, id, claim, now) {
-            None => (Settled::Stale, Vec::new()),
-            Some(row) if !allowed(&row.queue) => (Settled::NotAllowed(row.queue), Vec::new()),
-            Some(row) => {
-                let copy = format!(
-                    "INSERT INTO ttw_history ({HISTORY_COLUMNS}, answer_status, answer) \
-                     SELECT {into}, NULL, $4 FROM ttw_tasks WHERE {}",
-                    held()
-                );
-                sqlx::query(&copy)
-                    .bind(id)
-                    .bind(claim)
-                    .bind(now)
-                    .bind(answer)
-                    .execute(&mut *tx)
-                    .await?;
-                sqlx::query("DELETE FROM ttw_tasks WHERE id = $1")
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?;
-                let told = callbacks::tell(
-                    Conn::from(&mut *tx),
-                    &db.clock_sql(),
-                    names.channel.as_deref(),
-                    Told::Done,
-                    &[id],
-                    now,
-                )
-                .await?;
-                tx.commit().await?;
-                (Settled::Yes(row.queue), told)
-            }
+        let mut answers = Vec::with_capacity(acks.len());
+        let mut done_ids = Vec::new();
+        for ack in acks {
+            let answer = ack.answer.map(bounded_str);
+            let settled = match find_held!(tx, db, ack.id, ack.claim, now) {
+                None => Settled::Stale,
+                Some(row) if !(ack.allowed)(&row.queue) => Settled::NotAllowed(row.queue),
+                Some(row) => {
+                    sqlx::query(&copy)
+                        .bind(ack.id)
+                        .bind(ack.claim)
+                        .bind(now)
+                        .bind(answer)
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query("DELETE FROM ttw_tasks WHERE id = $1")
+                        .bind(ack.id)
+                        .execute(&mut *tx)
+                        .await?;
+                    done_ids.push(ack.id);
+                    Settled::Yes(row.queue)
+                }
+            };
+            answers.push(settled);
         }
+        let told = if done_ids.is_empty() {
+            Vec::new()
+        } else {
+            callbacks::tell(
+                Conn::from(&mut *tx),
+                &db.clock_sql(),
+                names.channel.as_deref(),
+                Told::Done,
+                &done_ids,
+                now,
+            )
+            .await?
+        };
+        tx.commit().await?;
+        (answers, told)
     });
     drop(turn);
     Ok(done)
