@@ -12,5 +12,6 @@ pub(crate) mod flow;
 pub(crate) mod grouped;
 pub(crate) mod keys;
 pub(crate) mod pull;
+pub(crate) mod pull_state;
 pub(crate) mod schedule;
 pub(crate) mod store;

@@ -1,16 +1,15 @@
 //! Workers that pull: a pull queue's due tasks wait in the store until a
 //! worker claims them under a lease, then settles the claim (ack, nack,
-//! extend). [`Pulls`] is the handle, [`PullWakes`] what wakes a waiting
-//! claim the moment a task falls due.
+//! extend). [`Pulls`] is the handle; what wakes a waiting claim the moment
+//! a task falls due, and the writer of the acks, are the store's
+//! (`pull_state.rs`).
 
-use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::{watch, Notify};
-
+use crate::client::pull_state::{AckItem, Acks, Allowed, MAX_ACK_GROUP};
 use crate::client::store::Store;
 use crate::error::Error;
 use crate::model::attempt::{Attempt, Task, Tells};
@@ -32,84 +31,6 @@ pub const MAX_LEASE: Duration = Duration::from_secs(12 * 3600);
 /// The longest worker name.
 pub const MAX_WORKER_NAME: usize = 128;
 
-/// What wakes the claims waiting on a pull queue, one per store: a node
-/// whose wheel fires a task of the queue (or hears that another node's
-/// did) wakes them, and they claim again.
-#[derive(Debug)]
-pub(crate) struct PullWakes {
-    queues: Mutex<HashMap<String, Arc<Notify>>>,
-    /// When this process last recorded each (queue, worker) as seen.
-    seen: Mutex<HashMap<(String, String), i64>>,
-    /// True once waiting claims are to answer at once (a graceful stop).
-    closing: watch::Sender<bool>,
-}
-
-impl Default for PullWakes {
-    fn default() -> Self {
-        PullWakes {
-            queues: Mutex::default(),
-            seen: Mutex::default(),
-            closing: watch::Sender::new(false),
-        }
-    }
-}
-
-/// How often one process records a worker as seen.
-const SEEN_EVERY_MS: i64 = 1_000;
-
-/// The most waiting claims one wake looks again.
-const MAX_WAKES: usize = 1_024;
-
-impl PullWakes {
-    fn of(&self, queue: &str) -> Arc<Notify> {
-        let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(notify) = queues.get(queue) {
-            return notify.clone();
-        }
-        let notify = Arc::new(Notify::new());
-        queues.insert(queue.to_string(), notify.clone());
-        notify
-    }
-
-    /// `n` tasks of `queue` fell due (or made room): as many of its
-    /// waiting claims look again, the longest waiting first, not every one
-    /// (a thousand idle polls do not all query for one task). A claim
-    /// dropped once woken passes its wake on to the next.
-    pub(crate) fn wake(&self, queue: &str, n: usize) {
-        let queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(notify) = queues.get(queue) {
-            for _ in 0..n.min(MAX_WAKES) {
-                notify.notify_one();
-            }
-        }
-    }
-
-    /// Whether `worker`'s claim on `queue` at `now` is to be recorded as
-    /// seen: once a second per process, not at each claim.
-    fn record_seen(&self, queue: &str, worker: &str, now: i64) -> bool {
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        if seen.len() > 10_000 {
-            seen.clear();
-        }
-        let key = (queue.to_string(), worker.to_string());
-        match seen.get(&key) {
-            Some(&at) if now.saturating_sub(at) < SEEN_EVERY_MS => false,
-            _ => {
-                seen.insert(key, now);
-                true
-            }
-        }
-    }
-
-    /// Some announcements may have been missed: every waiting claim looks
-    /// again.
-    pub(crate) fn wake_all(&self) {
-        let queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        for notify in queues.values() {
-            notify.notify_waiters();
-        }
-    }
-}
 
 /// A claim's token: what an ack, nack or extend names, and is fenced on.
 /// Its text is what the service sends and takes.
@@ -328,8 +249,6 @@ pub struct WorkerInfo {
     /// The tasks it holds now (their leases not run out).
     pub held: u64,
 }
-
-type Allowed = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// Workers that pull, on a store: claim due tasks of a pull queue under a
 /// lease, and settle each claim.
@@ -634,65 +553,6 @@ impl Pulls {
     }
 }
 
-/// One ack handed to the store's acks' writer.
-pub(crate) struct AckItem {
-    id: i64,
-    claim: i64,
-    now: i64,
-    answer: Option<String>,
-    allowed: Allowed,
-}
-
-/// The most acks one group writes.
-const MAX_ACK_GROUP: usize = 512;
-
-/// How a group of acks is written: one transaction, one commit for many
-/// workers' acks (see [`group`](crate::group)).
-pub(crate) struct Acks {
-    db: crate::sql::db::Db,
-    names: crate::sql::names::Names,
-}
-
-type AckAnswer = Result<(Settled<String>, Vec<crate::sql::announce::Announced>), Error>;
-
-impl crate::group::WriteGroup for Acks {
-    type Item = AckItem;
-    type Answer = AckAnswer;
-
-    /// The group at the latest of its items' times (a lease that ran out
-    /// while an ack waited is stale). The callback tasks it wrote go with
-    /// the first answer. On a failure the commit may have happened with
-    /// its answer lost: every ack of the group hears of it.
-    async fn write(&self, group: Vec<AckItem>) -> Vec<AckAnswer> {
-        let now = group.iter().map(|a| a.now).max().unwrap_or(0);
-        let acks: Vec<pull::Acking<'_>> = group
-            .iter()
-            .map(|a| pull::Acking {
-                id: a.id,
-                claim: a.claim,
-                answer: a.answer.as_deref(),
-                allowed: &*a.allowed,
-            })
-            .collect();
-        match pull::ack(&self.db, &self.names, &acks, now).await {
-            Ok((settled, told)) => {
-                let mut told = Some(told);
-                settled
-                    .into_iter()
-                    .map(|s| Ok((s, told.take().unwrap_or_default())))
-                    .collect()
-            }
-            Err(err) => {
-                let said = err.to_string();
-                let mut answers = Vec::with_capacity(group.len());
-                answers.push(Err(err));
-                answers.extend((1..group.len()).map(|_| Err(Error::group_failed(&said))));
-                answers
-            }
-        }
-    }
-}
-
 impl Store {
     /// The writer of this store's acks, started at its first ack.
     pub(crate) fn ack_writer(&self) -> &crate::group::GroupWriter<Acks> {
@@ -716,36 +576,5 @@ fn settled<T>(done: Settled<T>) -> Result<T, Error> {
         Settled::Yes(value) => Ok(value),
         Settled::Stale => Err(Error::stale_claim()),
         Settled::NotAllowed(queue) => Err(Error::queue_not_allowed(queue)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use futures::FutureExt;
-
-    use super::PullWakes;
-
-    /// Regression: every task that fell due woke every claim waiting on
-    /// its queue (`notify_waiters`), so a thousand idle long polls ran a
-    /// thousand claims for one task. A wake for `n` tasks wakes `n`.
-    #[test]
-    fn a_wake_for_one_task_wakes_one_waiting_claim() {
-        let wakes = PullWakes::default();
-        let notify = wakes.of("q");
-        let mut waiting: Vec<_> = (0..3).map(|_| Box::pin(notify.notified())).collect();
-        for claim in &mut waiting {
-            claim.as_mut().enable();
-        }
-        // The claims a wake answered leave the list.
-        let woken = |waiting: &mut Vec<std::pin::Pin<Box<tokio::sync::futures::Notified<'_>>>>| {
-            let before = waiting.len();
-            waiting.retain_mut(|claim| claim.as_mut().now_or_never().is_none());
-            before - waiting.len()
-        };
-        wakes.wake("q", 1);
-        assert_eq!(woken(&mut waiting), 1);
-        wakes.wake("q", 5);
-        assert_eq!(woken(&mut waiting), 2, "the other two");
-        wakes.wake("other", 1);
     }
 }

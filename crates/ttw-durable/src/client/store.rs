@@ -86,9 +86,9 @@ struct StoreInner {
     /// its last counts.
     published_queues: Mutex<BTreeSet<String>>,
     /// What wakes the claims waiting on its pull queues.
-    pull_wakes: crate::client::pull::PullWakes,
+    pull_wakes: crate::client::pull_state::PullWakes,
     /// The writer of its pull queues' acks, started at the first.
-    acks: std::sync::OnceLock<crate::group::GroupWriter<crate::client::pull::Acks>>,
+    acks: std::sync::OnceLock<crate::group::GroupWriter<crate::client::pull_state::Acks>>,
     /// For an in-memory store, the connection outside the pool that keeps
     /// the database alive (see [`PoolSettings::sqlite_in_memory`]).
     _memory_keeper: Option<Mutex<MemoryKeeper>>,
@@ -498,14 +498,14 @@ impl Store {
     }
 
     /// What wakes the claims waiting on its pull queues.
-    pub(crate) fn pull_wakes(&self) -> &crate::client::pull::PullWakes {
+    pub(crate) fn pull_wakes(&self) -> &crate::client::pull_state::PullWakes {
         &self.inner.pull_wakes
     }
 
     /// Where its acks' writer is kept (see [`Store::ack_writer`]).
     pub(crate) fn acks_cell(
         &self,
-    ) -> &std::sync::OnceLock<crate::group::GroupWriter<crate::client::pull::Acks>> {
+    ) -> &std::sync::OnceLock<crate::group::GroupWriter<crate::client::pull_state::Acks>> {
         &self.inner.acks
     }
 
