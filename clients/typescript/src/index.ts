@@ -165,7 +165,8 @@ function selection(filter: TaskFilter): Record<string, unknown> {
 }
 
 /**
- * A client of one `ttw server`.
+ * A client of a `ttw server` (or of several instances of one service: give
+ * a list of URLs, and a lost or refused connection moves to the next).
  *
  * Requests that are safe to repeat are retried on a 503 `unavailable` and
  * on a lost, refused or timed-out connection: reads, cancels,
@@ -175,18 +176,22 @@ function selection(filter: TaskFilter): Record<string, unknown> {
  * {@link ApiError} with the service's stable code.
  */
 export class Client {
-  private readonly base: string;
+  private readonly bases: string[];
+  private base: string;
   private readonly timeoutMs: number;
   private readonly retries: number;
   private readonly backoffMs: number;
   private readonly fetch: typeof fetch;
 
   constructor(
-    baseUrl: string,
+    baseUrl: string | string[],
     private readonly token: string,
     options: ClientOptions = {},
   ) {
-    this.base = baseUrl.replace(/\/+$/, "");
+    const urls = typeof baseUrl === "string" ? [baseUrl] : baseUrl;
+    if (urls.length === 0) throw new TypeError("baseUrl: one URL or more");
+    this.bases = urls.map((u) => u.replace(/\/+$/, ""));
+    this.base = this.bases[0];
     this.timeoutMs = options.timeoutMs ?? 10_000;
     this.retries = options.retries ?? 4;
     this.backoffMs = options.backoffMs ?? 250;
@@ -201,12 +206,12 @@ export class Client {
     retry = true,
     timeoutMs = this.timeoutMs,
   ): Promise<T> {
-    let url = this.base + path;
+    let suffix = path;
     if (query) {
       const params = new URLSearchParams();
       for (const [k, v] of Object.entries(query)) if (v !== undefined) params.set(k, String(v));
       const text = params.toString();
-      if (text) url += "?" + text;
+      if (text) suffix += "?" + text;
     }
     const headers: Record<string, string> = { authorization: `Bearer ${this.token}`, accept: "application/json" };
     if (body !== undefined) headers["content-type"] = "application/json";
@@ -214,6 +219,7 @@ export class Client {
     let wait = this.backoffMs;
     for (let attempt = 0; ; attempt++) {
       const last = attempt === attempts - 1;
+      const url = this.base + suffix;
       let answer: Response;
       try {
         answer = await this.fetch(url, {
@@ -224,6 +230,8 @@ export class Client {
         });
       } catch (lost) {
         if (last) throw new ConnectionFailed(`${method} ${url}: ${String(lost)}`);
+        // The next instance, if there are more.
+        this.base = this.bases[(this.bases.indexOf(this.base) + 1) % this.bases.length];
         await sleep(wait);
         wait *= 2;
         continue;

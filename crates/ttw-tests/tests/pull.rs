@@ -427,3 +427,114 @@ on_both! {
         let _ = std::fs::remove_dir_all(config.parent().unwrap());
     }
 }
+
+/// A worker process of a client, as its README starts one, given every
+/// instance's URL: each task it runs is a line `ran <id> <early: 0 or 1>`.
+fn worker_process(lang: &str, urls: &str) -> tokio::process::Child {
+    let clients = concat!(env!("CARGO_MANIFEST_DIR"), "/../../clients");
+    let mut command = match lang {
+        "python" => {
+            let mut c = tokio::process::Command::new("python3");
+            c.args(["-c", PYTHON_WORKER]);
+            c
+        }
+        _ => {
+            let mut c = tokio::process::Command::new("node");
+            c.args(["--input-type=module", "-e", NODE_WORKER]);
+            c
+        }
+    };
+    command
+        .env("TTW_CLIENTS", clients)
+        .env("TTW_URLS", urls)
+        .env("TTW_TOKEN", TOKEN)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+const PYTHON_WORKER: &str = r#"
+import datetime, os, sys, time
+sys.path.insert(0, os.environ["TTW_CLIENTS"] + "/python/src")
+from ttw_client import Client, Worker
+
+def handle(task):
+    due = datetime.datetime.fromisoformat(task["run_at"].replace("Z", "+00:00"))
+    early = datetime.datetime.now(datetime.timezone.utc) < due
+    time.sleep(0.02)
+    print("ran", task["id"], int(early), flush=True)
+    return "ok"
+
+ttw = Client(os.environ["TTW_URLS"].split(","), os.environ["TTW_TOKEN"], retries=8, backoff=0.1)
+Worker(ttw, "jobs", handle, concurrency=4, wait="2s", lease="5s", name="py").run()
+"#;
+
+const NODE_WORKER: &str = r#"
+const { Client, Worker } = await import(process.env.TTW_CLIENTS + "/typescript/dist/index.js");
+const handle = async (task) => {
+  const early = Date.now() < Date.parse(task.run_at);
+  await new Promise((r) => setTimeout(r, 20));
+  console.log("ran", task.id, early ? 1 : 0);
+  return "ok";
+};
+const ttw = new Client(process.env.TTW_URLS.split(","), process.env.TTW_TOKEN, { retries: 8, backoffMs: 100 });
+await new Worker(ttw, "jobs", handle, { concurrency: 4, wait: "2s", lease: "5s", name: "node" }).run();
+"#;
+
+on_both! {
+    /// What pull queues are for, end to end: a Python and a Node worker
+    /// process, each started as its README starts one with the URLs of
+    /// two instances on one database, drain 200 tasks falling due over 3 s
+    /// while the first instance is SIGKILLed mid-run. Every task is acked
+    /// once (one `done` attempt, any other only a lease that ran out), none
+    /// ran early, and each worker stops at SIGTERM.
+    #[cfg_attr(ttw_no_npm_client, ignore = "needs `npm ci` in clients/typescript when built")]
+    async fn python_and_node_workers_drain_two_instances_one_killed(db: Db) {
+        let config = config(&db, "drain");
+        let (mut first, a) = ttw_server::start(&config, ENV).await;
+        let (_second, b) = ttw_server::start(&config, ENV).await;
+        let api = Api { http: reqwest::Client::new(), addr: b.clone() };
+        let urls = format!("http://{a},http://{b}");
+        let mut workers = [worker_process("python", &urls), worker_process("node", &urls)];
+        let tasks: Vec<Value> = (0..200u64)
+            .map(|n| json!({"queue": "jobs", "payload": n, "delay": format!("{}ms", 1_000 + n * 15)}))
+            .collect();
+        let (status, made) = api.post("/v1/tasks/batch", json!({ "tasks": tasks })).await;
+        assert_eq!(status, 200, "{made}");
+        let ids: Vec<i64> = made["tasks"].as_array().unwrap().iter().map(|t| t["id"].as_i64().unwrap()).collect();
+        tokio::time::sleep(Duration::from_millis(2_000)).await;
+        first.start_kill().unwrap();
+        first.wait().await.unwrap();
+
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let page = api.get("/v1/tasks?queue=jobs&state=done&limit=1000").await;
+            let done = page["tasks"].as_array().unwrap().len();
+            if done == ids.len() || Instant::now() > deadline {
+                assert_eq!(done, ids.len(), "every task done");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        for id in &ids {
+            let outcomes = api.outcomes(*id).await;
+            let done = outcomes.iter().filter(|o| *o == "done").count();
+            assert_eq!(done, 1, "task {id}: {outcomes:?}");
+            assert!(outcomes.iter().all(|o| o == "done" || o == "expired"), "task {id}: {outcomes:?}");
+        }
+        let mut ran = Vec::new();
+        for worker in &mut workers {
+            let pid = worker.id().unwrap().to_string();
+            assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+            let status = tokio::time::timeout(Duration::from_secs(30), worker.wait()).await.expect("a worker stops at SIGTERM").unwrap();
+            assert!(status.success(), "{status:?}");
+            let mut out = String::new();
+            tokio::io::AsyncReadExt::read_to_string(worker.stdout.as_mut().unwrap(), &mut out).await.unwrap();
+            ran.extend(out.lines().map(str::to_string));
+        }
+        assert!(ran.len() >= ids.len(), "{} runs", ran.len());
+        assert!(ran.iter().all(|line| line.ends_with(" 0")), "a task ran early: {:?}", ran.iter().find(|l| !l.ends_with(" 0")));
+        let _ = std::fs::remove_dir_all(config.parent().unwrap());
+    }
+}

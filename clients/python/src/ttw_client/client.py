@@ -137,7 +137,8 @@ def new_task(
 
 
 class Client:
-    """A client of one ``ttw server``.
+    """A client of a ``ttw server`` (or several instances of one service:
+    give a list of URLs, and a lost or refused connection moves to the next).
 
     Requests that are safe to repeat are retried on a 503 ``unavailable``
     and on a lost or refused connection (``retries`` times, the wait
@@ -150,14 +151,20 @@ class Client:
 
     def __init__(
         self,
-        base_url: str,
+        base_url: Union[str, List[str]],
         token: str,
         *,
         timeout: float = 10.0,
         retries: int = 4,
         backoff: float = 0.25,
     ):
-        self.base_url = base_url.rstrip("/")
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        if not urls:
+            raise ValueError("base_url: one URL or more")
+        #: The instances, tried in turn: a lost or refused connection moves
+        #: to the next one.
+        self.base_urls = [u.rstrip("/") for u in urls]
+        self.base_url = self.base_urls[0]
         self.token = token
         self.timeout = timeout
         self.retries = retries
@@ -174,9 +181,9 @@ class Client:
         retry: bool = True,
         timeout: Optional[float] = None,
     ) -> Any:
-        url = self.base_url + path
+        suffix = path
         if query:
-            url += "?" + urllib.parse.urlencode(_clean(query))
+            suffix += "?" + urllib.parse.urlencode(_clean(query))
         data = json.dumps(body).encode() if body is not None else None
         headers = {"authorization": "Bearer " + self.token, "accept": "application/json"}
         if data is not None:
@@ -185,6 +192,7 @@ class Client:
         attempts = 1 + (self.retries if retry else 0)
         for attempt in range(attempts):
             last = attempt == attempts - 1
+            url = self.base_url + suffix
             request = urllib.request.Request(url, data=data, method=method, headers=headers)
             try:
                 with urllib.request.urlopen(request, timeout=timeout or self.timeout) as answer:
@@ -205,6 +213,8 @@ class Client:
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as lost:
                 if last:
                     raise ConnectionFailed(f"{method} {url}: {lost}") from None
+                # The next instance, if there are more.
+                self.base_url = self.base_urls[(self.base_urls.index(self.base_url) + 1) % len(self.base_urls)]
                 time.sleep(wait)
                 wait *= 2
         raise AssertionError("unreachable")
