@@ -338,3 +338,11 @@ def test_a_schedule_retried_through_a_stopped_server_is_stored_once(server):
     time.sleep(0.5)
     assert scheduled(client) == before + 1
     assert client.get_by_key(key)["id"] == made["id"]
+
+
+def test_a_client_of_several_instances_moves_past_one_that_is_down(server):
+    """A lost or refused connection moves to the next URL: the first one
+    here refuses every connection."""
+    several = Client(["http://127.0.0.1:9", server.url], TOKEN, retries=2, backoff=0.01)
+    assert "queues" in several.counts()
+    assert several.base_url == server.url

@@ -352,3 +352,8 @@ test("a schedule retried through a stopped server is stored once", async () => {
   assert.equal(await scheduled(), count + 1);
   assert.equal((await client.getByKey(key)).id, made.id);
 });
+
+test("a client of several instances moves past one that is down", async () => {
+  const several = new Client(["http://127.0.0.1:9", server.url], TOKEN, { retries: 2, backoffMs: 10 });
+  assert.ok((await several.counts()).queues);
+});
