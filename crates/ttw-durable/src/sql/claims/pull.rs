@@ -342,9 +342,14 @@ pub(crate) async fn ack(
     let turn = db.write_turn(Urgency::Ordinary).await;
     let done = with_pool!(db, pool => {
         let mut tx = pool.begin().await?;
-        let mut answers = Vec::with_capacity(acks.len());
+        // In id order, so that two groups lock the tasks they share in the
+        // same order (no deadlock on PostgreSQL); answered in the group's.
+        let mut order: Vec<usize> = (0..acks.len()).collect();
+        order.sort_by_key(|&i| acks[i].id);
+        let mut answers: Vec<Option<Settled<String>>> = vec![None; acks.len()];
         let mut done_ids = Vec::new();
-        for ack in acks {
+        for &i in &order {
+            let ack = &acks[i];
             let answer = ack.answer.map(bounded_str);
             let settled = match find_held!(tx, db, ack.id, ack.claim, now) {
                 None => Settled::Stale,
@@ -365,8 +370,9 @@ pub(crate) async fn ack(
                     Settled::Yes(row.queue)
                 }
             };
-            answers.push(settled);
+            answers[i] = Some(settled);
         }
+        let answers: Vec<Settled<String>> = answers.into_iter().flatten().collect();
         let told = if done_ids.is_empty() {
             Vec::new()
         } else {
