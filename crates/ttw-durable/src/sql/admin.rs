@@ -12,7 +12,7 @@ use crate::sql::announce::{Announced, AnnouncedRow, ANNOUNCED};
 use crate::sql::db::{placeholders, with_pool, write_with_pool, Db, Urgency};
 use crate::sql::history::{from_history, BACK_COLUMNS};
 use crate::sql::names::Names;
-use crate::sql::tasks::{TaskInfoRow, TASK_INFO_COLUMNS};
+use crate::sql::tasks::{TaskInfoRow, HISTORY_INFO_COLUMNS, TASK_INFO_COLUMNS};
 
 /// The newest schema migration applied.
 pub(crate) async fn schema_version(db: &Db) -> Result<Option<i64>, Error> {
@@ -267,14 +267,19 @@ pub(crate) async fn page(db: &Db, page: Page<'_>) -> Result<Vec<TaskInfo>, Error
         }
         None => {}
     }
+    let table = table_of(page.filter.state);
     let by = if page.by_due {
         format!("run_at {order}, id {order}")
     } else {
         format!("id {order}")
     };
     let sql = format!(
-        "SELECT {TASK_INFO_COLUMNS} FROM {} WHERE {clause} ORDER BY {by} LIMIT {}",
-        table_of(page.filter.state),
+        "SELECT {} FROM {table} WHERE {clause} ORDER BY {by} LIMIT {}",
+        if table == "ttw_history" {
+            HISTORY_INFO_COLUMNS
+        } else {
+            TASK_INFO_COLUMNS
+        },
         page.limit
     );
     let tasks = with_pool!(db, pool => {

@@ -281,6 +281,14 @@ pub(crate) const TASK_INFO_COLUMNS: &str =
      idempotency_key, payload, queue, priority, partition_key, envelope, kind, \
      created_at, updated_at, finished_at, locked_by, lock_epoch, locked_until";
 
+/// The same of `ttw_history`, whose finished tasks no one holds (it has
+/// no lock columns).
+pub(crate) const HISTORY_INFO_COLUMNS: &str =
+    "id, state, run_at, attempts, max_attempts, last_error, \
+     idempotency_key, payload, queue, priority, partition_key, envelope, kind, \
+     created_at, updated_at, finished_at, CAST(NULL AS TEXT) AS locked_by, \
+     CAST(NULL AS BIGINT) AS lock_epoch, CAST(NULL AS BIGINT) AS locked_until";
+
 /// A row of [`TASK_INFO_COLUMNS`].
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct TaskInfoRow {
