@@ -31,7 +31,6 @@ pub const MAX_LEASE: Duration = Duration::from_secs(12 * 3600);
 /// The longest worker name.
 pub const MAX_WORKER_NAME: usize = 128;
 
-
 /// A claim's token: what an ack, nack or extend names, and is fenced on.
 /// Its text is what the service sends and takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
