@@ -17,6 +17,8 @@ use crate::model::backoff::Backoff;
 use crate::model::envelope::Envelope;
 use crate::model::task::TaskId;
 use crate::model::time::{from_ms, ms};
+use crate::notify::Made;
+use crate::sql::announce::Announced;
 use crate::sql::claims::pull::{self, Nacked, Nacking, PulledRow, Pulling, Settled};
 use crate::sql::db::priority_from_sql;
 
@@ -472,7 +474,7 @@ impl Pulls {
                         "the acks' writer is gone: the ack's outcome is unknown",
                     ))
                 })?;
-                pull::hand_over(&store, told, None);
+                hand_over(&store, told, None);
                 let queue = settled(done)?;
                 store.pull_wakes().wake(&queue, 1);
                 Ok(())
@@ -512,7 +514,7 @@ impl Pulls {
                 };
                 let (done, told, moved) =
                     pull::nack(store.db(), store.names(), nacking, &*allowed).await?;
-                pull::hand_over(&store, told, moved);
+                hand_over(&store, told, moved);
                 let (outcome, queue) = match settled(done)? {
                     Nacked::Retry(at, queue) => (NackOutcome::Retry(from_ms(at)), queue),
                     Nacked::Dead(queue) => (NackOutcome::Dead, queue),
@@ -566,6 +568,17 @@ impl Store {
                 MAX_ACK_GROUP,
             )
         })
+    }
+}
+
+/// Tells this process's schedulers of what a settle made due once it has
+/// committed: the callback tasks it wrote (`told`) and the retry it moved.
+fn hand_over(store: &Store, told: Vec<Announced>, moved: Option<Announced>) {
+    if !told.is_empty() {
+        store.notifier().committed(told, Made::Created);
+    }
+    if let Some(task) = moved {
+        store.notifier().committed([task], Made::Moved);
     }
 }
 

@@ -155,7 +155,7 @@ pub struct TaskInfo {
     /// When it finished (done, dead or cancelled), if it has.
     pub finished_at: Option<SystemTime>,
     /// While a worker holds it (a pull queue's claim,
-    /// [`Pulls::claim`](crate::Pulls::claim)): the worker's name.
+    /// `Pulls::claim`): the worker's name.
     pub worker: Option<String>,
     /// While a worker holds it: when its lease runs out unless extended.
     pub lease_until: Option<SystemTime>,

@@ -11,7 +11,6 @@
 
 use super::*;
 use crate::model::backoff::Backoff;
-use crate::notify::Made;
 use crate::sql::announce::{AnnouncedRow, ANNOUNCED};
 use crate::sql::names::Names;
 
@@ -546,17 +545,6 @@ pub(crate) async fn extend(
     });
     drop(turn);
     Ok(done)
-}
-
-/// Tells this process's schedulers of what a settle made due once it has
-/// committed: the callback tasks it wrote (`told`) and the retry it moved.
-pub(crate) fn hand_over(store: &crate::Store, told: Vec<Announced>, moved: Option<Announced>) {
-    if !told.is_empty() {
-        store.notifier().committed(told, Made::Created);
-    }
-    if let Some(task) = moved {
-        store.notifier().committed([task], Made::Moved);
-    }
 }
 
 impl Claims {
