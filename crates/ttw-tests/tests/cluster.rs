@@ -279,8 +279,11 @@ on_both! {
             split_evenly(&a, &b, shards)
         })
         .await;
-        // Tasks for the next few seconds are in both wheels.
-        let ids = spread(&sa, 600, Duration::from_secs(5), Duration::from_millis(500)).await;
+        // Tasks for the next few seconds are in both wheels. They fall due
+        // from 4 s on: the 600 inserts one by one took seconds under load,
+        // and tasks due from 0.5 s had all fired before b took a's shards,
+        // leaving a no stale claim to lose (the test failed, 2 runs in 5).
+        let ids = spread(&sa, 600, Duration::from_secs(6), Duration::from_secs(4)).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         a.fault_pause_heartbeat(true);
         wait_until("b took a's shards", TTL + HEARTBEAT * 4, || b.stats().shards_owned == shards).await;
