@@ -13,7 +13,7 @@ use crate::notify::{Heard, Listener};
 pub(crate) async fn run(
     window: Arc<Window>,
     wakes: Arc<Wakes>,
-    store: crate::Store,
+    store: crate::client::store::Store,
     mut listener: Listener,
 ) {
     loop {
