@@ -193,7 +193,11 @@ class Worker:
                 try:
                     self.client.extend(task_id, claim, self.lease)
                 except StaleClaim:
-                    log.warning("ttw worker %s: task %d: its lease ran out while it ran", self.name, task_id)
+                    # Settled between the list above and this call: not a loss.
+                    with self._lock:
+                        still_held = self._held.get(task_id) == claim
+                    if still_held:
+                        log.warning("ttw worker %s: task %d: its lease ran out while it ran", self.name, task_id)
                 except (ConnectionFailed, ApiError) as err:
                     log.warning("ttw worker %s: task %d: lease not extended (%s)", self.name, task_id, err)
 

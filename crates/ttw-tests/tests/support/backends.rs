@@ -328,6 +328,9 @@ macro_rules! on_both {
                 run(Db::new(Backend::Sqlite, stringify!($name))).await;
             }
 
+            // A test that is ignored for a reason of its own as well keeps
+            // both reasons' attributes; only the first is shown.
+            #[allow(unused_attributes)]
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             #[cfg_attr(ttw_no_postgres, ignore = "needs DATABASE_URL when built")]
             $(#[$meta])*
