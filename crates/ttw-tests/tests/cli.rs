@@ -82,7 +82,7 @@ on_both! {
     /// one at a time and in bulk.
     async fn a_session_with_the_tool(db: Db) {
         let migrated = ttw(&db, &["--json", "migrate"]).await.json();
-        assert_eq!(migrated["schema_version"], 15);
+        assert_eq!(migrated["schema_version"], 16);
 
         let mut emails = Vec::new();
         for i in 0..5 {

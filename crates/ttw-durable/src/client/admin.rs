@@ -295,7 +295,7 @@ impl Store {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), ttw_durable::Error> {
     /// let store = Store::sqlite_in_memory().await?;
-    /// assert_eq!(store.schema_version().await?, 15);
+    /// assert_eq!(store.schema_version().await?, 16);
     /// # Ok(())
     /// # }
     /// ```
