@@ -584,7 +584,7 @@ conformance!(recurring_and_lease_statements, recurring_and_leases_case);
 /// tasks counted, listed and redriven from either table, and the sweep.
 async fn admin_case(store: &Store) {
     let (db, names) = (store.db(), store.names());
-    assert_eq!(admin::schema_version(db).await.unwrap(), Some(15));
+    assert_eq!(admin::schema_version(db).await.unwrap(), Some(16));
     let rows = [
         task(1_000, None, "a"),
         task(2_000, None, "a"),
