@@ -333,6 +333,35 @@ async fn pull_priority_case(store: &Store) {
 }
 conformance!(pull_priority, pull_priority_case);
 
+/// Past [`pull::PRIORITY_LEVELS`] priorities, the rest of a page is still
+/// taken in priority order: twelve priorities, one due task each, claimed
+/// in two pages.
+async fn pull_many_priorities_case(store: &Store) {
+    let names = store.names();
+    let rows: Vec<_> = (0..12)
+        .map(|n| {
+            let mut row = task(1_000 + n, None, "default");
+            row.priority = 11 - n;
+            row
+        })
+        .collect();
+    let ids: Vec<i64> = on_conn!(store, c => tasks::insert(c, names, &rows, 1).await.unwrap())
+        .iter()
+        .map(|i| i.task.id)
+        .collect();
+    let mut taken = Vec::new();
+    for _ in 0..2 {
+        let page = pull::claim(store.db(), pulling(3_000, 10, &[]))
+            .await
+            .unwrap()
+            .rows;
+        taken.extend(page.iter().map(|r| r.id));
+    }
+    let lowest_first: Vec<i64> = ids.iter().rev().copied().collect();
+    assert_eq!(taken, lowest_first);
+}
+conformance!(pull_many_priorities, pull_many_priorities_case);
+
 /// Regression: the fence of an ack, nack or extend wrapped the task's id in
 /// its `IS TRUE` check, which keeps a planner from reading through an
 /// index, so every settle read the whole table (a drain of 50,000 held
