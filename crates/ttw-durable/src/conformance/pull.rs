@@ -366,44 +366,14 @@ conformance!(pull_many_priorities, pull_many_priorities_case);
 /// its `IS TRUE` check, which keeps a planner from reading through an
 /// index, so every settle read the whole table (a drain of 50,000 held
 /// tasks acked 266 a second on PostgreSQL). The plan of the fenced read
-/// reaches the task by its key (on PostgreSQL with sequential scans
-/// discouraged, so that a small table's plan cannot choose one anyway).
+/// reaches the task by its key (see [`crate::sql::testing::plan`]).
 async fn pull_settles_by_key_case(store: &Store) {
     let db = store.db();
-    let postgres = !db.is_sqlite();
-    let sql = format!(
-        "{} SELECT queue FROM ttw_tasks WHERE {}",
-        if postgres {
-            "EXPLAIN"
-        } else {
-            "EXPLAIN QUERY PLAN"
-        },
-        pull::held()
-    );
-    let plan: Vec<String> = with_any_pool!(db, pool => {
-        let mut conn = pool.acquire().await.unwrap();
-        if postgres {
-            sqlx::query("SET enable_seqscan = off").execute(&mut *conn).await.unwrap();
-        }
-        let rows = sqlx::query(&sql)
-            .bind(1_i64)
-            .bind(1_i64)
-            .bind(0_i64)
-            .fetch_all(&mut *conn)
-            .await
-            .unwrap();
-        if postgres {
-            sqlx::query("RESET enable_seqscan").execute(&mut *conn).await.unwrap();
-        }
-        rows.iter()
-            .map(|row| sqlx::Row::get::<String, _>(row, sqlx::Row::len(row) - 1))
-            .collect()
-    });
-    let plan = plan.join("\n");
-    let by_key = if postgres {
-        plan.contains("ttw_tasks_pkey")
-    } else {
+    let plan = crate::sql::testing::plan(db, &pull::find_held_sql(db), &[1, 1, 0]).await;
+    let by_key = if db.is_sqlite() {
         plan.contains("PRIMARY KEY")
+    } else {
+        plan.contains("ttw_tasks_pkey")
     };
     assert!(
         by_key && !plan.contains("Seq Scan") && !plan.contains("SCAN ttw_tasks"),

@@ -71,3 +71,37 @@ pub(crate) async fn finish_into_history(db: &Db, id: i64, finished_at: i64) -> R
     });
     Ok(())
 }
+
+/// The plan of `select` with `args` (each an integer) bound, one line a
+/// step: `EXPLAIN QUERY PLAN` on SQLite, `EXPLAIN` on PostgreSQL with
+/// sequential scans discouraged, so that a small table's plan takes an
+/// index whenever the statement lets it.
+pub(crate) async fn plan(db: &Db, select: &str, args: &[i64]) -> String {
+    let postgres = !db.is_sqlite();
+    let sql = format!(
+        "{} {select}",
+        if postgres {
+            "EXPLAIN"
+        } else {
+            "EXPLAIN QUERY PLAN"
+        }
+    );
+    let lines: Vec<String> = with_any_pool!(db, pool => {
+        let mut conn = pool.acquire().await.unwrap();
+        if postgres {
+            sqlx::query("SET enable_seqscan = off").execute(&mut *conn).await.unwrap();
+        }
+        let mut query = sqlx::query(&sql);
+        for arg in args {
+            query = query.bind(*arg);
+        }
+        let rows = query.fetch_all(&mut *conn).await.unwrap();
+        if postgres {
+            sqlx::query("RESET enable_seqscan").execute(&mut *conn).await.unwrap();
+        }
+        rows.iter()
+            .map(|row| sqlx::Row::get::<String, _>(row, sqlx::Row::len(row) - 1))
+            .collect()
+    });
+    lines.join("\n")
+}

@@ -88,7 +88,7 @@ pub(crate) enum Settled<T> {
 /// whose lease has not run out at `$3`. The id stays outside the check: it
 /// is the way in (inside, each settle read every task of the table: 266
 /// acks a second with 50,000 held).
-pub(crate) fn held() -> String {
+fn held() -> String {
     format!(
         "id = $1 AND {}",
         checked(&format!(
@@ -98,15 +98,20 @@ pub(crate) fn held() -> String {
     )
 }
 
+/// The read of a held task, by `find_held!`.
+pub(crate) fn find_held_sql(db: &Db) -> String {
+    format!(
+        "SELECT queue, attempts, locked_by, started_at FROM ttw_tasks WHERE {}{}",
+        held(),
+        if db.is_sqlite() { "" } else { " FOR UPDATE" }
+    )
+}
+
 /// The task `$id` held under `$claim` at `$now` (see [`held`]), read (and
 /// on PostgreSQL locked) in transaction `$tx` of `$db`.
 macro_rules! find_held {
     ($tx:expr, $db:expr, $id:expr, $claim:expr, $now:expr) => {{
-        let sql = format!(
-            "SELECT queue, attempts, locked_by, started_at FROM ttw_tasks WHERE {}{}",
-            held(),
-            if $db.is_sqlite() { "" } else { " FOR UPDATE" }
-        );
+        let sql = find_held_sql($db);
         let row: Option<HeldRow> = sqlx::query_as(&sql)
             .bind($id)
             .bind($claim)
@@ -252,40 +257,36 @@ pub(crate) async fn claim(db: &Db, pull: Pulling<'_>) -> Result<Pulled, Error> {
                     let mut after: Option<i64> = None;
                     let mut levels = 0;
                     while (ids.len() as i64) < room {
-                        if let (Some(after), true) = (after, levels == PRIORITY_LEVELS) {
-                            let mut query = sqlx::query_scalar::<_, i64>(&rest)
-                                .bind(pull.queue)
-                                .bind(pull.now)
-                                .bind(room - ids.len() as i64)
-                                .bind(after);
-                            for kind in pull.kinds {
-                                query = query.bind(kind);
+                        // At `$4`: the next priority, or past the last
+                        // one read, the rest of the page.
+                        let (statement, priority) = match after {
+                            Some(after) if levels == PRIORITY_LEVELS => (&rest, after),
+                            _ => {
+                                // Two statements, not `$2 IS NULL OR ...`:
+                                // a plan kept for that would not start at
+                                // `$2`.
+                                let next: Option<i64> = match after {
+                                    None => sqlx::query_scalar(
+                                        "SELECT MIN(priority) FROM ttw_tasks WHERE queue = $1 \
+                                         AND state = 'scheduled'",
+                                    )
+                                    .bind(pull.queue)
+                                    .fetch_one(&mut *tx)
+                                    .await?,
+                                    Some(after) => sqlx::query_scalar(
+                                        "SELECT MIN(priority) FROM ttw_tasks WHERE queue = $1 \
+                                         AND state = 'scheduled' AND priority > $2",
+                                    )
+                                    .bind(pull.queue)
+                                    .bind(after)
+                                    .fetch_one(&mut *tx)
+                                    .await?,
+                                };
+                                let Some(priority) = next else { break };
+                                (&level, priority)
                             }
-                            ids.extend(query.fetch_all(&mut *tx).await?);
-                            break;
-                        }
-                        levels += 1;
-                        // Two statements, not `$2 IS NULL OR ...`: a plan
-                        // kept for that would not start at `$2`.
-                        let next: Option<i64> = match after {
-                            None => sqlx::query_scalar(
-                                "SELECT MIN(priority) FROM ttw_tasks WHERE queue = $1 \
-                                 AND state = 'scheduled'",
-                            )
-                            .bind(pull.queue)
-                            .fetch_one(&mut *tx)
-                            .await?,
-                            Some(after) => sqlx::query_scalar(
-                                "SELECT MIN(priority) FROM ttw_tasks WHERE queue = $1 \
-                                 AND state = 'scheduled' AND priority > $2",
-                            )
-                            .bind(pull.queue)
-                            .bind(after)
-                            .fetch_one(&mut *tx)
-                            .await?,
                         };
-                        let Some(priority) = next else { break };
-                        let mut query = sqlx::query_scalar::<_, i64>(&level)
+                        let mut query = sqlx::query_scalar::<_, i64>(statement)
                             .bind(pull.queue)
                             .bind(pull.now)
                             .bind(room - ids.len() as i64)
@@ -294,6 +295,10 @@ pub(crate) async fn claim(db: &Db, pull: Pulling<'_>) -> Result<Pulled, Error> {
                             query = query.bind(kind);
                         }
                         ids.extend(query.fetch_all(&mut *tx).await?);
+                        if levels == PRIORITY_LEVELS {
+                            break;
+                        }
+                        levels += 1;
                         after = Some(priority);
                     }
                     if ids.is_empty() {
